@@ -1,0 +1,5 @@
+"""Tree-packed GRPO, PPO and SFT for LLM agents."""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

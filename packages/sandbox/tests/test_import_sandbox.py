@@ -1,0 +1,5 @@
+import clawrl.sandbox
+
+
+def test_version() -> None:
+    assert clawrl.sandbox.__version__ == "0.1.0"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what clawrl and its tests need on a fresh Debian/Ubuntu machine, then syncs the
+# uv workspace. Idempotent: every step is skipped when already done.
+#   bash tools/setup.sh            # system packages (as root) + uv + `uv sync --locked`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[setup] %s\n' "$*"; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else "$@"; fi; }
+
+# --- system packages: podman + runc for sandboxes (crun fails on hybrid-cgroup hosts) ---
+need=()
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+if [ ${#need[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    log "installing ${need[*]} (apt-get)"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    log "WARNING: please install ${need[*]} with your package manager"
+  fi
+fi
+
+# --- uv ---
+if ! command -v uv >/dev/null 2>&1; then
+  log "installing uv (pip)"
+  python3 -m pip install -q uv
+fi
+
+log "uv sync --locked"
+uv sync --locked

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs the real agent harnesses at the versions pinned in versions.json, each into its own
+# cached prefix under ${CLAWRL_HARNESS_CACHE:-~/.cache/clawrl/harnesses}/<name>-<version>/.
+# Idempotent: a prefix with a ".complete" stamp is reused. Prints where each binary lives.
+#   bash tools/harnesses/install.sh                 # all five
+#   bash tools/harnesses/install.sh codex pi        # only some
+# Needs: npm (any Node for the installs), uv; network to the npm registry and PyPI.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cache="${CLAWRL_HARNESS_CACHE:-$HOME/.cache/clawrl/harnesses}"
+mkdir -p "$cache"
+
+log() { printf '[harnesses] %s\n' "$*" >&2; }
+field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]].get(sys.argv[3], ""))' "$here/versions.json" "$1" "$2"; }
+
+npm_install() {  # prefix, spec...
+  local prefix="$1"; shift
+  mkdir -p "$prefix"
+  [ -f "$prefix/package.json" ] || echo '{"private": true}' >"$prefix/package.json"
+  (cd "$prefix" && npm install --no-audit --no-fund --loglevel=error --save-exact "$@" >&2)
+}
+
+install_one() {
+  local name="$1" pkg version bin dest t0
+  pkg="$(field "$name" package)"; version="$(field "$name" version)"; bin="$(field "$name" bin)"
+  dest="$cache/$name-$version"
+  if [ -f "$dest/.complete" ]; then
+    log "$name $version: cached at $dest"
+  else
+    t0=$(date +%s)
+    rm -rf "$dest"
+    case "$name" in
+      mini-swe-agent)
+        log "$name $version: uv venv on $(field "$name" python) + uv pip install (~3 min)"
+        uv venv -q --python "$(field "$name" python)" "$dest/venv"
+        VIRTUAL_ENV="$dest/venv" uv pip install -q "$pkg==$version"
+        mkdir -p "$dest/bin"; ln -sf "../venv/bin/$bin" "$dest/bin/$bin"
+        ;;
+      openclaw)
+        local node; node="$(field "$name" node)"
+        log "$name $version: node@$node from the npm registry, then $pkg (~80 s)"
+        npm_install "$dest" "node@$node"
+        # its install scripts check the Node version, so install it with Node 24 first on PATH
+        PATH="$dest/node_modules/node/bin:$PATH" npm_install "$dest" "$pkg@$version"
+        mkdir -p "$dest/bin"
+        # OpenClaw needs Node >= 24: its launcher puts the registry's Node 24 first on PATH.
+        cat >"$dest/bin/$bin" <<WRAP
+#!/usr/bin/env bash
+export PATH="$dest/node_modules/node/bin:\$PATH"
+exec "$dest/node_modules/.bin/$bin" "\$@"
+WRAP
+        chmod +x "$dest/bin/$bin"
+        ;;
+      *)
+        log "$name $version: npm install $pkg@$version"
+        npm_install "$dest" "$pkg@$version"
+        mkdir -p "$dest/bin"; ln -sf "../node_modules/.bin/$bin" "$dest/bin/$bin"
+        ;;
+    esac
+    touch "$dest/.complete"
+    log "$name $version: installed in $(( $(date +%s) - t0 )) s ($(du -sh "$dest" | cut -f1))"
+  fi
+  printf '%s\t%s\t%s\n' "$name" "$version" "$dest/bin/$bin"
+}
+
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(claude-code openclaw codex pi mini-swe-agent)
+for n in "${names[@]}"; do install_one "$n"; done

@@ -167,8 +167,9 @@ def _stream(index: int, text: str) -> StreamingResponse:
                 yield (chunk + "\n\n").encode()
                 await asyncio.sleep(0)
 
-    return StreamingResponse(gen(), media_type="text/event-stream",
-                             headers={"cache-control": "no-cache"})
+    return StreamingResponse(
+        gen(), media_type="text/event-stream", headers={"cache-control": "no-cache"}
+    )
 
 
 def _json(index: int, obj: Any, status: int = 200) -> JSONResponse:
@@ -253,7 +254,9 @@ def _wants_final(kind: str, body: dict[str, Any]) -> bool:
         return False
     for item in reversed(items):
         if isinstance(item, dict) and item.get("type") in (
-            "function_call_output", "custom_tool_call_output", "local_shell_call_output",
+            "function_call_output",
+            "custom_tool_call_output",
+            "local_shell_call_output",
         ):
             return True
         if isinstance(item, dict) and item.get("role") == "user":
@@ -291,44 +294,89 @@ async def chat_completions(request: Request) -> Response:
     usage = {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020}
     if plan[0] == "tool":
         args = json.dumps(plan[2])  # with spaces: ", " and ": "
-        call = {"id": CHAT_CALL_ID, "type": "function",
-                "function": {"name": plan[1], "arguments": args}}
-        message: dict[str, Any] = {"role": "assistant", "content": None,
-                                   "reasoning_content": REASONING, "tool_calls": [call]}
+        call = {
+            "id": CHAT_CALL_ID,
+            "type": "function",
+            "function": {"name": plan[1], "arguments": args},
+        }
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": REASONING,
+            "tool_calls": [call],
+        }
         finish = "tool_calls"
     else:
         message = {"role": "assistant", "content": plan[1]}
         finish = "stop"
     if not body.get("stream"):
-        return _json(index, {
-            "id": cid, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish,
-                         "logprobs": None}],
-            "usage": usage,
-        })
+        return _json(
+            index,
+            {
+                "id": cid,
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+                ],
+                "usage": usage,
+            },
+        )
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        return {"id": cid, "object": "chat.completion.chunk", "created": created,
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason,
-                             "logprobs": None}]}
+        return {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [
+                {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+            ],
+        }
 
     events: list[tuple[str | None, Any]] = [(None, chunk({"role": "assistant", "content": ""}))]
     if plan[0] == "tool":
         events.append((None, chunk({"reasoning_content": REASONING})))
         args = message["tool_calls"][0]["function"]["arguments"]
         half = len(args) // 2
-        events.append((None, chunk({"tool_calls": [{
-            "index": 0, "id": CHAT_CALL_ID, "type": "function",
-            "function": {"name": plan[1], "arguments": args[:half]}}]})))
-        events.append((None, chunk({"tool_calls": [{
-            "index": 0, "function": {"arguments": args[half:]}}]})))
+        events.append(
+            (
+                None,
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": CHAT_CALL_ID,
+                                "type": "function",
+                                "function": {"name": plan[1], "arguments": args[:half]},
+                            }
+                        ]
+                    }
+                ),
+            )
+        )
+        events.append(
+            (None, chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]}))
+        )
     else:
         events.append((None, chunk({"content": plan[1]})))
     events.append((None, chunk({}, finish)))
     if (body.get("stream_options") or {}).get("include_usage"):
-        events.append((None, {"id": cid, "object": "chat.completion.chunk", "created": created,
-                              "model": model, "choices": [], "usage": usage}))
+        events.append(
+            (
+                None,
+                {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage,
+                },
+            )
+        )
     events.append((None, "[DONE]"))
     return _stream(index, _sse(events))
 
@@ -344,47 +392,97 @@ async def anthropic_messages(request: Request) -> Response:
     mid = f"msg_{uuid.uuid4().hex[:20]}"
     blocks: list[dict[str, Any]] = []
     if plan[0] == "tool":
-        blocks.append({"type": "thinking", "thinking": REASONING,
-                       "signature": "c2lnbmF0dXJlLW9mLXRoZS10aGlua2luZy1ibG9jaw=="})
+        blocks.append(
+            {
+                "type": "thinking",
+                "thinking": REASONING,
+                "signature": "c2lnbmF0dXJlLW9mLXRoZS10aGlua2luZy1ibG9jaw==",
+            }
+        )
         blocks.append({"type": "text", "text": "I'll create the file."})
-        blocks.append({"type": "tool_use", "id": ANTHROPIC_CALL_ID, "name": plan[1],
-                       "input": plan[2]})
+        blocks.append(
+            {"type": "tool_use", "id": ANTHROPIC_CALL_ID, "name": plan[1], "input": plan[2]}
+        )
         stop = "tool_use"
     else:
         blocks.append({"type": "text", "text": plan[1]})
         stop = "end_turn"
-    usage = {"input_tokens": 1000, "output_tokens": 20, "cache_creation_input_tokens": 0,
-             "cache_read_input_tokens": 0}
+    usage = {
+        "input_tokens": 1000,
+        "output_tokens": 20,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
     if not body.get("stream"):
-        return _json(index, {"id": mid, "type": "message", "role": "assistant", "model": model,
-                             "content": blocks, "stop_reason": stop, "stop_sequence": None,
-                             "usage": usage})
-    events: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start", "message": {
-        "id": mid, "type": "message", "role": "assistant", "model": model, "content": [],
-        "stop_reason": None, "stop_sequence": None,
-        "usage": {**usage, "output_tokens": 1}}})]
+        return _json(
+            index,
+            {
+                "id": mid,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": blocks,
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": usage,
+            },
+        )
+    events: list[tuple[str | None, Any]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": mid,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {**usage, "output_tokens": 1},
+                },
+            },
+        )
+    ]
     for i, block in enumerate(blocks):
         if block["type"] == "thinking":
             start = {"type": "thinking", "thinking": ""}
-            deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
-                      {"type": "signature_delta", "signature": block["signature"]}]
+            deltas = [
+                {"type": "thinking_delta", "thinking": block["thinking"]},
+                {"type": "signature_delta", "signature": block["signature"]},
+            ]
         elif block["type"] == "text":
             start = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": block["text"]}]
         else:
             start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
             args = json.dumps(block["input"])
-            deltas = [{"type": "input_json_delta", "partial_json": args[: len(args) // 2]},
-                      {"type": "input_json_delta", "partial_json": args[len(args) // 2:]}]
-        events.append(("content_block_start",
-                       {"type": "content_block_start", "index": i, "content_block": start}))
+            deltas = [
+                {"type": "input_json_delta", "partial_json": args[: len(args) // 2]},
+                {"type": "input_json_delta", "partial_json": args[len(args) // 2 :]},
+            ]
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": start},
+            )
+        )
         for d in deltas:
-            events.append(("content_block_delta",
-                           {"type": "content_block_delta", "index": i, "delta": d}))
+            events.append(
+                ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d})
+            )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-    events.append(("message_delta", {"type": "message_delta",
-                                     "delta": {"stop_reason": stop, "stop_sequence": None},
-                                     "usage": {"output_tokens": 20}}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": 20},
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
     return _stream(index, _sse(events))
 
@@ -405,22 +503,52 @@ async def responses(request: Request) -> Response:
     rid, created = f"resp_{uuid.uuid4().hex[:20]}", int(time.time())
     items: list[dict[str, Any]] = []
     if plan[0] == "tool":
-        items.append({"type": "reasoning", "id": f"rs_{uuid.uuid4().hex[:16]}",
-                      "summary": [{"type": "summary_text", "text": REASONING}],
-                      "encrypted_content": "ZW5jcnlwdGVkLXJlYXNvbmluZy1wbGFjZWhvbGRlcg=="})
-        items.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:16]}",
-                      "call_id": RESPONSES_CALL_ID, "name": plan[1],
-                      "arguments": json.dumps(plan[2]), "status": "completed"})
+        items.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_{uuid.uuid4().hex[:16]}",
+                "summary": [{"type": "summary_text", "text": REASONING}],
+                "encrypted_content": "ZW5jcnlwdGVkLXJlYXNvbmluZy1wbGFjZWhvbGRlcg==",
+            }
+        )
+        items.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{uuid.uuid4().hex[:16]}",
+                "call_id": RESPONSES_CALL_ID,
+                "name": plan[1],
+                "arguments": json.dumps(plan[2]),
+                "status": "completed",
+            }
+        )
     else:
-        items.append({"type": "message", "id": f"msg_{uuid.uuid4().hex[:16]}",
-                      "role": "assistant", "status": "completed",
-                      "content": [{"type": "output_text", "text": plan[1], "annotations": []}]})
-    usage = {"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 0},
-             "output_tokens": 20, "output_tokens_details": {"reasoning_tokens": 10},
-             "total_tokens": 1020}
-    base = {"id": rid, "object": "response", "created_at": created, "model": model,
-            "status": "in_progress", "output": [], "usage": None, "error": None,
-            "incomplete_details": None}
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex[:16]}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": plan[1], "annotations": []}],
+            }
+        )
+    usage = {
+        "input_tokens": 1000,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 20,
+        "output_tokens_details": {"reasoning_tokens": 10},
+        "total_tokens": 1020,
+    }
+    base = {
+        "id": rid,
+        "object": "response",
+        "created_at": created,
+        "model": model,
+        "status": "in_progress",
+        "output": [],
+        "usage": None,
+        "error": None,
+        "incomplete_details": None,
+    }
     done = {**base, "status": "completed", "output": items, "usage": usage}
     if not body.get("stream"):
         return _json(index, done)
@@ -434,35 +562,92 @@ async def responses(request: Request) -> Response:
     ev("response.in_progress", response=base)
     for i, item in enumerate(items):
         if item["type"] == "reasoning":
-            ev("response.output_item.added", output_index=i,
-               item={**item, "summary": [], "encrypted_content": None})
-            ev("response.reasoning_summary_part.added", item_id=item["id"], output_index=i,
-               summary_index=0, part={"type": "summary_text", "text": ""})
-            ev("response.reasoning_summary_text.delta", item_id=item["id"], output_index=i,
-               summary_index=0, delta=REASONING)
-            ev("response.reasoning_summary_text.done", item_id=item["id"], output_index=i,
-               summary_index=0, text=REASONING)
-            ev("response.reasoning_summary_part.done", item_id=item["id"], output_index=i,
-               summary_index=0, part={"type": "summary_text", "text": REASONING})
+            ev(
+                "response.output_item.added",
+                output_index=i,
+                item={**item, "summary": [], "encrypted_content": None},
+            )
+            ev(
+                "response.reasoning_summary_part.added",
+                item_id=item["id"],
+                output_index=i,
+                summary_index=0,
+                part={"type": "summary_text", "text": ""},
+            )
+            ev(
+                "response.reasoning_summary_text.delta",
+                item_id=item["id"],
+                output_index=i,
+                summary_index=0,
+                delta=REASONING,
+            )
+            ev(
+                "response.reasoning_summary_text.done",
+                item_id=item["id"],
+                output_index=i,
+                summary_index=0,
+                text=REASONING,
+            )
+            ev(
+                "response.reasoning_summary_part.done",
+                item_id=item["id"],
+                output_index=i,
+                summary_index=0,
+                part={"type": "summary_text", "text": REASONING},
+            )
         elif item["type"] == "function_call":
-            ev("response.output_item.added", output_index=i,
-               item={**item, "arguments": "", "status": "in_progress"})
-            ev("response.function_call_arguments.delta", item_id=item["id"], output_index=i,
-               delta=item["arguments"])
-            ev("response.function_call_arguments.done", item_id=item["id"], output_index=i,
-               arguments=item["arguments"])
+            ev(
+                "response.output_item.added",
+                output_index=i,
+                item={**item, "arguments": "", "status": "in_progress"},
+            )
+            ev(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=i,
+                delta=item["arguments"],
+            )
+            ev(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=i,
+                arguments=item["arguments"],
+            )
         else:
             text = item["content"][0]["text"]
-            ev("response.output_item.added", output_index=i,
-               item={**item, "content": [], "status": "in_progress"})
-            ev("response.content_part.added", item_id=item["id"], output_index=i,
-               content_index=0, part={"type": "output_text", "text": "", "annotations": []})
-            ev("response.output_text.delta", item_id=item["id"], output_index=i,
-               content_index=0, delta=text)
-            ev("response.output_text.done", item_id=item["id"], output_index=i,
-               content_index=0, text=text)
-            ev("response.content_part.done", item_id=item["id"], output_index=i,
-               content_index=0, part=item["content"][0])
+            ev(
+                "response.output_item.added",
+                output_index=i,
+                item={**item, "content": [], "status": "in_progress"},
+            )
+            ev(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=i,
+                content_index=0,
+                part={"type": "output_text", "text": "", "annotations": []},
+            )
+            ev(
+                "response.output_text.delta",
+                item_id=item["id"],
+                output_index=i,
+                content_index=0,
+                delta=text,
+            )
+            ev(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=i,
+                content_index=0,
+                text=text,
+            )
+            ev(
+                "response.content_part.done",
+                item_id=item["id"],
+                output_index=i,
+                content_index=0,
+                part=item["content"][0],
+            )
         ev("response.output_item.done", output_index=i, item=item)
     ev("response.completed", response=done)
     return _stream(index, _sse(events))
@@ -473,11 +658,20 @@ async def responses(request: Request) -> Response:
 
 async def models(request: Request) -> Response:
     index, _ = await _record(request, "models")
-    entry = {"id": MODEL, "object": "model", "created": 0, "owned_by": "clawrl",
-             # Anthropic-style fields for clients that list models the Anthropic way
-             "type": "model", "display_name": MODEL, "created_at": "2026-01-01T00:00:00Z"}
-    return _json(index, {"object": "list", "data": [entry], "has_more": False,
-                         "first_id": MODEL, "last_id": MODEL})
+    entry = {
+        "id": MODEL,
+        "object": "model",
+        "created": 0,
+        "owned_by": "clawrl",
+        # Anthropic-style fields for clients that list models the Anthropic way
+        "type": "model",
+        "display_name": MODEL,
+        "created_at": "2026-01-01T00:00:00Z",
+    }
+    return _json(
+        index,
+        {"object": "list", "data": [entry], "has_more": False, "first_id": MODEL, "last_id": MODEL},
+    )
 
 
 async def fallback(request: Request) -> Response:
@@ -497,8 +691,9 @@ def build_app() -> Starlette:
             Route(f"{prefix}/responses", responses, methods=["POST"]),
             Route(f"{prefix}/models", models, methods=["GET"]),
         ]
-    routes.append(Route("/{path:path}", fallback,
-                        methods=["GET", "POST", "HEAD", "PUT", "DELETE", "PATCH"]))
+    routes.append(
+        Route("/{path:path}", fallback, methods=["GET", "POST", "HEAD", "PUT", "DELETE", "PATCH"])
+    )
     return Starlette(routes=routes)
 
 
@@ -508,8 +703,9 @@ def serve() -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    config = uvicorn.Config(build_app(), host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="off")
+    config = uvicorn.Config(
+        build_app(), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -536,27 +732,59 @@ class Run:
 
 
 def _base_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OPENAI", "ANTHROPIC", "CLAUDE", "CODEX", "VIRTUAL_ENV"))}
-    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
-               XDG_CACHE_HOME=str(home / ".cache"), XDG_DATA_HOME=str(home / ".local/share"),
-               XDG_STATE_HOME=str(home / ".local/state"), NO_COLOR="1", CI="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI", "ANTHROPIC", "CLAUDE", "CODEX", "VIRTUAL_ENV"))
+    }
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        XDG_DATA_HOME=str(home / ".local/share"),
+        XDG_STATE_HOME=str(home / ".local/state"),
+        NO_COLOR="1",
+        CI="1",
+    )
     return env
 
 
 def run_claude_code(lean: bool) -> Callable[[str, str, Path, Path], Run]:
     """Plain run (everything Claude Code sends by default: thinking, betas, attribution
     header) or, with ``lean``, the proxy-friendly extras of HARNESSES.md."""
+
     def build(binary: str, url: str, tmp: Path, work: Path) -> Run:
         env = _base_env(tmp)
-        env.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=API_KEY,
-                   CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", IS_SANDBOX="1",
-                   DISABLE_AUTOUPDATER="1")
+        env.update(
+            ANTHROPIC_BASE_URL=url,
+            ANTHROPIC_API_KEY=API_KEY,
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            IS_SANDBOX="1",
+            DISABLE_AUTOUPDATER="1",
+        )
         if lean:
-            env.update(CLAUDE_CODE_DISABLE_THINKING="1", CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS="1",
-                       ENABLE_TOOL_SEARCH="false", CLAUDE_CODE_ATTRIBUTION_HEADER="0")
-        return Run([binary, "-p", TASK, "--dangerously-skip-permissions", "--output-format",
-                    "stream-json", "--verbose", "--model", MODEL], env, work)
+            env.update(
+                CLAUDE_CODE_DISABLE_THINKING="1",
+                CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS="1",
+                ENABLE_TOOL_SEARCH="false",
+                CLAUDE_CODE_ATTRIBUTION_HEADER="0",
+            )
+        return Run(
+            [
+                binary,
+                "-p",
+                TASK,
+                "--dangerously-skip-permissions",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--model",
+                MODEL,
+            ],
+            env,
+            work,
+        )
+
     return build
 
 
@@ -564,21 +792,52 @@ def run_openclaw(mode: str) -> Callable[[str, str, Path, Path], Run]:
     def build(binary: str, url: str, tmp: Path, work: Path) -> Run:
         base = url if mode == "anthropic-messages" else f"{url}/v1"
         cfg = {
-            "models": {"providers": {"clawrl": {
-                "baseUrl": base, "apiKey": API_KEY, "api": mode,
-                "models": [{"id": MODEL, "name": MODEL, "reasoning": False, "input": ["text"],
-                            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-                            "contextWindow": 32768, "maxTokens": 4096}],
-            }}},
-            "agents": {"defaults": {"model": {"primary": f"clawrl/{MODEL}"},
-                                    "workspace": str(work)}},
+            "models": {
+                "providers": {
+                    "clawrl": {
+                        "baseUrl": base,
+                        "apiKey": API_KEY,
+                        "api": mode,
+                        "models": [
+                            {
+                                "id": MODEL,
+                                "name": MODEL,
+                                "reasoning": False,
+                                "input": ["text"],
+                                "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                                "contextWindow": 32768,
+                                "maxTokens": 4096,
+                            }
+                        ],
+                    }
+                }
+            },
+            "agents": {
+                "defaults": {"model": {"primary": f"clawrl/{MODEL}"}, "workspace": str(work)}
+            },
         }
         path = tmp / "cfg.json5"
         path.write_text(json.dumps(cfg, indent=2))
         env = _base_env(tmp)
         env.update(OPENCLAW_STATE_DIR=str(tmp / ".openclaw"))
-        return Run([binary, "agent", "exec", "--config", str(path), "--model",
-                    f"clawrl/{MODEL}", "--cwd", str(work), "--json", TASK], env, work)
+        return Run(
+            [
+                binary,
+                "agent",
+                "exec",
+                "--config",
+                str(path),
+                "--model",
+                f"clawrl/{MODEL}",
+                "--cwd",
+                str(work),
+                "--json",
+                TASK,
+            ],
+            env,
+            work,
+        )
+
     return build
 
 
@@ -587,31 +846,84 @@ def run_codex(binary: str, url: str, tmp: Path, work: Path) -> Run:
     (tmp / "codex").mkdir()
     env.update(CODEX_HOME=str(tmp / "codex"), P_KEY=API_KEY)
     provider = f'{{name="p",base_url="{url}/v1",env_key="P_KEY",wire_api="responses"}}'
-    return Run([binary, "exec", "--skip-git-repo-check",
-                "--dangerously-bypass-approvals-and-sandbox", "-c", "model_provider=p",
-                "-c", f"model_providers.p={provider}", "-m", MODEL, TASK], env, work)
+    return Run(
+        [
+            binary,
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "-c",
+            "model_provider=p",
+            "-c",
+            f"model_providers.p={provider}",
+            "-m",
+            MODEL,
+            TASK,
+        ],
+        env,
+        work,
+    )
 
 
 def run_pi(binary: str, url: str, tmp: Path, work: Path) -> Run:
     agent = tmp / ".pi/agent"
     agent.mkdir(parents=True)
-    (agent / "models.json").write_text(json.dumps({"providers": {"clawrl": {
-        "baseUrl": f"{url}/v1", "api": "openai-completions", "apiKey": API_KEY,
-        "models": [{"id": MODEL, "reasoning": False, "contextWindow": 32768,
-                    "maxTokens": 4096}]}}}, indent=2))
+    (agent / "models.json").write_text(
+        json.dumps(
+            {
+                "providers": {
+                    "clawrl": {
+                        "baseUrl": f"{url}/v1",
+                        "api": "openai-completions",
+                        "apiKey": API_KEY,
+                        "models": [
+                            {
+                                "id": MODEL,
+                                "reasoning": False,
+                                "contextWindow": 32768,
+                                "maxTokens": 4096,
+                            }
+                        ],
+                    }
+                }
+            },
+            indent=2,
+        )
+    )
     env = _base_env(tmp)
-    return Run([binary, "-p", "--provider", "clawrl", "--model", MODEL, "--mode", "json", TASK],
-               env, work)
+    return Run(
+        [binary, "-p", "--provider", "clawrl", "--model", MODEL, "--mode", "json", TASK], env, work
+    )
 
 
 def run_mini(binary: str, url: str, tmp: Path, work: Path) -> Run:
     env = _base_env(tmp)
-    env.update(MSWEA_CONFIGURED="true", MSWEA_COST_TRACKING="ignore_errors",
-               OPENAI_API_KEY=API_KEY, LITELLM_LOCAL_MODEL_COST_MAP="True",
-               MSWEA_GLOBAL_CONFIG_DIR=str(tmp / ".config/mini-swe-agent"))
-    return Run([binary, "-m", f"openai/{MODEL}", "-t", TASK, "-y", "--exit-immediately",
-                "-c", "mini.yaml", "-c", f"model.model_kwargs.api_base={url}/v1",
-                "-o", str(tmp / "traj.json")], env, work)
+    env.update(
+        MSWEA_CONFIGURED="true",
+        MSWEA_COST_TRACKING="ignore_errors",
+        OPENAI_API_KEY=API_KEY,
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        MSWEA_GLOBAL_CONFIG_DIR=str(tmp / ".config/mini-swe-agent"),
+    )
+    return Run(
+        [
+            binary,
+            "-m",
+            f"openai/{MODEL}",
+            "-t",
+            TASK,
+            "-y",
+            "--exit-immediately",
+            "-c",
+            "mini.yaml",
+            "-c",
+            f"model.model_kwargs.api_base={url}/v1",
+            "-o",
+            str(tmp / "traj.json"),
+        ],
+        env,
+        work,
+    )
 
 
 # (folder name, versions.json key, api_mode, builder)
@@ -621,12 +933,19 @@ HARNESSES: list[tuple[str, str, str | None, Callable[[str, str, Path, Path], Run
     ("codex", "codex", None, run_codex),
     ("pi", "pi", None, run_pi),
     ("mini-swe-agent", "mini-swe-agent", None, run_mini),
-    ("openclaw-openai-completions", "openclaw", "openai-completions",
-     run_openclaw("openai-completions")),
-    ("openclaw-anthropic-messages", "openclaw", "anthropic-messages",
-     run_openclaw("anthropic-messages")),
-    ("openclaw-openai-responses", "openclaw", "openai-responses",
-     run_openclaw("openai-responses")),
+    (
+        "openclaw-openai-completions",
+        "openclaw",
+        "openai-completions",
+        run_openclaw("openai-completions"),
+    ),
+    (
+        "openclaw-anthropic-messages",
+        "openclaw",
+        "anthropic-messages",
+        run_openclaw("anthropic-messages"),
+    ),
+    ("openclaw-openai-responses", "openclaw", "openai-responses", run_openclaw("openai-responses")),
 ]
 
 
@@ -651,7 +970,8 @@ def save(capture: Capture, out: Path, max_chars: int) -> list[Path]:
     (folder / "responses").mkdir(parents=True)
     paths = []
     for i, (rec, (suffix, text)) in enumerate(
-            zip(capture.requests, capture.responses, strict=True), start=1):
+        zip(capture.requests, capture.responses, strict=True), start=1
+    ):
         doc: dict[str, Any] = {"harness": capture.harness, "version": capture.version}
         if capture.api_mode:
             doc["api_mode"] = capture.api_mode
@@ -670,8 +990,9 @@ def save(capture: Capture, out: Path, max_chars: int) -> list[Path]:
 
 def install(names: list[str]) -> dict[str, str]:
     """Run install.sh for the given versions.json keys; returns {name: binary path}."""
-    proc = subprocess.run(["bash", str(HERE / "install.sh"), *names], check=True,
-                          stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run(
+        ["bash", str(HERE / "install.sh"), *names], check=True, stdout=subprocess.PIPE, text=True
+    )
     bins = {}
     for line in proc.stdout.splitlines():
         name, _version, path = line.split("\t")
@@ -701,15 +1022,22 @@ def main(argv: list[str] | None = None) -> int:
             work = tmp / "work"
             work.mkdir()
             run = build(bins[key], url, tmp, work)
-            capture = Capture(folder=folder, harness=key, version=versions[key]["version"],
-                              api_mode=mode)
+            capture = Capture(
+                folder=folder, harness=key, version=versions[key]["version"], api_mode=mode
+            )
             RECORDER.current = capture
             print(f"[capture] {folder}: {' '.join(run.argv[:3])} … (HOME={tmp})", flush=True)
             t0 = time.monotonic()
             try:
-                proc = subprocess.run(run.argv, env=run.env, cwd=run.cwd, timeout=args.timeout,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL)
+                proc = subprocess.run(
+                    run.argv,
+                    env=run.env,
+                    cwd=run.cwd,
+                    timeout=args.timeout,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
                 rc, log = proc.returncode, proc.stdout.decode("utf-8", "replace")
             except subprocess.TimeoutExpired as exc:
                 rc, log = -1, (exc.output or b"").decode("utf-8", "replace")
@@ -719,10 +1047,17 @@ def main(argv: list[str] | None = None) -> int:
             (tmp / "harness.log").write_text(log)
             paths = save(capture, args.out, args.max_chars)
             secs = time.monotonic() - t0
-            summary[folder] = {"exit": rc, "hello_txt": solved, "requests": len(paths),
-                               "seconds": round(secs, 1)}
-            print(f"[capture] {folder}: exit {rc}, hello.txt ok={solved}, "
-                  f"{len(paths)} requests, {secs:.0f} s", flush=True)
+            summary[folder] = {
+                "exit": rc,
+                "hello_txt": solved,
+                "requests": len(paths),
+                "seconds": round(secs, 1),
+            }
+            print(
+                f"[capture] {folder}: exit {rc}, hello.txt ok={solved}, "
+                f"{len(paths)} requests, {secs:.0f} s",
+                flush=True,
+            )
             if rc != 0 or not solved:
                 failed = True
                 print("[capture]   log tail:\n" + log[-3000:], flush=True)

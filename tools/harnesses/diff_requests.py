@@ -67,9 +67,10 @@ def diff_pair(api: str, a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         return out
     first = next((i for i, (x, y) in enumerate(zip(ca, cb, strict=False)) if x != y), None)
     if first is None and len(cb) >= len(ca):
-        out.append(f"  - {conv}: earlier {len(ca)} items are an exact prefix; "
-                   f"{len(cb) - len(ca)} appended")
-        for item in cb[len(ca):]:
+        out.append(
+            f"  - {conv}: earlier {len(ca)} items are an exact prefix; {len(cb) - len(ca)} appended"
+        )
+        for item in cb[len(ca) :]:
             out.append(f"      + {_short(item)}")
     else:
         first = len(cb) if first is None else first

@@ -9,6 +9,9 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${CLAWRL_HARNESS_CACHE:-$HOME/.cache/clawrl/harnesses}"
 mkdir -p "$cache"
+# one installer at a time (concurrent runs would remove each other's half-made prefixes)
+exec 9>"$cache/.install.lock"
+flock 9
 
 log() { printf '[harnesses] %s\n' "$*" >&2; }
 field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]].get(sys.argv[3], ""))' "$here/versions.json" "$1" "$2"; }

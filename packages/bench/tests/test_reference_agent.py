@@ -34,14 +34,18 @@ class FakeChatServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                outer.requests.append(
+                    {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                )
                 step = outer.script.pop(0) if outer.script else {"content": "done"}
                 if isinstance(step, int):
                     self.send_response(step)
                     self.end_headers()
                     self.wfile.write(b'{"error": {"message": "scripted failure"}}')
                     return
-                payload = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", **step}}]}).encode()
+                payload = json.dumps(
+                    {"choices": [{"index": 0, "message": {"role": "assistant", **step}}]}
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -67,9 +71,26 @@ class FakeChatServer:
 def _run(url: str, workdir: Path, *extra: str) -> tuple[int, dict[str, Any]]:
     transcript = workdir / "transcript.json"
     proc = subprocess.run(
-        [sys.executable, str(AGENT), "--base-url", url, "--api-key", "k1", "--task", "do it",
-         "--workdir", str(workdir), "--transcript", str(transcript), "--retries", "1", *extra],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            str(AGENT),
+            "--base-url",
+            url,
+            "--api-key",
+            "k1",
+            "--task",
+            "do it",
+            "--workdir",
+            str(workdir),
+            "--transcript",
+            str(transcript),
+            "--retries",
+            "1",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return proc.returncode, json.loads(transcript.read_text())
 
@@ -82,12 +103,22 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 
 def test_executes_all_four_tools_and_ends_on_final_answer(workdir: Path) -> None:
     script: list[dict[str, Any] | int] = [
-        {"content": "", "tool_calls": [_tool_call(0, "write_file", {"path": "out/hello.txt", "content": "hi\n"})]},
-        {"content": "", "tool_calls": [
-            _tool_call(1, "edit_file", {"path": "notes.txt", "old_text": "beta", "new_text": "gamma"}),
-            _tool_call(2, "read_file", {"path": "notes.txt"}),
-            _tool_call(3, "bash", {"command": "cat out/hello.txt; exit 3"}),
-        ]},
+        {
+            "content": "",
+            "tool_calls": [
+                _tool_call(0, "write_file", {"path": "out/hello.txt", "content": "hi\n"})
+            ],
+        },
+        {
+            "content": "",
+            "tool_calls": [
+                _tool_call(
+                    1, "edit_file", {"path": "notes.txt", "old_text": "beta", "new_text": "gamma"}
+                ),
+                _tool_call(2, "read_file", {"path": "notes.txt"}),
+                _tool_call(3, "bash", {"command": "cat out/hello.txt; exit 3"}),
+            ],
+        },
         {"content": "All done."},
     ]
     with FakeChatServer(script) as server:
@@ -106,17 +137,26 @@ def test_executes_all_four_tools_and_ends_on_final_answer(workdir: Path) -> None
     assert server.requests[0]["path"] == "/s/abc/v1/chat/completions"
     assert server.requests[0]["auth"] == "Bearer k1"
     assert {t["function"]["name"] for t in server.requests[0]["body"]["tools"]} == {
-        "bash", "read_file", "write_file", "edit_file"}
+        "bash",
+        "read_file",
+        "write_file",
+        "edit_file",
+    }
 
 
 def test_bad_tool_calls_are_reported_to_the_model_not_crashing(workdir: Path) -> None:
     script: list[dict[str, Any] | int] = [
-        {"content": "", "tool_calls": [
-            _tool_call(0, "write_file", '{"path": "x.txt", "content": '),  # truncated JSON
-            _tool_call(1, "no_such_tool", {}),
-            _tool_call(2, "edit_file", {"path": "notes.txt", "old_text": "zzz", "new_text": "y"}),
-            _tool_call(3, "read_file", {"path": "missing.txt"}),
-        ]},
+        {
+            "content": "",
+            "tool_calls": [
+                _tool_call(0, "write_file", '{"path": "x.txt", "content": '),  # truncated JSON
+                _tool_call(1, "no_such_tool", {}),
+                _tool_call(
+                    2, "edit_file", {"path": "notes.txt", "old_text": "zzz", "new_text": "y"}
+                ),
+                _tool_call(3, "read_file", {"path": "missing.txt"}),
+            ],
+        },
         {"content": "giving up"},
     ]
     with FakeChatServer(script) as server:

@@ -157,7 +157,10 @@ def run_tool(name: str, raw_args: str, workdir: Path, bash_timeout: float) -> tu
             text = path.read_text()
             count = text.count(old)
             if count != 1:
-                return f"error: old_text occurs {count} times in {path_arg} (must be exactly 1)", False
+                return (
+                    f"error: old_text occurs {count} times in {path_arg} (must be exactly 1)",
+                    False,
+                )
             path.write_text(text.replace(old, new, 1))
             return f"edited {path_arg}", True
         return f"error: unknown tool {name!r}", False
@@ -165,7 +168,9 @@ def run_tool(name: str, raw_args: str, workdir: Path, bash_timeout: float) -> tu
         return f"error: {exc.strerror or exc}", False
 
 
-def chat(base_url: str, api_key: str, body: dict[str, Any], timeout: float, retries: int) -> dict[str, Any]:
+def chat(
+    base_url: str, api_key: str, body: dict[str, Any], timeout: float, retries: int
+) -> dict[str, Any]:
     """POST /chat/completions; retries connection errors and 5xx/429 with backoff."""
     data = json.dumps(body).encode()
     url = base_url.rstrip("/") + "/chat/completions"
@@ -202,7 +207,12 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": args.task},
     ]
-    transcript: dict[str, Any] = {"harness": "reference", "model": args.model, "turns": 0, "tool_calls": []}
+    transcript: dict[str, Any] = {
+        "harness": "reference",
+        "model": args.model,
+        "turns": 0,
+        "tool_calls": [],
+    }
     end_reason = "turn_limit"
     for turn in range(args.max_turns):
         body: dict[str, Any] = {"model": args.model, "messages": messages, "tools": TOOLS}
@@ -224,9 +234,15 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
         for call in tool_calls:
             fn = call.get("function") or {}
             started = time.monotonic()
-            result, ok = run_tool(str(fn.get("name")), str(fn.get("arguments") or ""), workdir, args.bash_timeout)
+            result, ok = run_tool(
+                str(fn.get("name")), str(fn.get("arguments") or ""), workdir, args.bash_timeout
+            )
             transcript["tool_calls"].append(
-                {"name": fn.get("name"), "ok": ok, "duration_s": round(time.monotonic() - started, 4)}
+                {
+                    "name": fn.get("name"),
+                    "ok": ok,
+                    "duration_s": round(time.monotonic() - started, 4),
+                }
             )
             messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": result})
     transcript["end_reason"] = end_reason
@@ -264,7 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.transcript:
         Path(args.transcript).parent.mkdir(parents=True, exist_ok=True)
         Path(args.transcript).write_text(json.dumps(transcript, indent=1))
-    print(json.dumps({k: transcript.get(k) for k in ("end_reason", "turns", "error") if k in transcript}))
+    print(
+        json.dumps(
+            {k: transcript.get(k) for k in ("end_reason", "turns", "error") if k in transcript}
+        )
+    )
     return code
 
 

@@ -1,0 +1,262 @@
+"""A learnable task family for tiny models trained on CPU (the RL quickstart).
+
+Each instance asks: *create the file NAME containing WORD*. One tool call solves it (a
+``write_file`` or ``printf WORD > NAME``). The verifier gives partial credit through two
+sub-scores, so a policy that only learns half the skill still gets a gradient:
+
+* ``file_exists`` — 1 if ``NAME`` exists in the workspace as a regular file;
+* ``content_correct`` — 1 if its content, stripped of surrounding whitespace, is ``WORD``.
+
+reward = mean of the two (0, 0.5 or 1). The untouched workspace scores 0.
+
+Splits: every (name, word) pair is assigned to ``train`` or ``heldout`` by a hash of the
+pair (about 80/20), so the two splits are disjoint for any seeds; within a split,
+``seed`` picks which pairs are drawn (deterministically). Instances are written in the
+built-in layout and loaded back as ordinary :class:`~clawrl.bench.Task` s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Literal
+
+from clawrl.bench.loaders import load_task
+from clawrl.bench.task import Task
+
+__all__ = [
+    "LEARNABLE_WORDS",
+    "LearnableInstance",
+    "generate_learnable_tasks",
+    "learnable_instances",
+]
+
+Split = Literal["train", "heldout"]
+
+#: Content words (lowercase ASCII, 3–6 letters).
+LEARNABLE_WORDS: tuple[str, ...] = (
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "tiger",
+    "maple",
+    "ocean",
+    "piano",
+    "lemon",
+    "candle",
+    "forest",
+    "silver",
+    "garden",
+    "rocket",
+    "pepper",
+    "window",
+    "summer",
+    "winter",
+    "orange",
+    "violet",
+    "planet",
+    "bridge",
+    "castle",
+    "coffee",
+    "dragon",
+    "falcon",
+    "harbor",
+    "island",
+    "jungle",
+    "kettle",
+    "ladder",
+    "marble",
+    "needle",
+    "pillow",
+    "rabbit",
+    "saddle",
+    "tunnel",
+    "velvet",
+    "walnut",
+    "yellow",
+    "zebra",
+    "anchor",
+    "banjo",
+    "cactus",
+    "daisy",
+    "eagle",
+    "fig",
+    "grape",
+    "honey",
+    "ink",
+    "jade",
+    "kiwi",
+    "lily",
+    "mango",
+    "nut",
+    "olive",
+    "pearl",
+    "quartz",
+    "ruby",
+    "salt",
+    "tea",
+    "urn",
+    "vase",
+    "wolf",
+    "yak",
+    "zinc",
+    "bell",
+    "corn",
+    "dove",
+    "fern",
+    "gold",
+    "hawk",
+    "iron",
+    "jazz",
+    "kite",
+    "lamp",
+    "moon",
+    "nest",
+    "oak",
+    "pine",
+    "rain",
+    "sand",
+    "tree",
+    "wave",
+    "bird",
+    "fish",
+    "star",
+    "snow",
+    "leaf",
+    "rose",
+)
+_STEMS: tuple[str, ...] = (
+    "note",
+    "hello",
+    "data",
+    "todo",
+    "out",
+    "memo",
+    "list",
+    "log",
+    "word",
+    "info",
+    "draft",
+    "result",
+    "answer",
+    "name",
+    "msg",
+    "file",
+    "item",
+    "entry",
+    "key",
+    "tag",
+)
+_EXTS: tuple[str, ...] = (".txt", ".md", ".log", ".dat")
+_TEMPLATES: tuple[str, ...] = (
+    "Create the file {name} containing the word {word}.",
+    "Write the word {word} into a new file named {name}.",
+    "Make a file called {name} whose content is {word}.",
+)
+_HELDOUT_PERCENT = 20
+
+
+class LearnableInstance:
+    """One instance: ``name`` (file name), ``word`` (its content) and ``instruction``."""
+
+    __slots__ = ("instruction", "name", "word")
+
+    def __init__(self, name: str, word: str, instruction: str) -> None:
+        self.name = name
+        self.word = word
+        self.instruction = instruction
+
+    @property
+    def task_id(self) -> str:
+        """Stable id: ``learn_<name without dot>_<word>``."""
+        return f"learn_{self.name.replace('.', '_')}_{self.word}"
+
+    def __repr__(self) -> str:
+        return f"LearnableInstance(name={self.name!r}, word={self.word!r})"
+
+
+def _split_of(name: str, word: str) -> Split:
+    digest = hashlib.sha256(f"{name}\0{word}".encode()).digest()
+    return "heldout" if digest[0] * 100 // 256 < _HELDOUT_PERCENT else "train"
+
+
+def learnable_instances(split: Split, n: int, seed: int = 0) -> list[LearnableInstance]:
+    """Draw ``n`` distinct instances of ``split`` deterministically from ``seed``.
+
+    Raises:
+        ValueError: ``split`` is unknown, ``n`` < 0, or ``n`` exceeds the split's size.
+    """
+    if split not in ("train", "heldout"):
+        raise ValueError(f"unknown split {split!r} (train | heldout)")
+    pairs = [
+        (f"{stem}{ext}", word)
+        for stem in _STEMS
+        for ext in _EXTS
+        for word in LEARNABLE_WORDS
+        if _split_of(f"{stem}{ext}", word) == split
+    ]
+    if not 0 <= n <= len(pairs):
+        raise ValueError(f"n must be in [0, {len(pairs)}] for split {split!r}, got {n}")
+    rng = random.Random(f"{split}:{seed}")
+    chosen = rng.sample(pairs, n)
+    return [
+        LearnableInstance(name, word, rng.choice(_TEMPLATES).format(name=name, word=word))
+        for name, word in chosen
+    ]
+
+
+_CHECK = '''\
+"""Verifier of a learnable task: file_exists (0.5) + content_correct (0.5)."""
+import json
+import os
+from pathlib import Path
+
+NAME = {name!r}
+WORD = {word!r}
+
+ws = Path(os.environ.get("CLAWRL_WORKSPACE", "/workspace"))
+out = Path(os.environ.get("CLAWRL_REWARD_DIR", "/logs/verifier"))
+target = ws / NAME
+exists = target.is_file() and not target.is_symlink()
+content = target.read_text(encoding="utf-8", errors="replace").strip() if exists else ""
+scores = {{"file_exists": float(exists), "content_correct": float(exists and content == WORD)}}
+(out / "reward.json").write_text(json.dumps(scores))
+'''
+
+
+def generate_learnable_tasks(
+    dest: Path | str, split: Split = "train", n: int = 64, seed: int = 0
+) -> list[Task]:
+    """Write ``n`` instances of ``split`` as built-in task directories under ``dest``.
+
+    Each directory holds ``task.toml`` (category ``systems``, difficulty ``easy``, 60 s
+    agent / 30 s verifier timeouts), an empty ``environment/``, ``tests/check.py`` and
+    ``solution/solve.sh``. Returns the loaded tasks in draw order.
+
+    Raises:
+        ValueError: see :func:`learnable_instances`.
+    """
+    root = Path(dest)
+    tasks: list[Task] = []
+    for inst in learnable_instances(split, n, seed):
+        task_dir = root / inst.task_id
+        (task_dir / "environment").mkdir(parents=True, exist_ok=True)
+        (task_dir / "tests").mkdir(exist_ok=True)
+        (task_dir / "solution").mkdir(exist_ok=True)
+        (task_dir / "task.toml").write_text(
+            f"id = {json.dumps(inst.task_id)}\n"
+            f"instruction = {json.dumps(inst.instruction)}\n"
+            'category = "systems"\ndifficulty = "easy"\n\n'
+            "[timeouts]\nagent_s = 60\nverifier_s = 30\n\n"
+            f'[metadata]\nfamily = "learnable"\nsplit = "{split}"\n'
+            f"file = {json.dumps(inst.name)}\nword = {json.dumps(inst.word)}\n"
+        )
+        (task_dir / "tests" / "check.py").write_text(_CHECK.format(name=inst.name, word=inst.word))
+        (task_dir / "solution" / "solve.sh").write_text(
+            f"#!/bin/bash\nprintf '%s\\n' {inst.word} > {inst.name}\n"
+        )
+        tasks.append(load_task(task_dir))
+    return tasks

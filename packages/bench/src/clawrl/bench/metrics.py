@@ -1,0 +1,149 @@
+"""pass@k and mean-score aggregation per task, category and harness.
+
+Infrastructure failures (status ``infra-error``) say nothing about the agent: they are
+excluded from every score and counted apart. Every other status (``timeout``,
+``harness-error``, ``verifier-error``) is scored with the reward it got (0 for a failed
+verification).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["AggregateReport", "GroupStats", "ScoredRollout", "aggregate", "pass_at_k"]
+
+INFRA_ERROR = "infra-error"
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimator (Chen et al. 2021, "Evaluating LLMs trained on code").
+
+    With ``n`` samples of which ``c`` pass, pass@k = 1 − C(n−c, k) / C(n, k), computed
+    stably as 1 − Π_{i=n−c+1..n} (1 − k/i); it is 1 when n − c < k.
+
+    Raises:
+        ValueError: unless 0 ≤ c ≤ n and 1 ≤ k ≤ n.
+    """
+    if not (0 <= c <= n) or not (1 <= k <= n):
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+class ScoredRollout(BaseModel):
+    """The part of a rollout result that metrics need.
+
+    ``status`` uses the rollout vocabulary: ``ok`` | ``timeout`` | ``harness-error`` |
+    ``verifier-error`` | ``infra-error``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    category: str | None = None
+    harness: str = "default"
+    reward: float = Field(ge=0.0, le=1.0)
+    status: str = "ok"
+
+
+class GroupStats(BaseModel):
+    """Scores of one group (a task, a category or a harness), one harness at a time.
+
+    Attributes:
+        n_tasks: tasks with at least one scored rollout.
+        n_scored: rollouts scored (infrastructure failures excluded).
+        n_infra_error: rollouts excluded as infrastructure failures.
+        mean_score: macro mean: the mean over tasks of each task's mean reward.
+        pass_at_k: k -> mean over tasks (with ≥ k scored samples) of the unbiased pass@k;
+            ``None`` when no task has k samples.
+        status_counts: rollouts per status (all statuses, infra failures included).
+    """
+
+    n_tasks: int
+    n_scored: int
+    n_infra_error: int
+    mean_score: float | None
+    pass_at_k: dict[int, float | None]
+    status_counts: dict[str, int]
+
+
+class AggregateReport(BaseModel):
+    """Result of :func:`aggregate`. Keys are ``"<harness>/<task or category>"`` / harness."""
+
+    by_task: dict[str, GroupStats]
+    by_category: dict[str, GroupStats]
+    by_harness: dict[str, GroupStats]
+
+
+def _task_level(rollouts: Sequence[ScoredRollout], threshold: float) -> tuple[int, int, float]:
+    scored = [r for r in rollouts if r.status != INFRA_ERROR]
+    n = len(scored)
+    c = sum(1 for r in scored if r.reward >= threshold)
+    mean = sum(r.reward for r in scored) / n if n else math.nan
+    return n, c, mean
+
+
+def _group(
+    per_task: dict[str, list[ScoredRollout]], ks: Sequence[int], threshold: float
+) -> GroupStats:
+    n_scored = n_infra = 0
+    means: list[float] = []
+    passes: dict[int, list[float]] = {k: [] for k in ks}
+    counts: dict[str, int] = defaultdict(int)
+    for rollouts in per_task.values():
+        for r in rollouts:
+            counts[r.status] += 1
+        n, c, mean = _task_level(rollouts, threshold)
+        n_scored += n
+        n_infra += len(rollouts) - n
+        if n:
+            means.append(mean)
+            for k in ks:
+                if n >= k:
+                    passes[k].append(pass_at_k(n, c, k))
+    return GroupStats(
+        n_tasks=len(means),
+        n_scored=n_scored,
+        n_infra_error=n_infra,
+        mean_score=sum(means) / len(means) if means else None,
+        pass_at_k={k: (sum(v) / len(v) if v else None) for k, v in passes.items()},
+        status_counts=dict(counts),
+    )
+
+
+def aggregate(
+    rollouts: Iterable[ScoredRollout], ks: Sequence[int] = (1,), pass_threshold: float = 1.0
+) -> AggregateReport:
+    """Aggregate rollouts into per-task, per-category and per-harness statistics.
+
+    A rollout *passes* when its reward is ≥ ``pass_threshold``. Groups never mix harnesses.
+
+    Raises:
+        ValueError: a k < 1.
+    """
+    if any(k < 1 for k in ks):
+        raise ValueError(f"k must be >= 1, got {list(ks)}")
+    tasks: dict[tuple[str, str], list[ScoredRollout]] = defaultdict(list)
+    for r in rollouts:
+        tasks[(r.harness, r.task_id)].append(r)
+    by_task = {f"{h}/{t}": _group({t: rs}, ks, pass_threshold) for (h, t), rs in tasks.items()}
+    cats: dict[tuple[str, str], dict[str, list[ScoredRollout]]] = defaultdict(dict)
+    harnesses: dict[str, dict[str, list[ScoredRollout]]] = defaultdict(dict)
+    for (h, t), rs in tasks.items():
+        cats[(h, rs[0].category or "uncategorised")][t] = rs
+        harnesses[h][t] = rs
+    return AggregateReport(
+        by_task=dict(sorted(by_task.items())),
+        by_category={
+            f"{h}/{c}": _group(v, ks, pass_threshold) for (h, c), v in sorted(cats.items())
+        },
+        by_harness={h: _group(v, ks, pass_threshold) for h, v in sorted(harnesses.items())},
+    )

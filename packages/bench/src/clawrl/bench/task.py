@@ -1,0 +1,175 @@
+"""The task model shared by every task layout (built-in, Harbor, ClawGym).
+
+A :class:`Task` says everything the rollout runner needs to know about a task directory,
+independent of the layout it was loaded from:
+
+* where the agent's workspace lives inside the sandbox (``workspace_path``) and which host
+  files are placed in it before the agent starts (``workspace_sources``);
+* the verifier (``verifier``): trusted host files, where they are mounted at verification
+  time, the command to run and where the reward comes from;
+* the oracle (``solution``), if the task ships one;
+* timeouts, resource limits and whether the network is allowed.
+
+Paths named ``*_path`` / ``mount_path`` are *in-sandbox* absolute POSIX paths; ``Path``
+fields are host paths.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "CATEGORIES",
+    "DIFFICULTIES",
+    "Layout",
+    "Limits",
+    "SolutionSpec",
+    "Task",
+    "Timeouts",
+    "VerifierSpec",
+    "WorkspaceSource",
+]
+
+#: The six categories of ClawGym-Bench (short key -> label), used by the built-in suite.
+CATEGORIES: dict[str, str] = {
+    "productivity": "productivity & collaboration",
+    "systems": "systems & automation",
+    "analysis": "analysis & reasoning",
+    "content": "content & domain",
+    "planning": "planning & knowledge",
+    "software": "software development",
+}
+
+#: Difficulty levels of the built-in suite, easiest first.
+DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
+
+#: Where verifier files are mounted at verification time (Harbor's convention).
+TESTS_MOUNT = "/tests"
+#: Fresh, empty directory the verifier writes its reward into (Harbor's convention).
+REWARD_MOUNT = "/logs/verifier"
+#: Where oracle solution files are mounted when the oracle runs.
+SOLUTION_MOUNT = "/solution"
+
+
+class Layout(StrEnum):
+    """The on-disk layout a task was loaded from."""
+
+    BUILTIN = "builtin"
+    HARBOR = "harbor"
+    CLAWGYM = "clawgym"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Timeouts(_Frozen):
+    """Wall-clock limits in seconds (Harbor defaults: 600 s each)."""
+
+    agent_s: float = Field(default=600.0, gt=0)
+    verifier_s: float = Field(default=600.0, gt=0)
+
+
+class Limits(_Frozen):
+    """Sandbox resource limits (Harbor defaults: 1 CPU, 2048 MB memory)."""
+
+    cpus: float = Field(default=1.0, gt=0)
+    memory_mb: int = Field(default=2048, gt=0)
+    storage_mb: int = Field(default=10240, gt=0)
+    pids: int = Field(default=512, gt=0)
+
+
+class WorkspaceSource(_Frozen):
+    """A host file or directory copied into the workspace before the agent starts.
+
+    ``dest`` is relative to the workspace root (``"."`` = the root itself); a directory
+    source has its *contents* copied under ``dest``.
+    """
+
+    src: Path
+    dest: str = "."
+
+
+class VerifierSpec(_Frozen):
+    """How to verify a finished workspace.
+
+    Attributes:
+        files_dir: host directory of trusted verifier files (never shown to the agent).
+        mount_path: in-sandbox path where a fresh copy of ``files_dir`` is placed at
+            verification time (``/tests``; ClawGym: ``<input_mount_dir>/reward``).
+        command: argv run with the workspace as working directory (in-sandbox paths).
+        reward_channel: ``"file"``: the verifier writes ``reward.json`` (an object of
+            named scores) or ``reward.txt`` (one number) into :data:`REWARD_MOUNT`;
+            ``"stdout"``: the last stdout line is the reward and the last stdout line that
+            is a JSON object holds the sub-scores (ClawGym's ``reward.sh``).
+        env: extra environment variables (in-sandbox paths).
+    """
+
+    files_dir: Path
+    mount_path: str = TESTS_MOUNT
+    command: tuple[str, ...]
+    reward_channel: Literal["file", "stdout"] = "file"
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class SolutionSpec(_Frozen):
+    """The oracle: files mounted read-only at ``mount_path`` and a command run in the workspace."""
+
+    files_dir: Path
+    mount_path: str = SOLUTION_MOUNT
+    command: tuple[str, ...]
+
+
+class Task(_Frozen):
+    """One task, whatever its layout. Build it with :func:`clawrl.bench.load_task`.
+
+    Attributes:
+        id: unique task id (built-in: ``task.toml`` id; Harbor: directory name; ClawGym:
+            ``task_id``).
+        instruction: the prompt given to the harness.
+        category: one of :data:`CATEGORIES` for built-in tasks; free text (or ``None``)
+            for imported layouts.
+        difficulty: ``easy`` | ``medium`` | ``hard`` for built-in tasks; free text or ``None``.
+        layout: the layout the task was read from.
+        root: host path of the task directory.
+        workspace_path: in-sandbox absolute path of the agent's workspace (built-in:
+            ``/workspace``; Harbor: the Dockerfile's last ``WORKDIR``, default ``/app``;
+            ClawGym: ``input_mount_dir``).
+        workspace_sources: host files placed in the workspace before the agent starts.
+        network: whether the sandbox may reach the network (built-in tasks: never).
+        image: container image the layout asks for (Harbor ``FROM``), informational.
+        setup_commands: Dockerfile ``RUN`` lines; not executed by clawrl (no registry).
+        env: environment variables for the agent's sandbox (Dockerfile ``ENV``).
+        notes: what the loader could not honour (e.g. a ``COPY`` outside the workspace).
+        metadata: layout-specific extra fields, kept verbatim.
+    """
+
+    id: str = Field(min_length=1)
+    instruction: str = Field(min_length=1)
+    category: str | None = None
+    difficulty: str | None = None
+    layout: Layout
+    root: Path
+    workspace_path: str = "/workspace"
+    workspace_sources: tuple[WorkspaceSource, ...] = ()
+    timeouts: Timeouts = Timeouts()
+    limits: Limits = Limits()
+    network: bool = False
+    verifier: VerifierSpec
+    solution: SolutionSpec | None = None
+    image: str | None = None
+    setup_commands: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def category_label(self) -> str | None:
+        """Long category name for the six built-in categories, else ``category`` itself."""
+        if self.category is None:
+            return None
+        return CATEGORIES.get(self.category, self.category)

@@ -1,0 +1,313 @@
+"""Workspace preparation, the oracle, and tamper-proof verification.
+
+Verification never trusts the agent's workspace beyond its plain files:
+
+1. the workspace is copied to a private scratch directory (the verifier may write freely
+   without changing the rollout's workspace diff); symlinks that point outside the
+   workspace are dropped from the copy, so an output cannot alias a trusted file;
+2. a fresh copy of the task's trusted verifier files is placed at the verifier's mount
+   path — any same-named path the agent created (a fake ``reward/`` directory, a modified
+   ``check.py``) is deleted first;
+3. the verifier writes its reward into a *new* empty directory mounted at
+   ``/logs/verifier`` that did not exist while the agent ran, or prints it on stdout
+   (ClawGym), and the reward is read from there only;
+4. a missing, unparsable, non-finite or out-of-range reward or sub-score is a failure with
+   its reason, never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from enum import StrEnum
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from clawrl.bench.errors import ExecutorError
+from clawrl.bench.executors import ExecResult, ExecSpec, Executor, LocalExecutor, Mount
+from clawrl.bench.task import REWARD_MOUNT, Task
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "VerifierResult",
+    "VerifierStatus",
+    "prepare_workspace",
+    "run_solution",
+    "verify",
+]
+
+_TAIL = 4000
+
+
+class VerifierStatus(StrEnum):
+    """How a verification ended. Only ``ok`` carries a meaningful reward."""
+
+    OK = "ok"
+    ERROR = "verifier-error"  # ran, but the reward is missing or garbled
+    TIMEOUT = "verifier-timeout"
+    INFRA_ERROR = "infra-error"  # the executor could not run the verifier at all
+
+
+class VerifierResult(BaseModel):
+    """The score of one workspace.
+
+    Attributes:
+        reward: in [0, 1]; 0.0 whenever ``status`` is not ``ok``.
+        subscores: named partial scores, each in [0, 1] (may be empty for a bare
+            ``reward.txt``).
+        status: see :class:`VerifierStatus`.
+        reason: why the status is not ``ok`` (empty when it is).
+        exit_code: the verifier's exit status (``None`` if it did not finish).
+        duration_s: wall-clock seconds the verifier ran.
+        stdout / stderr: the last 4000 characters of the verifier's output.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    reward: float = Field(ge=0.0, le=1.0)
+    subscores: dict[str, float] = Field(default_factory=dict)
+    status: VerifierStatus
+    reason: str = ""
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True iff the verifier produced a valid reward."""
+        return self.status is VerifierStatus.OK
+
+    def passed(self, threshold: float = 1.0) -> bool:
+        """True iff the verification is ``ok`` and ``reward >= threshold``."""
+        return self.ok and self.reward >= threshold
+
+
+def prepare_workspace(task: Task, dest: Path | str) -> Path:
+    """Create the agent's initial workspace for ``task`` at host path ``dest``.
+
+    ``dest`` must not exist or be an empty directory. Returns ``dest``.
+
+    Raises:
+        FileExistsError: ``dest`` exists and is not empty.
+    """
+    root = Path(dest)
+    if root.exists() and any(root.iterdir()):
+        raise FileExistsError(f"workspace {root} is not empty")
+    root.mkdir(parents=True, exist_ok=True)
+    for source in task.workspace_sources:
+        target = (root / source.dest).resolve()
+        if not target.is_relative_to(root.resolve()):
+            raise ValueError(f"workspace source destination escapes the workspace: {source.dest}")
+        if source.src.is_dir():
+            shutil.copytree(source.src, target, symlinks=True, dirs_exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source.src, target)
+    return root
+
+
+def run_solution(task: Task, workspace: Path | str, executor: Executor | None = None) -> ExecResult:
+    """Run the task's oracle (``solution/solve.sh``) in ``workspace`` (host path), in place.
+
+    Uses the agent timeout. Raises ``ValueError`` if the task has no solution and
+    :class:`ExecutorError` if the executor cannot start.
+    """
+    if task.solution is None:
+        raise ValueError(f"task {task.id!r} has no solution")
+    runner = executor or LocalExecutor()
+    spec = ExecSpec(
+        argv=task.solution.command,
+        cwd=task.workspace_path,
+        mounts=(
+            Mount(Path(workspace).resolve(), task.workspace_path, read_only=False),
+            Mount(task.solution.files_dir, task.solution.mount_path, read_only=True),
+        ),
+        env={"CLAWRL_WORKSPACE": task.workspace_path, **task.env},
+        timeout_s=task.timeouts.agent_s,
+    )
+    return runner.run(spec)
+
+
+def verify(task: Task, workspace: Path | str, executor: Executor | None = None) -> VerifierResult:
+    """Score the finished ``workspace`` (host path) of ``task``; never raises for bad rewards.
+
+    See the module docstring for the tamper-proofing steps. The original workspace is
+    not modified.
+
+    Raises:
+        FileNotFoundError: ``workspace`` is not a directory.
+    """
+    source = Path(workspace)
+    if not source.is_dir():
+        raise FileNotFoundError(f"workspace {source} is not a directory")
+    runner = executor or LocalExecutor()
+    with tempfile.TemporaryDirectory(prefix="clawrl-verify-") as scratch_name:
+        scratch = Path(scratch_name)
+        ws = scratch / "workspace"
+        shutil.copytree(source, ws, symlinks=True)
+        _drop_escaping_symlinks(ws, PurePosixPath(task.workspace_path))
+        trusted = scratch / "trusted"
+        rel_in_ws = _relative_to(PurePosixPath(task.verifier.mount_path), task.workspace_path)
+        if rel_in_ws is not None:
+            # ClawGym: the verifier lives inside the workspace; replace whatever the agent left.
+            trusted = ws / rel_in_ws
+            _remove(trusted)
+        shutil.copytree(task.verifier.files_dir, trusted, symlinks=False)
+        reward_dir = scratch / "reward"
+        reward_dir.mkdir()
+        spec = ExecSpec(
+            argv=task.verifier.command,
+            cwd=task.workspace_path,
+            mounts=(
+                Mount(ws, task.workspace_path, read_only=False),
+                Mount(trusted, task.verifier.mount_path, read_only=True),
+                Mount(reward_dir, REWARD_MOUNT, read_only=False),
+            ),
+            env=dict(task.verifier.env),
+            timeout_s=task.timeouts.verifier_s,
+        )
+        try:
+            result = runner.run(spec)
+        except ExecutorError as exc:
+            return VerifierResult(
+                reward=0.0, status=VerifierStatus.INFRA_ERROR, reason=f"executor: {exc}"
+            )
+        if result.timed_out:
+            return _failure(
+                result,
+                VerifierStatus.TIMEOUT,
+                f"verifier exceeded {task.timeouts.verifier_s:g} s",
+            )
+        if task.verifier.reward_channel == "stdout":
+            return _from_stdout(result)
+        return _from_reward_dir(result, reward_dir)
+
+
+# --------------------------------------------------------------------- internals
+
+
+def _relative_to(path: PurePosixPath, root: str) -> PurePosixPath | None:
+    base = PurePosixPath(root)
+    if path != base and base in path.parents:
+        return path.relative_to(base)
+    return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+def _drop_escaping_symlinks(ws: Path, ws_path: PurePosixPath) -> None:
+    """Delete symlinks whose target (read as an in-sandbox path) leaves the workspace."""
+    for dirpath, dirnames, filenames in os.walk(ws):
+        for name in [*dirnames, *filenames]:
+            link = Path(dirpath) / name
+            if not link.is_symlink():
+                continue
+            target = PurePosixPath(os.readlink(link))
+            inside = ws_path / link.parent.relative_to(ws).as_posix()
+            resolved = _normpath(target if target.is_absolute() else inside / target)
+            if resolved != ws_path and ws_path not in resolved.parents:
+                link.unlink()
+
+
+def _normpath(path: PurePosixPath) -> PurePosixPath:
+    return PurePosixPath(os.path.normpath(str(path)))
+
+
+def _failure(result: ExecResult, status: VerifierStatus, reason: str) -> VerifierResult:
+    return VerifierResult(
+        reward=0.0,
+        status=status,
+        reason=reason,
+        exit_code=result.exit_code,
+        duration_s=result.duration_s,
+        stdout=result.stdout[-_TAIL:],
+        stderr=result.stderr[-_TAIL:],
+    )
+
+
+def _score(value: Any, what: str) -> float:
+    """A finite number in [0, 1], else ``ValueError`` with the reason."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{what} is not a number: {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{what} is not a number: {str(value)[:80]!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{what} is not finite: {number}")
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"{what} is outside [0, 1]: {number}")
+    return number
+
+
+def _subscores(obj: dict[str, Any]) -> dict[str, float]:
+    return {str(k): _score(v, f"sub-score {k!r}") for k, v in obj.items()}
+
+
+def _ok(result: ExecResult, reward: float, subscores: dict[str, float]) -> VerifierResult:
+    return VerifierResult(
+        reward=reward,
+        subscores=subscores,
+        status=VerifierStatus.OK,
+        exit_code=result.exit_code,
+        duration_s=result.duration_s,
+        stdout=result.stdout[-_TAIL:],
+        stderr=result.stderr[-_TAIL:],
+    )
+
+
+def _from_reward_dir(result: ExecResult, reward_dir: Path) -> VerifierResult:
+    json_path, txt_path = reward_dir / "reward.json", reward_dir / "reward.txt"
+    try:
+        if json_path.is_file() and not json_path.is_symlink():
+            data = json.loads(json_path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or not data:
+                raise ValueError("reward.json is not a non-empty JSON object")
+            if "reward" in data:
+                reward = _score(data["reward"], "reward")
+                subs = _subscores({k: v for k, v in data.items() if k != "reward"})
+            else:
+                subs = _subscores(data)
+                reward = sum(subs.values()) / len(subs)
+            return _ok(result, min(1.0, reward), subs)
+        if txt_path.is_file() and not txt_path.is_symlink():
+            return _ok(result, _score(txt_path.read_text(encoding="utf-8").strip(), "reward"), {})
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        return _failure(result, VerifierStatus.ERROR, f"bad reward: {exc}")
+    return _failure(
+        result,
+        VerifierStatus.ERROR,
+        f"verifier wrote no reward.json or reward.txt (exit code {result.exit_code})",
+    )
+
+
+def _from_stdout(result: ExecResult) -> VerifierResult:
+    lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    if not lines:
+        return _failure(
+            result, VerifierStatus.ERROR, f"verifier printed nothing (exit code {result.exit_code})"
+        )
+    try:
+        reward = _score(lines[-1], "reward (last stdout line)")
+        subs: dict[str, float] = {}
+        for line in reversed(lines[:-1]):
+            if line.startswith("{"):
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict):
+                    subs = _subscores(obj)
+                    break
+    except ValueError as exc:
+        return _failure(result, VerifierStatus.ERROR, f"bad reward: {exc}")
+    return _ok(result, reward, subs)

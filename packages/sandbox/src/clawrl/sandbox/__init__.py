@@ -1,5 +1,82 @@
-"""Temporary isolated podman workspaces for agent rollouts."""
+"""clawrl-sandbox: temporary isolated podman workspaces for agent rollouts.
+
+Public API (see the package README for a runnable example):
+
+* :class:`SandboxSpec`, :class:`Limits` — what to create;
+* :class:`Sandbox` — create / exec / files / destroy (asyncio), :class:`ExecResult`;
+* :class:`SandboxPool` — bounded, warm, fair pool of sandboxes, :class:`PoolMetrics`;
+* :func:`gc`, :func:`list_containers` — the reaper of dead runs' containers;
+* :func:`build_image` — a hermetic Debian image (debootstrap + ``podman import``);
+* :class:`SyncSandbox` — a thin synchronous wrapper;
+* the exception hierarchy rooted at :class:`SandboxError`.
+"""
+
+from .errors import (
+    ImageBuildError,
+    PodmanError,
+    PodmanNotFoundError,
+    PoolClosedError,
+    PoolTimeoutError,
+    SandboxClosedError,
+    SandboxCreateError,
+    SandboxError,
+    SandboxFileNotFoundError,
+    SandboxGoneError,
+    SandboxSpecError,
+)
+from .image import DEFAULT_IMAGE_PACKAGES, build_image, image_tag
+from .podman import Podman
+from .pool import PoolMetrics, SandboxPool
+from .reaper import ContainerInfo, RunIdentity, current_identity, gc, list_containers
+from .rootfs import default_rootfs
+from .sandbox import DEFAULT_OUTPUT_CAP, ExecStream, Sandbox
+from .spec import (
+    MODEL_SOCKET_PATH,
+    WORKSPACE,
+    ExecResult,
+    Limits,
+    OutputChunk,
+    SandboxSpec,
+    parse_size,
+)
+from .sync import SyncSandbox
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "DEFAULT_IMAGE_PACKAGES",
+    "DEFAULT_OUTPUT_CAP",
+    "MODEL_SOCKET_PATH",
+    "WORKSPACE",
+    "ContainerInfo",
+    "ExecResult",
+    "ExecStream",
+    "ImageBuildError",
+    "Limits",
+    "OutputChunk",
+    "Podman",
+    "PodmanError",
+    "PodmanNotFoundError",
+    "PoolClosedError",
+    "PoolMetrics",
+    "PoolTimeoutError",
+    "RunIdentity",
+    "Sandbox",
+    "SandboxClosedError",
+    "SandboxCreateError",
+    "SandboxError",
+    "SandboxFileNotFoundError",
+    "SandboxGoneError",
+    "SandboxPool",
+    "SandboxSpec",
+    "SandboxSpecError",
+    "SyncSandbox",
+    "__version__",
+    "build_image",
+    "current_identity",
+    "default_rootfs",
+    "gc",
+    "image_tag",
+    "list_containers",
+    "parse_size",
+]

@@ -1,0 +1,270 @@
+"""``sandbox`` command line: doctor, ls, gc, run, build-image."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from .errors import SandboxError
+from .image import DEFAULT_IMAGE_PACKAGES, DEFAULT_MIRROR, build_image
+from .podman import Podman, cgroup_mode
+from .reaper import gc, list_containers
+from .sandbox import Sandbox
+from .spec import Limits, SandboxSpec
+
+__all__ = ["main"]
+
+
+def _ok(name: str, detail: str) -> None:
+    print(f"[ ok ] {name}: {detail}")
+
+
+def _fail(name: str, detail: str, fix: str) -> None:
+    print(f"[FAIL] {name}: {detail}\n       fix: {fix}")
+
+
+async def _doctor() -> int:
+    failed = 0
+    if shutil.which("podman") is None:
+        _fail(
+            "podman",
+            "not found on PATH",
+            "apt-get install -y podman runc  (or bash tools/setup.sh)",
+        )
+        return 1
+    pm = Podman()
+    r = await pm.run("version", "--format", "{{.Client.Version}}", check=False)
+    _ok("podman", f"{pm.executable} version {r.stdout.decode().strip()}")
+    mode = cgroup_mode()
+    if pm.runtime is None:
+        _ok("runtime", f"podman's default (cgroups: {mode})")
+    else:
+        _ok("runtime", f"{pm.runtime} (cgroups: {mode}; CLAWRL_SANDBOX_RUNTIME overrides)")
+    if mode != "unified" and shutil.which("runc") is None:
+        failed += 1
+        _fail(
+            "runc",
+            f"cgroups are {mode}: crun refuses them and runc is missing",
+            "apt-get install -y runc",
+        )
+    ctrl = Path("/sys/fs/cgroup")
+    have = set()
+    if (ctrl / "cgroup.controllers").exists():
+        have = set((ctrl / "cgroup.controllers").read_text().split())
+    else:
+        have = {p.name for p in ctrl.iterdir() if p.is_dir()}
+    for c in ("memory", "pids", "cpu"):
+        if c in have:
+            _ok(f"cgroup {c}", "available")
+        else:
+            failed += 1
+            _fail(
+                f"cgroup {c}",
+                "controller missing: limits will not hold",
+                "enable it (kernel cmdline cgroup_enable=..., or systemd delegation for rootless)",
+            )
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        failed += 1
+        _fail("nofile", f"hard limit {hard} < 1024", "raise `ulimit -Hn` for the orchestrator")
+    else:
+        _ok("nofile", f"host hard limit {hard}; sandboxes get --ulimit nofile=1024:1024 by default")
+    t0 = time.monotonic()
+    try:
+        sb = await Sandbox.create(SandboxSpec(limits=Limits(memory="128m")))
+        try:
+            res = await sb.exec("echo ok; test ! -e /root/.cache && test ! -e /work", timeout=30)
+        finally:
+            await sb.destroy()
+        if res.ok and res.stdout.strip() == b"ok":
+            _ok("sandbox", f"default rootfs create+exec+destroy in {time.monotonic() - t0:.2f} s")
+        else:
+            failed += 1
+            _fail(
+                "sandbox", f"exec returned {res.exit_code}: {res.stderr!r}", "see the error above"
+            )
+    except SandboxError as e:
+        failed += 1
+        msg = str(e)
+        fix = "check `podman run` by hand with the printed error"
+        if "hybrid" in msg:
+            fix = "cgroups are hybrid: install runc or set CLAWRL_SANDBOX_RUNTIME=runc"
+        elif "setrlimit" in msg or "rlimit" in msg:
+            fix = "host limits are lower than requested: lower Limits.nofile"
+        _fail("sandbox", msg, fix)
+    if shutil.which("debootstrap"):
+        _ok("debootstrap", "found (for `sandbox build-image`)")
+    else:
+        print(
+            "[warn] debootstrap: missing; only needed for `sandbox build-image` "
+            "(fix: apt-get install -y debootstrap)"
+        )
+    dead = [c for c in await list_containers(pm) if c.owner_alive() is False]
+    if dead:
+        print(f"[warn] {len(dead)} container(s) of dead runs left over (fix: sandbox gc)")
+    else:
+        _ok("leftovers", "no containers of dead runs")
+    return 1 if failed else 0
+
+
+async def _ls(as_json: bool) -> int:
+    rows = []
+    for c in await list_containers():
+        alive = c.owner_alive()
+        owner = {True: "alive", False: "dead", None: "other-host"}[alive]
+        rows.append(
+            {
+                "name": c.name,
+                "id": c.id[:12],
+                "run_id": c.run_id,
+                "state": c.state,
+                "owner_pid": c.labels.get("clawrl.owner_pid", ""),
+                "owner": owner,
+                "age_s": round(
+                    time.time() - float(c.labels.get("clawrl.created", c.created) or 0), 1
+                ),
+            }
+        )
+    if as_json:
+        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    cols = ["name", "run_id", "state", "owner_pid", "owner", "age_s"]
+    widths = {k: max(len(k), *(len(str(r[k])) for r in rows)) if rows else len(k) for k in cols}
+    print("  ".join(k.upper().ljust(widths[k]) for k in cols))
+    for r in rows:
+        print("  ".join(str(r[k]).ljust(widths[k]) for k in cols))
+    return 0
+
+
+async def _gc(run_id: str | None, force: bool, include_foreign: bool) -> int:
+    removed = await gc(run_id=run_id, force=force, include_foreign=include_foreign)
+    for c in removed:
+        print(f"removed {c.name} (run {c.run_id})")
+    print(f"{len(removed)} container(s) removed")
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    env = {}
+    for item in args.env:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise SandboxError(f"--env {item!r}: expected KEY=VALUE")
+        env[k] = v
+    limits = Limits(
+        memory=args.memory, cpus=args.cpus, pids=args.pids, workspace_size=args.workspace_size
+    )
+    spec = SandboxSpec(
+        image=args.image,
+        env=env,
+        limits=limits,
+        model_socket=Path(args.model_socket) if args.model_socket else None,
+    )
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        cmd = ["/bin/sh", "-c", "id; pwd; ls -la"]
+
+    def show(stream: str, data: bytes) -> None:
+        out = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
+        out.write(data)
+        out.flush()
+
+    async with await Sandbox.create(spec) as sb:
+        if args.workspace:
+            await sb.put_dir(args.workspace)
+        res = await sb.exec(cmd, timeout=args.timeout, on_output=show)
+    if res.timed_out:
+        print(f"sandbox: timed out after {args.timeout} s", file=sys.stderr)
+        return 124
+    return res.exit_code
+
+
+async def _build(args: argparse.Namespace) -> int:
+    pkgs = (
+        [p for p in args.packages.split(",") if p]
+        if args.packages
+        else list(DEFAULT_IMAGE_PACKAGES)
+    )
+    t0 = time.monotonic()
+    tag = await build_image(
+        suite=args.suite,
+        packages=pkgs,
+        mirror=args.mirror,
+        tag=args.tag,
+        rebuild=args.rebuild,
+        log=(lambda line: print(line, file=sys.stderr)) if args.verbose else None,
+    )
+    print(tag)
+    print(f"(ready in {time.monotonic() - t0:.1f} s)", file=sys.stderr)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sandbox", description="clawrl podman sandboxes")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("doctor", help="check podman, runtime, cgroups and limits; print fixes")
+    ls = sub.add_parser("ls", help="list clawrl sandbox containers")
+    ls.add_argument("--json", action="store_true")
+    g = sub.add_parser("gc", help="remove containers of dead runs")
+    g.add_argument("--run", dest="run_id", help="only this run id")
+    g.add_argument("--force", action="store_true", help="also remove containers of live runs")
+    g.add_argument("--include-foreign", action="store_true", help="also containers of other hosts")
+    r = sub.add_parser("run", help="one-off: create a sandbox, run a command, destroy it")
+    r.add_argument("--image", default=None, help="podman image (default: host /usr rootfs)")
+    r.add_argument("--memory", default="1g")
+    r.add_argument("--cpus", type=float, default=1.0)
+    r.add_argument("--pids", type=int, default=512)
+    r.add_argument("--workspace-size", default="256m")
+    r.add_argument("--workspace", default=None, help="host directory copied into /workspace")
+    r.add_argument("--model-socket", default=None, help="host unix socket to mount (+ forwarder)")
+    r.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("--timeout", type=float, default=None, help="seconds")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, help="command (after --)")
+    b = sub.add_parser("build-image", help="build the hermetic Debian image (debootstrap)")
+    b.add_argument("--suite", default="bookworm")
+    b.add_argument(
+        "--packages",
+        default=None,
+        help=f"comma-separated Debian packages (default: {','.join(DEFAULT_IMAGE_PACKAGES)})",
+    )
+    b.add_argument("--mirror", default=DEFAULT_MIRROR)
+    b.add_argument("--tag", default=None)
+    b.add_argument("--rebuild", action="store_true")
+    b.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``sandbox`` command; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "doctor":
+            return asyncio.run(_doctor())
+        if args.command == "ls":
+            return asyncio.run(_ls(args.json))
+        if args.command == "gc":
+            return asyncio.run(_gc(args.run_id, args.force, args.include_foreign))
+        if args.command == "run":
+            return asyncio.run(_run(args))
+        if args.command == "build-image":
+            return asyncio.run(_build(args))
+    except SandboxError as e:
+        print(f"sandbox: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Verifier of built-in task `log_rotate_script`: named sub-scores in [0, 1] -> reward.json."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WS = Path(os.environ.get("CLAWRL_WORKSPACE", "/workspace"))
+OUT = Path(os.environ.get("CLAWRL_REWARD_DIR", "/logs/verifier"))
+
+
+def path(rel: str) -> Path:
+    """A regular file or directory of the workspace (symlinks are not accepted)."""
+    p = WS / rel
+    if p.is_symlink():
+        raise ValueError(f"{rel} is a symlink")
+    return p
+
+
+def read(rel: str) -> str:
+    return path(rel).read_text(encoding="utf-8")
+
+
+def read_json(rel: str) -> Any:
+    return json.loads(read(rel))
+
+
+def read_csv(rel: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(read(rel))))
+
+
+def run(argv: list[str], timeout: float = 20.0, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """Run agent-written code in the workspace without the verifier's environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWRL_")}
+    return subprocess.run(
+        argv, cwd=WS, env=env, input=stdin, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def py(code: str, timeout: float = 20.0) -> Any:
+    """Run `code` with the workspace on sys.path; it must print one JSON value."""
+    proc = run([sys.executable, "-c", "import sys; sys.path.insert(0, '.')\n" + code], timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-500:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def frac(good: int, total: int) -> float:
+    return good / total if total else 0.0
+
+
+import shutil
+import tempfile
+
+
+def run_on_fresh(n: int) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / "t"
+        d.mkdir()
+        for day in ["2025-01-05", "2025-03-01", "2024-12-31", "2025-02-10"]:
+            (d / f"service-{day}.log").write_text(day)
+        (d / "notes.md").write_text("x")
+        (d / "sub").mkdir()
+        (d / "sub" / "service-2020-01-01.log").write_text("x")
+        script = Path(tmp) / "rotate.sh"
+        shutil.copy(path("rotate.sh"), script)
+        proc = run(["bash", str(script), str(d), str(n)])
+        assert proc.returncode == 0, proc.stderr
+        return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())
+
+
+def checks() -> dict[str, Callable[[], object]]:
+    return {
+        "executable": lambda: os.access(path("rotate.sh"), os.X_OK),
+        "ran_on_logs": lambda: sorted(p.name for p in path("logs").iterdir())
+        == ["README.txt", "service-2026-11-01.log", "service-2026-11-02.log", "service-2026-11-03.log"],
+        "keeps_newest_by_name": lambda: run_on_fresh(2)
+        == ["notes.md", "service-2025-02-10.log", "service-2025-03-01.log", "sub/service-2020-01-01.log"],
+        "n_larger_than_count": lambda: len(run_on_fresh(10)) == 6,
+    }
+
+
+def safe(check: Callable[[], object]) -> float:
+    try:
+        value = float(check())  # type: ignore[arg-type]
+    except Exception:
+        return 0.0
+    return min(1.0, max(0.0, value))
+
+
+if __name__ == "__main__":
+    scores = {name: safe(check) for name, check in checks().items()}
+    (OUT / "reward.json").write_text(json.dumps(scores))

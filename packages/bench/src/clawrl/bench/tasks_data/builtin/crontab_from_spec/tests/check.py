@@ -81,8 +81,12 @@ def job(i: int) -> bool:
     return entries()[i] == EXPECTED[i] and len(entries()) == len(EXPECTED)
 
 
+def job_check(i: int) -> Callable[[], object]:
+    return lambda: job(i)
+
+
 def checks() -> dict[str, Callable[[], object]]:
-    return {f"job{i + 1}": (lambda i=i: job(i)) for i in range(len(EXPECTED))}
+    return {f"job{i + 1}": job_check(i) for i in range(len(EXPECTED))}
 
 
 def safe(check: Callable[[], object]) -> float:

@@ -1,0 +1,681 @@
+"""SGLangBackend: a client of a running SGLang server's native API.
+
+The proxy renders prompts to token ids itself, so this backend speaks SGLang's *native*
+``POST /generate`` with ``input_ids`` (never text, never the OpenAI-compatible routes):
+
+request::
+
+    {"rid": <request_id>, "input_ids": [...], "stream": true, "return_logprob": true,
+     "sampling_params": {"max_new_tokens", "temperature", "top_p", "top_k",
+                         "stop_token_ids", "sampling_seed"?, "skip_special_tokens": false,
+                         "no_stop_trim": true}}
+
+streamed response (server-sent events, one JSON object per ``data:`` line, ``[DONE]`` last):
+each chunk is *cumulative* (``output_ids`` and ``meta_info.output_token_logprobs`` hold
+everything generated so far, logprobs as ``[logprob, token_id, text|null]`` triples);
+servers started with ``--incremental-streaming-output`` send only the new part — both are
+handled. The last chunk has ``meta_info.finish_reason`` = ``{"type": "stop" | "length" |
+"abort", ...}``, ``meta_info.weight_version`` (a string) and, when the weights changed
+while the request ran, ``meta_info.weight_versions`` = ``[{version, start, end}, ...]``
+(token spans generated under each version).
+
+Logprobs: SGLang returns log softmax(logits / T) of the temperature-scaled distribution
+before top-p/top-k filtering (``log(probs)`` in ``sglang.srt.layers.sampler``), and the
+T = 1 distribution for greedy requests (T = 0) — the definition of
+``clawrl.proxy.backends.base.SamplingParams``, provided the server was *not* started with
+``SGLANG_RETURN_ORIGINAL_LOGPROB=1``.
+
+Stopping: SGLang ends a generation on any of ``stop_token_ids`` *and* on the model's own
+EOS ids (config / generation_config); the stop token is kept in ``output_ids``.
+
+Weights: ``update_weights(path, version)`` posts ``/update_weights_from_disk
+{model_path, weight_version: str(version)}``. Without a pause SGLang waits for in-flight
+requests to finish and holds new ones until the load is done; while paused
+(:meth:`SGLangBackend.pause`, mode ``"retract"`` by default) it loads at once and the
+paused requests continue under the new weights afterwards — their results then carry
+``policy_version_end != policy_version`` and the spans in ``extra["weight_versions"]``.
+
+Safety: SGLang 0.5.23 on CPU *crashes* on an input id outside the vocabulary, so every id is
+checked against :attr:`SGLangBackend.vocab_size` before anything is sent
+(:class:`InvalidTokenIdError`). This client never calls ``/release_memory_occupation``
+(it crashes the CPU server too).
+
+Connection errors (refused, connect timeout) are retried by httpx's transport (``retries``,
+exponential back-off in httpcore); other errors are not retried (a generation is not
+idempotent). Every failure surfaces as :class:`~clawrl.proxy.backends.base.BackendError`
+(or a subclass below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import orjson
+from clawrl.proxy.backends.base import (
+    BackendError,
+    BackendFinishReason,
+    GenerationRequest,
+    GenerationResult,
+    InferenceBackend,
+    TokenDelta,
+)
+
+__all__ = [
+    "InvalidTokenIdError",
+    "SGLangBackend",
+    "SGLangRequestError",
+    "SGLangUnavailableError",
+]
+
+log = logging.getLogger(__name__)
+
+PauseMode = Literal["abort", "retract", "in_place"]
+
+
+class SGLangUnavailableError(BackendError):
+    """The SGLang server cannot be reached, or failed (5xx, connection lost, malformed reply)."""
+
+
+class SGLangRequestError(BackendError):
+    """SGLang (or this client, before sending) rejected a request as invalid (HTTP 4xx).
+
+    Attributes:
+        status: the HTTP status SGLang answered, or None when rejected before sending.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidTokenIdError(SGLangRequestError, ValueError):
+    """A token id is outside ``[0, vocab_size)`` (or not an integer). Raised before the
+    request is sent: such an id crashes a CPU SGLang server.
+
+    Attributes:
+        position: index of the first bad id in the list checked.
+        token_id: the offending value.
+        field: ``"prompt_ids"`` or ``"stop_token_ids"``.
+    """
+
+    def __init__(self, message: str, *, position: int, token_id: object, field: str):
+        super().__init__(message)
+        self.position = position
+        self.token_id = token_id
+        self.field = field
+
+
+class SGLangBackend(InferenceBackend):
+    """Inference backend backed by a SGLang server (see module docstring for the protocol).
+
+    Args:
+        base_url: the server's root URL, e.g. ``"http://127.0.0.1:30000"``.
+        vocab_size: number of embedding rows of the served model (ids must be below it).
+            None: read ``vocab_size`` from ``config.json`` in the served model directory
+            (``/model_info``'s ``model_path``, which must be readable from here) in
+            :meth:`start`.
+        max_context: prompt + completion limit in tokens. None: the smaller of the model's
+            ``context_length`` and the server's KV-cache size ``max_total_num_tokens``
+            (``/server_info``), read in :meth:`start`.
+        initial_policy_version: the policy version of weights whose SGLang
+            ``weight_version`` is not an integer (SGLang's default is ``"default"``).
+        connect_retries: how many times a refused / timed-out *connection* is retried.
+        timeout: seconds to wait for the server on a read (a streamed chunk, a weight load).
+        connect_timeout: seconds to wait for a TCP connection.
+        pause_mode: the ``mode`` sent to ``/pause_generation`` by :meth:`pause`:
+            ``"retract"`` (default: running requests go back to the queue and continue after
+            :meth:`resume`; the KV cache may be flushed), ``"in_place"`` (the scheduler
+            stops; requests keep their KV cache) or ``"abort"`` (running requests end with
+            finish reason "aborted").
+        api_key: SGLang's ``--api-key`` / ``--admin-api-key``, sent as a bearer token.
+
+    Raises:
+        ValueError: bad arguments.
+    """
+
+    name = "sglang"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        vocab_size: int | None = None,
+        max_context: int | None = None,
+        initial_policy_version: int = 0,
+        connect_retries: int = 3,
+        timeout: float = 600.0,
+        connect_timeout: float = 5.0,
+        pause_mode: PauseMode = "retract",
+        api_key: str | None = None,
+    ):
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
+        if vocab_size is not None and vocab_size <= 0:
+            raise ValueError(f"vocab_size must be positive, got {vocab_size}")
+        if max_context is not None and max_context <= 1:
+            raise ValueError(f"max_context must be > 1, got {max_context}")
+        if pause_mode not in ("abort", "retract", "in_place"):
+            raise ValueError(f"pause_mode must be abort|retract|in_place, got {pause_mode!r}")
+        if connect_retries < 0:
+            raise ValueError("connect_retries must be >= 0")
+        self.base_url = base_url.rstrip("/")
+        self._vocab_size = vocab_size
+        self._max_context = max_context
+        self._initial_version = int(initial_policy_version)
+        self._version = int(initial_policy_version)
+        self._pause_mode: PauseMode = pause_mode
+        self._connect_retries = connect_retries
+        self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client: httpx.AsyncClient | None = None
+        self._aborted: set[str] = set()
+        self._running: set[str] = set()
+        #: what /model_info and /server_info said at start() (for logs and records)
+        self.server_info: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def policy_version(self) -> int:
+        """The policy version of the weights the server holds (as last seen by this client)."""
+        return self._version
+
+    @property
+    def vocab_size(self) -> int:
+        """Embedding rows of the served model.
+
+        Raises:
+            BackendError: unknown yet (not given and :meth:`start` not called).
+        """
+        if self._vocab_size is None:
+            raise BackendError("SGLangBackend.vocab_size is unknown: call start() first")
+        return self._vocab_size
+
+    @property
+    def max_context(self) -> int:
+        """Maximum prompt + completion length in tokens.
+
+        Raises:
+            BackendError: unknown yet (not given and :meth:`start` not called).
+        """
+        if self._max_context is None:
+            raise BackendError("SGLangBackend.max_context is unknown: call start() first")
+        return self._max_context
+
+    # ------------------------------------------------------------------ lifecycle
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            transport = httpx.AsyncHTTPTransport(retries=self._connect_retries)
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url,
+                transport=transport,
+                timeout=self._timeout,
+                headers=self._headers,
+            )
+        return self._client
+
+    async def start(self) -> None:
+        """Connect: read the weight version, vocabulary size and context window.
+
+        Raises:
+            SGLangUnavailableError: the server does not answer.
+            BackendError: the vocabulary size cannot be determined.
+        """
+        model_info = await self._get_json("/model_info")
+        self.server_info["model_info"] = model_info
+        self._version = self._parse_version(model_info.get("weight_version"), self._version)
+        config = _read_model_config(model_info.get("model_path"))
+        if self._vocab_size is None:
+            vocab = config.get("vocab_size")
+            if not isinstance(vocab, int):
+                vocab = (config.get("text_config") or {}).get("vocab_size")
+            if not isinstance(vocab, int) or vocab <= 0:
+                raise BackendError(
+                    f"cannot tell the vocabulary size of {model_info.get('model_path')!r} "
+                    "(no readable config.json with vocab_size); pass vocab_size"
+                )
+            self._vocab_size = vocab
+        if self._max_context is None:
+            server_info = await self._get_json("/server_info")
+            limits = [
+                v
+                for v in (
+                    server_info.get("context_length"),
+                    server_info.get("max_total_num_tokens"),
+                    config.get("max_position_embeddings"),
+                )
+                if isinstance(v, int) and not isinstance(v, bool) and v > 0
+            ]
+            if not limits:
+                raise BackendError(
+                    "cannot tell SGLang's context window from /server_info; pass max_context"
+                )
+            self._max_context = min(limits)
+            self.server_info["max_context_sources"] = limits
+
+    async def close(self) -> None:
+        """Close the HTTP connection pool (the server keeps running)."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def health(self) -> bool:
+        """True when ``GET /health`` answers 200 (never raises)."""
+        try:
+            r = await self._http().get("/health", timeout=httpx.Timeout(10.0, connect=2.0))
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 200
+
+    # ------------------------------------------------------------------ validation
+    def validate_ids(self, ids: Sequence[int], *, field: str = "prompt_ids") -> list[int]:
+        """Return ``ids`` as a list of Python ints after checking each is in
+        ``[0, vocab_size)``.
+
+        Raises:
+            InvalidTokenIdError: the first bad id (a non-integer, a negative id or one
+                ``>= vocab_size``), with its position.
+        """
+        vocab = self.vocab_size
+        out: list[int] = []
+        for i, t in enumerate(ids):
+            if isinstance(t, bool) or not hasattr(t, "__index__"):
+                raise InvalidTokenIdError(
+                    f"{field}[{i}] = {t!r} is not an integer token id",
+                    position=i,
+                    token_id=t,
+                    field=field,
+                )
+            v = t.__index__()
+            if not 0 <= v < vocab:
+                raise InvalidTokenIdError(
+                    f"{field}[{i}] = {v} is outside the vocabulary [0, {vocab})",
+                    position=i,
+                    token_id=v,
+                    field=field,
+                )
+            out.append(v)
+        return out
+
+    def build_generate_body(
+        self, request: GenerationRequest, *, stream: bool = True
+    ) -> dict[str, Any]:
+        """The JSON body of SGLang's ``POST /generate`` for ``request``.
+
+        Raises:
+            InvalidTokenIdError: a prompt or stop id outside the vocabulary.
+            SGLangRequestError: empty prompt, bad sampling values, or no room in the context
+                window (``len(prompt_ids) + max_tokens > max_context``).
+        """
+        prompt = self.validate_ids(request.prompt_ids)
+        if not prompt:
+            raise SGLangRequestError("prompt_ids is empty")
+        sp = request.sampling
+        stops = self.validate_ids(sp.stop_token_ids, field="stop_token_ids")
+        if sp.max_tokens < 1:
+            raise SGLangRequestError(f"max_tokens must be >= 1, got {sp.max_tokens}")
+        if len(prompt) + sp.max_tokens > self.max_context:
+            raise SGLangRequestError(
+                f"prompt ({len(prompt)} tokens) + max_tokens ({sp.max_tokens}) exceeds the "
+                f"context window of {self.max_context} tokens"
+            )
+        if not (math.isfinite(sp.temperature) and sp.temperature >= 0):
+            raise SGLangRequestError(f"temperature must be finite and >= 0, got {sp.temperature}")
+        if not (0 < sp.top_p <= 1):
+            raise SGLangRequestError(f"top_p must be in (0, 1], got {sp.top_p}")
+        if sp.top_k == 0 or sp.top_k < -1:
+            raise SGLangRequestError(f"top_k must be -1 (off) or >= 1, got {sp.top_k}")
+        sampling: dict[str, Any] = {
+            "max_new_tokens": sp.max_tokens,
+            "temperature": sp.temperature,
+            "top_p": sp.top_p,
+            "top_k": sp.top_k,
+            "stop_token_ids": stops,
+            # keep special tokens and the stop token: the proxy decodes ids itself
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+        }
+        if sp.seed is not None:
+            sampling["sampling_seed"] = int(sp.seed)
+        return {
+            "rid": request.request_id,
+            "input_ids": prompt,
+            "sampling_params": sampling,
+            "return_logprob": True,
+            "logprob_start_len": -1,
+            "stream": stream,
+        }
+
+    # ------------------------------------------------------------------ generation
+    async def generate(
+        self, request: GenerationRequest
+    ) -> AsyncIterator[TokenDelta | GenerationResult]:
+        """Stream the generation of ``request``: ``TokenDelta`` items, then one
+        ``GenerationResult``.
+
+        ``GenerationResult.policy_version`` is the weight version the first token was
+        generated with, ``policy_version_end`` the one of the last token (they differ when
+        weights changed mid-generation; ``extra["weight_versions"]`` then has SGLang's
+        token spans). A failure after tokens were streamed ends the stream with
+        finish reason "error" (tokens so far kept, ``error`` set) instead of raising.
+
+        Raises:
+            InvalidTokenIdError, SGLangRequestError: invalid request (nothing was sent, or
+                SGLang answered 4xx).
+            SGLangUnavailableError: the server is unreachable or failed before any token.
+        """
+        body = self.build_generate_body(request, stream=True)
+        rid = request.request_id
+        version_at_send = self._version
+        ids: list[int] = []
+        lps: list[float] = []
+        last: dict[str, Any] | None = None
+        finished = False
+        self._running.add(rid)
+        try:
+            try:
+                async with self._http().stream("POST", "/generate", json=body) as resp:
+                    if resp.status_code != 200:
+                        text = (await resp.aread()).decode("utf-8", "replace")
+                        raise _status_error(resp.status_code, "/generate", text)
+                    async for chunk in _sse_json(resp):
+                        if "error" in chunk:
+                            raise _in_stream_error(chunk["error"])
+                        new_ids, new_lps = _new_tokens(chunk, len(ids))
+                        if new_ids:
+                            ids.extend(new_ids)
+                            lps.extend(new_lps)
+                            yield TokenDelta(new_ids, new_lps)
+                        last = chunk
+            except httpx.HTTPError as e:
+                raise SGLangUnavailableError(
+                    f"SGLang at {self.base_url} failed during /generate: {type(e).__name__}: {e}"
+                ) from e
+            except BackendError as e:
+                if not ids:
+                    raise
+                finished = True
+                yield GenerationResult(
+                    ids, lps, "error", version_at_send, self._version, error=str(e)
+                )
+                return
+            if last is None:
+                raise SGLangUnavailableError("SGLang closed the /generate stream without a result")
+            finished = True
+            yield self._result(rid, ids, lps, last, version_at_send)
+        except SGLangUnavailableError as e:
+            if not ids or finished:
+                raise
+            finished = True
+            yield GenerationResult(ids, lps, "error", version_at_send, self._version, error=str(e))
+        finally:
+            self._running.discard(rid)
+            self._aborted.discard(rid)
+            if not finished:
+                # The consumer stopped early (client disconnect, cancellation): closing the
+                # stream makes SGLang abort too; say so explicitly as well, without waiting.
+                with contextlib.suppress(RuntimeError):
+                    asyncio.get_running_loop().create_task(self._abort_quietly(rid))
+
+    def _result(
+        self,
+        rid: str,
+        ids: list[int],
+        lps: list[float],
+        chunk: Mapping[str, Any],
+        version_at_send: int,
+    ) -> GenerationResult:
+        meta = chunk.get("meta_info") or {}
+        finish_obj = meta.get("finish_reason")
+        finish: BackendFinishReason
+        ftype = finish_obj.get("type") if isinstance(finish_obj, Mapping) else finish_obj
+        if rid in self._aborted or ftype == "abort":
+            finish = "aborted"
+        elif ftype == "length":
+            finish = "length"
+        elif ftype == "stop":
+            finish = "stop"
+        else:
+            finish = "error"
+        end_version = self._parse_version(meta.get("weight_version"), self._version)
+        spans = meta.get("weight_versions")
+        start_version = end_version
+        if isinstance(spans, list) and spans and isinstance(spans[0], Mapping):
+            start_version = self._parse_version(spans[0].get("version"), version_at_send)
+        self._version = end_version
+        extra: dict[str, Any] = {
+            "sglang_finish_reason": finish_obj,
+            "sglang_weight_version": meta.get("weight_version"),
+        }
+        for key in ("weight_versions", "prompt_tokens", "cached_tokens", "e2e_latency"):
+            if key in meta:
+                extra[key] = meta[key]
+        error = None
+        if finish == "error":
+            error = f"SGLang finish_reason {finish_obj!r}"
+        elif finish == "aborted" and isinstance(finish_obj, Mapping) and finish_obj.get("message"):
+            extra["abort_message"] = finish_obj.get("message")
+        return GenerationResult(
+            ids, lps, finish, start_version, end_version, error=error, extra=extra
+        )
+
+    async def generate_once(self, request: GenerationRequest) -> GenerationResult:
+        """Run ``request`` to completion and return only its ``GenerationResult``."""
+        result: GenerationResult | None = None
+        async for item in self.generate(request):
+            if isinstance(item, GenerationResult):
+                result = item
+        assert result is not None  # generate() always ends with a result or raises
+        return result
+
+    # ------------------------------------------------------------------ control
+    async def abort(self, request_id: str) -> None:
+        """Abort a running generation (``POST /abort_request {"rid"}``); its result then
+        has finish reason "aborted". Unknown or finished ids are ignored.
+
+        Raises:
+            SGLangUnavailableError: the server cannot be reached.
+        """
+        if request_id in self._running:
+            self._aborted.add(request_id)
+        await self._post("/abort_request", {"rid": request_id})
+
+    async def _abort_quietly(self, request_id: str) -> None:
+        with contextlib.suppress(BackendError):
+            await self._post("/abort_request", {"rid": request_id})
+
+    async def update_weights(self, path: str, version: int) -> None:
+        """Load an HF checkpoint directory of the same architecture
+        (``POST /update_weights_from_disk {model_path, weight_version}``); afterwards
+        :attr:`policy_version` is ``version``.
+
+        Raises:
+            SGLangRequestError: SGLang refused (``success: false``: missing directory,
+                shape mismatch, ...); the old weights stay loaded.
+            SGLangUnavailableError: the server cannot be reached.
+        """
+        p = Path(path)
+        if not p.is_dir():
+            raise SGLangRequestError(f"weights directory not found: {path}")
+        reply = await self._post(
+            "/update_weights_from_disk",
+            {"model_path": str(p.resolve()), "weight_version": str(int(version))},
+        )
+        if not isinstance(reply, Mapping) or not reply.get("success", False):
+            raise SGLangRequestError(f"SGLang refused the weight update from {path}: {reply!r}")
+        self._version = int(version)
+
+    async def pause(self) -> None:
+        """``POST /pause_generation {mode}`` (mode from the constructor, see there).
+
+        Raises:
+            SGLangUnavailableError: the server cannot be reached.
+        """
+        await self._post("/pause_generation", {"mode": self._pause_mode})
+
+    async def resume(self) -> None:
+        """``POST /continue_generation``: paused requests go on, new ones are admitted.
+
+        Raises:
+            SGLangUnavailableError: the server cannot be reached.
+        """
+        await self._post("/continue_generation", {})
+
+    async def flush_cache(self) -> None:
+        """``POST /flush_cache``: drop SGLang's prefix (radix) cache."""
+        await self._post("/flush_cache", None)
+
+    # ------------------------------------------------------------------ helpers
+    def _parse_version(self, raw: object, fallback: int) -> int:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str):
+            try:
+                return int(raw)
+            except ValueError:
+                return self._initial_version if raw == "default" else fallback
+        return fallback
+
+    async def _get_json(self, route: str) -> dict[str, Any]:
+        try:
+            r = await self._http().get(route)
+        except httpx.HTTPError as e:
+            raise SGLangUnavailableError(
+                f"SGLang at {self.base_url} unreachable ({route}): {type(e).__name__}: {e}"
+            ) from e
+        if r.status_code != 200:
+            raise _status_error(r.status_code, route, r.text)
+        try:
+            data = r.json()
+        except ValueError as e:
+            raise SGLangUnavailableError(
+                f"SGLang {route} answered non-JSON: {r.text[:200]!r}"
+            ) from e
+        if not isinstance(data, dict):
+            raise SGLangUnavailableError(f"SGLang {route} answered {type(data).__name__}")
+        return data
+
+    async def _post(self, route: str, payload: object) -> object:
+        try:
+            if payload is None:
+                r = await self._http().post(route)
+            else:
+                r = await self._http().post(route, json=payload)
+        except httpx.HTTPError as e:
+            raise SGLangUnavailableError(
+                f"SGLang at {self.base_url} unreachable ({route}): {type(e).__name__}: {e}"
+            ) from e
+        if r.status_code != 200:
+            raise _status_error(r.status_code, route, r.text)
+        if not r.content:
+            return None
+        try:
+            return r.json()
+        except ValueError:
+            return r.text
+
+
+# ---------------------------------------------------------------------- module helpers
+def _read_model_config(model_path: object) -> dict[str, Any]:
+    """``config.json`` of the served model directory, or {} when it cannot be read here."""
+    if not isinstance(model_path, str):
+        return {}
+    try:
+        data = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _status_error(status: int, route: str, text: str) -> BackendError:
+    msg = f"SGLang {route} answered HTTP {status}: {text[:500]}"
+    if 400 <= status < 500:
+        return SGLangRequestError(msg, status=status)
+    return SGLangUnavailableError(msg)
+
+
+def _in_stream_error(err: object) -> BackendError:
+    if isinstance(err, Mapping):
+        code = err.get("code")
+        msg = f"SGLang /generate error: {err.get('message', err)!s}"
+        if isinstance(code, int) and 400 <= code < 500:
+            return SGLangRequestError(msg, status=code)
+        return SGLangUnavailableError(msg)
+    return SGLangUnavailableError(f"SGLang /generate error: {err!s}")
+
+
+async def _sse_json(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of an SSE stream's ``data:`` lines, up to ``[DONE]``."""
+    async for line in resp.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise SGLangUnavailableError(f"malformed SGLang stream chunk: {data[:200]!r}") from e
+        if not isinstance(obj, dict):
+            raise SGLangUnavailableError(f"unexpected SGLang stream chunk: {data[:200]!r}")
+        yield obj
+
+
+def _new_tokens(chunk: Mapping[str, Any], have: int) -> tuple[list[int], list[float]]:
+    """The tokens of ``chunk`` not seen yet, with their logprobs.
+
+    Cumulative chunks (SGLang's default) repeat everything; incremental ones
+    (``--incremental-streaming-output``) hold only new tokens: a chunk whose
+    ``meta_info.completion_tokens`` equals ``have + len(output_ids)`` is incremental.
+
+    Raises:
+        SGLangUnavailableError: ids and logprobs disagree (a malformed reply).
+    """
+    out_ids = chunk.get("output_ids")
+    meta = chunk.get("meta_info") or {}
+    raw_lps = meta.get("output_token_logprobs")
+    if not isinstance(out_ids, list):
+        raise SGLangUnavailableError(
+            "SGLang reply has no output_ids (was the server started without "
+            "--skip-tokenizer-init and with an old version?)"
+        )
+    if not isinstance(raw_lps, list):
+        raise SGLangUnavailableError("SGLang reply has no meta_info.output_token_logprobs")
+    completion_tokens = meta.get("completion_tokens")
+    incremental = (
+        isinstance(completion_tokens, int)
+        and completion_tokens == have + len(out_ids)
+        and completion_tokens != len(out_ids)
+    )
+    if incremental:
+        new_ids, new_lps = out_ids, raw_lps
+    else:
+        if len(out_ids) < have:
+            raise SGLangUnavailableError(
+                f"SGLang stream went backwards: {len(out_ids)} tokens after {have}"
+            )
+        new_ids, new_lps = out_ids[have:], raw_lps[have:]
+    if len(new_lps) != len(new_ids):
+        raise SGLangUnavailableError(
+            f"SGLang returned {len(new_ids)} new ids but {len(new_lps)} logprobs"
+        )
+    ids: list[int] = []
+    lps: list[float] = []
+    for tid, entry in zip(new_ids, new_lps, strict=True):
+        lp = entry[0] if isinstance(entry, list | tuple) else entry
+        if isinstance(entry, list | tuple) and len(entry) > 1 and entry[1] != tid:
+            raise SGLangUnavailableError(
+                f"SGLang logprob entry {entry!r} does not match output id {tid}"
+            )
+        if not isinstance(tid, int) or not isinstance(lp, int | float):
+            raise SGLangUnavailableError(f"malformed SGLang token entry {tid!r}, {entry!r}")
+        ids.append(tid)
+        lps.append(float(lp))
+    return ids, lps

@@ -1,5 +1,87 @@
 """Serving proxy at the model boundary: OpenAI/Anthropic APIs, token-exact capture, inference backends."""
 
+from clawrl.proxy.app import ProxyApp
+from clawrl.proxy.backends.base import (
+    BackendError,
+    GenerationRequest,
+    GenerationResult,
+    InferenceBackend,
+    SamplingParams,
+    TokenDelta,
+)
+from clawrl.proxy.backends.null import NullBackend
+from clawrl.proxy.backends.scripted import ScriptedBackend, ScriptedCompletion
+from clawrl.proxy.capture import CaptureWriter, iter_records, read_records, session_capture_path
+from clawrl.proxy.client import AdminClient, AsyncAdminClient, SessionInfo
+from clawrl.proxy.core import ChatCall, ProxyCore, TrainingSampling
+from clawrl.proxy.errors import (
+    AuthenticationError,
+    BackendUnavailableError,
+    CaptureError,
+    ContextLengthExceededError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ProxyAdminError,
+    ProxyError,
+    ProxyRequestError,
+    SessionClosedError,
+    SessionNotFoundError,
+    UnsupportedParameterError,
+)
+from clawrl.proxy.parse import (
+    ParsedCompletion,
+    ParsedToolCall,
+    format_assistant_text,
+    parse_completion,
+)
+from clawrl.proxy.render import ChatRenderer
+from clawrl.proxy.server import ProxyServer, ServerConfig, build_proxy_app
+from clawrl.proxy.session import Session, SessionManager
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "AdminClient",
+    "AsyncAdminClient",
+    "AuthenticationError",
+    "BackendError",
+    "BackendUnavailableError",
+    "CaptureError",
+    "CaptureWriter",
+    "ChatCall",
+    "ChatRenderer",
+    "ContextLengthExceededError",
+    "GenerationRequest",
+    "GenerationResult",
+    "InferenceBackend",
+    "NotFoundError",
+    "NullBackend",
+    "ParsedCompletion",
+    "ParsedToolCall",
+    "PayloadTooLargeError",
+    "ProxyAdminError",
+    "ProxyApp",
+    "ProxyCore",
+    "ProxyError",
+    "ProxyRequestError",
+    "ProxyServer",
+    "SamplingParams",
+    "ScriptedBackend",
+    "ScriptedCompletion",
+    "ServerConfig",
+    "Session",
+    "SessionClosedError",
+    "SessionInfo",
+    "SessionManager",
+    "SessionNotFoundError",
+    "TokenDelta",
+    "TrainingSampling",
+    "UnsupportedParameterError",
+    "__version__",
+    "build_proxy_app",
+    "format_assistant_text",
+    "iter_records",
+    "parse_completion",
+    "read_records",
+    "session_capture_path",
+]

@@ -1,0 +1,272 @@
+"""Python client of the proxy's admin API (sync :class:`AdminClient`, async
+:class:`AsyncAdminClient`), over a unix socket or TCP.
+
+Example::
+
+    with AdminClient(socket="/run/clawrl/admin.sock") as admin:
+        s = admin.create_session(run_id="r1", task_id="t1", harness="reference", group_id="g0")
+        # harness gets s.openai_base_url / s.anthropic_base_url and s.api_key
+        records = admin.records(s.session_id)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from clawrl.proxy.errors import ProxyAdminError
+
+__all__ = ["AdminClient", "AsyncAdminClient", "SessionInfo"]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What a harness needs to reach its session, plus the session's metadata."""
+
+    session_id: str
+    api_key: str
+    openai_base_url: str
+    anthropic_base_url: str
+    run_id: str
+    metadata: dict[str, Any]
+    capture_path: str | None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SessionInfo:
+        return cls(
+            session_id=d["session_id"],
+            api_key=d["api_key"],
+            openai_base_url=d["openai_base_url"],
+            anthropic_base_url=d["anthropic_base_url"],
+            run_id=d["run_id"],
+            metadata=d.get("metadata", {}),
+            capture_path=d.get("capture_path"),
+        )
+
+
+def _transport_args(
+    socket: str | None, base_url: str | None, token: str | None, timeout: float
+) -> dict[str, Any]:
+    if (socket is None) == (base_url is None):
+        raise ValueError("give exactly one of socket or base_url")
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    return {
+        "base_url": base_url or "http://proxy-admin",
+        "headers": headers,
+        "timeout": timeout,
+    }
+
+
+def _check(r: httpx.Response) -> Any:
+    if r.status_code >= 400:
+        try:
+            err = r.json().get("error", {})
+            msg, code = err.get("message", r.text), err.get("code")
+        except ValueError:
+            msg, code = r.text, None
+        raise ProxyAdminError(
+            f"admin call failed ({r.status_code}): {msg}", status=r.status_code, code=code
+        )
+    return r.json()
+
+
+def _session_body(
+    run_id: str,
+    task_id: str | None,
+    harness: str | None,
+    group_id: str | None,
+    metadata: dict[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "task_id": task_id,
+        "harness": harness,
+        "group_id": group_id,
+        "metadata": metadata or {},
+    }
+
+
+def _completions(items: Sequence[str | dict[str, Any]]) -> dict[str, Any]:
+    return {"completions": [{"text": c} if isinstance(c, str) else c for c in items]}
+
+
+class AdminClient:
+    """Synchronous admin client.
+
+    Args:
+        socket: path of the admin unix socket, or
+        base_url: ``http://host:port`` of the admin TCP listener.
+        token: admin bearer token, if the proxy requires one.
+        timeout: seconds per call (loading weights may take long).
+
+    Every method raises :class:`ProxyAdminError` (with ``status``) when the proxy refuses.
+    """
+
+    def __init__(
+        self,
+        *,
+        socket: str | None = None,
+        base_url: str | None = None,
+        token: str | None = None,
+        timeout: float = 600.0,
+    ):
+        kw = _transport_args(socket, base_url, token, timeout)
+        transport = httpx.HTTPTransport(uds=socket) if socket else None
+        self._http = httpx.Client(transport=transport, **kw)
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def create_session(
+        self,
+        *,
+        run_id: str = "default",
+        task_id: str | None = None,
+        harness: str | None = None,
+        group_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionInfo:
+        """A new session; its capture file is ``<capture_dir>/<run_id>/<session_id>.jsonl``."""
+        body = _session_body(run_id, task_id, harness, group_id, metadata)
+        return SessionInfo.from_json(_check(self._http.post("/sessions", json=body)))
+
+    def close_session(self, session_id: str) -> dict[str, Any]:
+        return dict(_check(self._http.post(f"/sessions/{session_id}/close")))
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        return dict(_check(self._http.get(f"/sessions/{session_id}")))
+
+    def records(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's call records (DESIGN.md "Call record"), in file order."""
+        return list(_check(self._http.get(f"/sessions/{session_id}/records"))["records"])
+
+    def script(self, session_id: str, completions: Sequence[str | dict[str, Any]]) -> int:
+        """Queue completions (text, or ``{"ids": [...]}``) for a session; scripted backend
+        only. Returns the queue length."""
+        r = self._http.post(f"/sessions/{session_id}/script", json=_completions(completions))
+        return int(_check(r)["queued"])
+
+    def pause(self) -> None:
+        _check(self._http.post("/pause"))
+
+    def resume(self) -> None:
+        _check(self._http.post("/resume"))
+
+    def load_weights(self, path: str, version: int) -> int:
+        """Load an HF checkpoint directory; returns the new policy version."""
+        r = self._http.post("/weights", json={"path": str(path), "version": int(version)})
+        return int(_check(r)["policy_version"])
+
+    def set_sampling(
+        self,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = -1,
+        max_tokens: int | None = None,
+    ) -> dict[str, Any]:
+        """Impose training sampling parameters on every generation."""
+        body = {
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "max_tokens": max_tokens,
+        }
+        return dict(_check(self._http.post("/sampling", json=body)))
+
+    def clear_sampling(self) -> None:
+        """Back to each request's own sampling parameters (evaluation)."""
+        _check(self._http.delete("/sampling"))
+
+    def status(self) -> dict[str, Any]:
+        return dict(_check(self._http.get("/status")))
+
+
+class AsyncAdminClient:
+    """Asynchronous admin client; same methods as :class:`AdminClient`, awaitable."""
+
+    def __init__(
+        self,
+        *,
+        socket: str | None = None,
+        base_url: str | None = None,
+        token: str | None = None,
+        timeout: float = 600.0,
+    ):
+        kw = _transport_args(socket, base_url, token, timeout)
+        transport = httpx.AsyncHTTPTransport(uds=socket) if socket else None
+        self._http = httpx.AsyncClient(transport=transport, **kw)
+
+    async def __aenter__(self) -> AsyncAdminClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def create_session(
+        self,
+        *,
+        run_id: str = "default",
+        task_id: str | None = None,
+        harness: str | None = None,
+        group_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionInfo:
+        body = _session_body(run_id, task_id, harness, group_id, metadata)
+        return SessionInfo.from_json(_check(await self._http.post("/sessions", json=body)))
+
+    async def close_session(self, session_id: str) -> dict[str, Any]:
+        return dict(_check(await self._http.post(f"/sessions/{session_id}/close")))
+
+    async def session(self, session_id: str) -> dict[str, Any]:
+        return dict(_check(await self._http.get(f"/sessions/{session_id}")))
+
+    async def records(self, session_id: str) -> list[dict[str, Any]]:
+        return list(_check(await self._http.get(f"/sessions/{session_id}/records"))["records"])
+
+    async def script(self, session_id: str, completions: Sequence[str | dict[str, Any]]) -> int:
+        r = await self._http.post(f"/sessions/{session_id}/script", json=_completions(completions))
+        return int(_check(r)["queued"])
+
+    async def pause(self) -> None:
+        _check(await self._http.post("/pause"))
+
+    async def resume(self) -> None:
+        _check(await self._http.post("/resume"))
+
+    async def load_weights(self, path: str, version: int) -> int:
+        r = await self._http.post("/weights", json={"path": str(path), "version": int(version)})
+        return int(_check(r)["policy_version"])
+
+    async def set_sampling(
+        self,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = -1,
+        max_tokens: int | None = None,
+    ) -> dict[str, Any]:
+        body = {
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "max_tokens": max_tokens,
+        }
+        return dict(_check(await self._http.post("/sampling", json=body)))
+
+    async def clear_sampling(self) -> None:
+        _check(await self._http.delete("/sampling"))
+
+    async def status(self) -> dict[str, Any]:
+        return dict(_check(await self._http.get("/status")))

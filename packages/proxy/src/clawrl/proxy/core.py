@@ -1,0 +1,450 @@
+"""The call pipeline shared by every wire API.
+
+request (normalised by the API module) -> prompt ids (template + splices) -> sampling policy ->
+backend generation (buffered whole; aborted if the client disconnects) -> parse -> record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+from clawrl.proxy.backends.base import (
+    BackendError,
+    GenerationRequest,
+    GenerationResult,
+    InferenceBackend,
+    SamplingParams,
+    TokenDelta,
+)
+from clawrl.proxy.errors import BackendUnavailableError, ContextLengthExceededError, ProxyError
+from clawrl.proxy.parse import ParsedCompletion, parse_completion
+from clawrl.proxy.render import ChatRenderer
+from clawrl.proxy.session import Session, SessionManager
+from clawrl.proxy.splice import Generation, PromptBuild, build_prompt, canonical_key
+
+__all__ = ["CallOutcome", "ChatCall", "ClientDisconnected", "ProxyCore", "TrainingSampling"]
+
+log = logging.getLogger("clawrl.proxy")
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its answer was ready; the call was recorded as aborted."""
+
+
+@dataclass(frozen=True)
+class TrainingSampling:
+    """Sampling parameters the trainer imposes on every generation while training.
+
+    ``temperature`` T > 0 (logprobs are log softmax(logits / T)); ``top_p`` = 1 and
+    ``top_k`` = -1 for RL (DESIGN.md "Logprobs mean one thing"); ``max_tokens`` an optional
+    cap on completion tokens (the harness's own cap and the context window also apply).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError("temperature must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+
+
+@dataclass
+class ChatCall:
+    """A chat request normalised from any wire API (messages in the renderer's format)."""
+
+    api: str
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    parse_tool_calls: bool = True
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stream: bool = False
+    body: dict[str, Any] | None = None
+
+
+@dataclass
+class CallOutcome:
+    """A finished generation, before the API module answers."""
+
+    call_id: str
+    parsed: ParsedCompletion
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    tool_call_ids: list[str]
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+class ProxyCore:
+    """Sessions + renderer + backend + sampling policy + capture.
+
+    Args:
+        renderer: chat template and tokenizer of the served model.
+        backend: the inference backend.
+        sessions: the session manager (holds the capture directory).
+        served_model: model id reported by ``/v1/models``.
+        body_capture_limit: request/response bodies larger than this (bytes of JSON) are
+            recorded as ``{"_truncated": true, "bytes": n}``; 0 records none.
+        abort_grace_s: after a disconnect, seconds to wait for the backend to end the aborted
+            generation before cancelling it.
+    """
+
+    def __init__(
+        self,
+        renderer: ChatRenderer,
+        backend: InferenceBackend,
+        sessions: SessionManager,
+        *,
+        served_model: str = "clawrl",
+        body_capture_limit: int = 1 << 20,
+        abort_grace_s: float = 5.0,
+    ):
+        self.renderer = renderer
+        self.backend = backend
+        self.sessions = sessions
+        self.served_model = served_model
+        self.body_capture_limit = body_capture_limit
+        self.abort_grace_s = abort_grace_s
+        self.training_sampling: TrainingSampling | None = None
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self.paused = False
+        self._inflight: dict[str, asyncio.Task[Any]] = {}
+
+    # -- admin operations --------------------------------------------------------------------
+
+    async def pause(self) -> None:
+        """New generations wait until :meth:`resume`; in-flight ones finish."""
+        self.paused = True
+        self._gate.clear()
+        await self.backend.pause()
+
+    async def resume(self) -> None:
+        self.paused = False
+        await self.backend.resume()
+        self._gate.set()
+
+    # -- prompts ----------------------------------------------------------------------------
+
+    def build_prompt(self, session: Session | None, call: ChatCall) -> PromptBuild:
+        return build_prompt(
+            self.renderer, call.messages, call.tools, session.memory if session else None
+        )
+
+    def sampling_for(
+        self, call: ChatCall, prompt_len: int
+    ) -> tuple[SamplingParams, dict[str, Any]]:
+        """The sampling parameters applied to a call, and their record.
+
+        Raises:
+            ContextLengthExceededError: the prompt fills the context window.
+        """
+        room = self.backend.max_context - prompt_len
+        if room < 1:
+            raise ContextLengthExceededError(
+                f"the prompt has {prompt_len} tokens; the context window is "
+                f"{self.backend.max_context} tokens",
+                param="messages",
+            )
+        caps = [room]
+        if call.max_tokens is not None:
+            caps.append(call.max_tokens)
+        ts = self.training_sampling
+        if ts is not None:
+            if ts.max_tokens is not None:
+                caps.append(ts.max_tokens)
+            temperature, top_p, top_k = ts.temperature, ts.top_p, ts.top_k
+            mode = "training"
+        else:
+            temperature = 1.0 if call.temperature is None else call.temperature
+            top_p = 1.0 if call.top_p is None else call.top_p
+            top_k = -1 if call.top_k is None else call.top_k
+            mode = "eval"
+        params = SamplingParams(
+            max_tokens=min(caps),
+            temperature=float(temperature),
+            top_p=float(top_p),
+            top_k=int(top_k),
+            stop_token_ids=self.renderer.stop_token_ids,
+            seed=call.seed,
+        )
+        rec = asdict(params)
+        rec["stop_token_ids"] = list(params.stop_token_ids)
+        rec.update(
+            mode=mode,
+            backend=self.backend.name,
+            requested={
+                "temperature": call.temperature,
+                "top_p": call.top_p,
+                "top_k": call.top_k,
+                "max_tokens": call.max_tokens,
+            },
+        )
+        return params, rec
+
+    # -- the call ---------------------------------------------------------------------------
+
+    async def run_call(
+        self,
+        session: Session,
+        call: ChatCall,
+        *,
+        received: float,
+        disconnected: Callable[[], Awaitable[Any]] | None = None,
+    ) -> CallOutcome:
+        """Generate the answer to ``call``; the record is written by :meth:`commit`.
+
+        Raises:
+            ProxyRequestError: the prompt cannot be rendered or does not fit.
+            BackendUnavailableError: the backend failed (the call is recorded as "error").
+            ClientDisconnected: the client left; the generation was aborted and recorded.
+        """
+        build = self.build_prompt(session, call)
+        prompt_ids = build.ids
+        bad = [t for t in prompt_ids if not 0 <= t < self.backend.vocab_size]
+        if bad:
+            raise ContextLengthExceededError(
+                f"the tokenizer produced ids outside the backend's vocabulary: {bad[:3]}"
+            )
+        params, sampling_rec = self.sampling_for(call, len(prompt_ids))
+        seq = session.next_seq()
+        call_id = "call-" + secrets.token_hex(12)
+        relation = session.history.relation(prompt_ids, bool(build.spliced))
+        flags: list[str] = []
+        anchor = session.history.anchor
+        if anchor is None:
+            for end, role in build.unit_ends:
+                if role == "user" or role == "tool":
+                    session.history.anchor = anchor = prompt_ids[:end]
+                    break
+        elif prompt_ids[: len(anchor)] != anchor:
+            flags.append("side_path")
+        record: dict[str, Any] = {
+            "call_id": call_id,
+            "session_id": session.session_id,
+            "run_id": session.run_id,
+            "seq": seq,
+            "api": call.api,
+            "model": call.model,
+            "metadata": session.metadata,
+            "prompt_ids": prompt_ids,
+            "completion_ids": [],
+            "completion_logprobs": [],
+            "finish_reason": "error",
+            "prompt_relation": relation,
+            "spliced": build.spliced,
+            "flags": flags,
+            "policy_version": None,
+            "policy_version_end": None,
+            "sampling": sampling_rec,
+            "timing": {
+                "received": received,
+                "started": None,
+                "first_token": None,
+                "finished": None,
+            },
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": 0},
+            "request": self._capped(call.body),
+            "response": None,
+            "error": None,
+        }
+        await self._gate.wait()
+        record["timing"]["started"] = time.time()
+        request = GenerationRequest(
+            request_id=call_id,
+            prompt_ids=prompt_ids,
+            sampling=params,
+            session_id=session.session_id,
+        )
+        ids: list[int] = []
+        lps: list[float] = []
+        first: list[float] = []
+
+        async def consume() -> GenerationResult:
+            result: GenerationResult | None = None
+            async for item in self.backend.generate(request):
+                if isinstance(item, TokenDelta):
+                    if not first:
+                        first.append(time.time())
+                    ids.extend(item.token_ids)
+                    lps.extend(item.logprobs)
+                else:
+                    result = item
+            if result is None:
+                raise BackendError("the backend ended a generation without a result")
+            return result
+
+        gen_task: asyncio.Task[GenerationResult] = asyncio.ensure_future(consume())
+        self._inflight[call_id] = gen_task
+        try:
+            result = await self._await_generation(gen_task, call_id, disconnected)
+        except ClientDisconnected:
+            self._finish_record(record, session, ids, lps, "aborted", None, first)
+            self._commit_failed(session, record, prompt_ids, ids)
+            raise
+        except asyncio.CancelledError:
+            await self._abort_quietly(call_id, gen_task)
+            self._finish_record(record, session, ids, lps, "aborted", None, first)
+            self._commit_failed(session, record, prompt_ids, ids)
+            raise
+        except Exception as e:
+            if not isinstance(e, BackendError | OSError | ProxyError):
+                log.exception("backend failure")
+            self._finish_record(record, session, ids, lps, "error", None, first)
+            record["error"] = f"{type(e).__name__}: {e}"
+            self._commit_failed(session, record, prompt_ids, ids)
+            raise BackendUnavailableError(f"the inference backend failed: {e}") from e
+        finally:
+            self._inflight.pop(call_id, None)
+        if result.finish_reason in ("error", "aborted"):
+            self._finish_record(
+                record,
+                session,
+                result.completion_ids,
+                result.completion_logprobs,
+                result.finish_reason,
+                result,
+                first,
+            )
+            record["error"] = result.error or f"generation {result.finish_reason}"
+            self._commit_failed(session, record, prompt_ids, list(result.completion_ids))
+            raise BackendUnavailableError(
+                f"the generation ended with {result.finish_reason}: {result.error or ''}".strip(),
+                code="generation_" + result.finish_reason,
+            )
+        completion = list(result.completion_ids)
+        text = self.renderer.decode(completion)
+        parsed = parse_completion(
+            text,
+            finish_reason=result.finish_reason,
+            stop_texts=tuple(self.renderer.decode([t]) for t in self.renderer.stop_token_ids),
+            parse_tool_calls=call.parse_tool_calls,
+        )
+        if parsed.tool_calls and result.finish_reason == "stop":
+            finish = "tool_calls"
+        else:
+            finish = result.finish_reason
+        flags.extend(parsed.flags)
+        self._finish_record(
+            record, session, completion, list(result.completion_logprobs), finish, result, first
+        )
+        tool_ids = [secrets.token_hex(12) for _ in parsed.tool_calls]
+        record["parsed"] = {
+            "reasoning": parsed.reasoning,
+            "content": parsed.content,
+            "tool_calls": [
+                {"id": i, "name": c.name, "arguments": c.arguments}
+                for i, c in zip(tool_ids, parsed.tool_calls, strict=True)
+            ],
+        }
+        key = canonical_key(
+            parsed.reasoning, parsed.content, [(c.name, c.arguments) for c in parsed.tool_calls]
+        )
+        session.memory.remember(key, Generation(call_id, tuple(prompt_ids), tuple(completion)))
+        session.history.add(call_id, prompt_ids, completion)
+        return CallOutcome(
+            call_id=call_id,
+            parsed=parsed,
+            finish_reason=finish,
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=len(completion),
+            tool_call_ids=tool_ids,
+            record=record,
+        )
+
+    def commit(
+        self, session: Session, outcome: CallOutcome, response: dict[str, Any] | None
+    ) -> None:
+        """Write the record of a successful call (with the response body sent)."""
+        outcome.record["response"] = self._capped(response)
+        session.write(outcome.record)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    async def _await_generation(
+        self,
+        gen_task: asyncio.Task[GenerationResult],
+        call_id: str,
+        disconnected: Callable[[], Awaitable[Any]] | None,
+    ) -> GenerationResult:
+        if disconnected is None:
+            return await gen_task
+        dc_task = asyncio.ensure_future(disconnected())
+        try:
+            done, _ = await asyncio.wait({gen_task, dc_task}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            dc_task.cancel()
+            raise
+        if gen_task in done:
+            dc_task.cancel()
+            return gen_task.result()
+        await self._abort_quietly(call_id, gen_task)
+        raise ClientDisconnected(call_id)
+
+    async def _abort_quietly(self, call_id: str, gen_task: asyncio.Task[GenerationResult]) -> None:
+        try:
+            await self.backend.abort(call_id)
+        except Exception:
+            log.warning("backend abort failed for %s", call_id, exc_info=True)
+        try:
+            await asyncio.wait_for(asyncio.shield(gen_task), self.abort_grace_s)
+        except (TimeoutError, asyncio.CancelledError, Exception):
+            gen_task.cancel()
+
+    def _finish_record(
+        self,
+        record: dict[str, Any],
+        session: Session,
+        ids: list[int],
+        lps: list[float],
+        finish: str,
+        result: GenerationResult | None,
+        first: list[float],
+    ) -> None:
+        record["completion_ids"] = list(ids)
+        record["completion_logprobs"] = list(lps)[: len(ids)]
+        record["finish_reason"] = finish
+        version = self.backend.policy_version
+        record["policy_version"] = result.policy_version if result else version
+        record["policy_version_end"] = result.policy_version_end if result else version
+        if record["policy_version_end"] != record["policy_version"]:
+            record["flags"].append("stale")
+        record["timing"]["first_token"] = first[0] if first else None
+        record["timing"]["finished"] = time.time()
+        record["usage"]["completion_tokens"] = len(ids)
+        if result is not None and result.extra:
+            record["backend_extra"] = result.extra
+
+    def _commit_failed(
+        self, session: Session, record: dict[str, Any], prompt_ids: list[int], ids: list[int]
+    ) -> None:
+        session.history.add(record["call_id"], prompt_ids, list(ids))
+        session.write(record)
+
+    def _capped(self, body: Any) -> Any:
+        if body is None or self.body_capture_limit <= 0:
+            return None
+        try:
+            n = len(orjson.dumps(body))
+        except (TypeError, orjson.JSONEncodeError):
+            return None
+        if n > self.body_capture_limit:
+            return {"_truncated": True, "bytes": n}
+        return body

@@ -1,0 +1,306 @@
+"""OpenAI Chat Completions on the wire: request -> :class:`ChatCall`, outcome -> response.
+
+Supported: messages with roles system / developer (treated as system) / user / assistant /
+tool, text content (string or text parts), assistant ``reasoning_content`` (alias
+``reasoning``) and ``tool_calls``; ``tools`` (function tools; other tool types are ignored),
+``tool_choice`` (``none`` returns tool-call markup as text; others cannot be enforced on the
+model and are recorded only), ``max_tokens`` / ``max_completion_tokens``, ``temperature``,
+``top_p``, ``top_k`` (extension), ``seed``, ``stream`` with ``stream_options.include_usage``,
+``n`` = 1. Any other field is tolerated and ignored. Non-text content (images, audio,
+files) and ``n`` > 1 are rejected with a typed 400.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import orjson
+from clawrl.proxy.core import CallOutcome, ChatCall
+from clawrl.proxy.errors import ProxyRequestError, UnsupportedParameterError
+from clawrl.proxy.validation import (
+    opt_bool,
+    opt_int,
+    opt_number,
+    opt_str,
+    req_list,
+    req_obj,
+    req_str,
+)
+
+__all__ = ["build_response", "parse_request", "stream_events"]
+
+_ROLES = {"system", "developer", "user", "assistant", "tool"}
+
+
+def _text(content: Any, param: str) -> str:
+    """Text of a content field: a string, null, or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = req_list(content, param)
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        p = f"{param}[{i}]"
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        part = req_obj(part, p)
+        kind = part.get("type")
+        if kind == "text":
+            out.append(req_str(part.get("text"), p + ".text"))
+        elif kind in ("image_url", "input_audio", "file", "image", "input_image"):
+            raise UnsupportedParameterError(
+                f"{p}: content of type {kind!r} is not supported (text-only model)", param=p
+            )
+        else:
+            raise ProxyRequestError(f"{p}: unknown content part type {kind!r}", param=p + ".type")
+    return "".join(out)
+
+
+def _arguments(v: Any, param: str) -> Any:
+    """Tool-call arguments for the template: a dict when the JSON string holds an object."""
+    if isinstance(v, dict):
+        return v
+    if v is None:
+        return {}
+    s = req_str(v, param)
+    try:
+        parsed = json.loads(s)
+    except (ValueError, RecursionError):
+        return s
+    return parsed if isinstance(parsed, dict) else s
+
+
+def _message(m: Any, i: int) -> dict[str, Any]:
+    p = f"messages[{i}]"
+    m = req_obj(m, p)
+    role = m.get("role")
+    if role not in _ROLES:
+        if role == "function":
+            raise UnsupportedParameterError(
+                f"{p}.role 'function' is deprecated and not supported; use tools", param=p + ".role"
+            )
+        raise ProxyRequestError(f"{p}.role must be one of {sorted(_ROLES)}", param=p + ".role")
+    if role in ("system", "developer"):
+        return {"role": "system", "content": _text(m.get("content"), p + ".content")}
+    if role == "user":
+        return {"role": "user", "content": _text(m.get("content"), p + ".content")}
+    if role == "tool":
+        out: dict[str, Any] = {"role": "tool", "content": _text(m.get("content"), p + ".content")}
+        tcid = m.get("tool_call_id")
+        if tcid is not None:
+            out["tool_call_id"] = str(tcid) if isinstance(tcid, str | int) else ""
+        return out
+    # assistant
+    out = {"role": "assistant", "content": _text(m.get("content"), p + ".content")}
+    reasoning = m.get("reasoning_content", m.get("reasoning"))
+    if reasoning is not None:
+        out["reasoning_content"] = _text(reasoning, p + ".reasoning_content")
+    calls = m.get("tool_calls")
+    if calls is not None:
+        tcs: list[dict[str, Any]] = []
+        for j, tc in enumerate(req_list(calls, p + ".tool_calls")):
+            q = f"{p}.tool_calls[{j}]"
+            tc = req_obj(tc, q)
+            fn = req_obj(tc.get("function"), q + ".function")
+            tcs.append(
+                {
+                    "id": opt_str(tc.get("id"), q + ".id") or "",
+                    "type": "function",
+                    "function": {
+                        "name": req_str(fn.get("name"), q + ".function.name"),
+                        "arguments": _arguments(fn.get("arguments"), q + ".function.arguments"),
+                    },
+                }
+            )
+        if tcs:
+            out["tool_calls"] = tcs
+    return out
+
+
+def _tools(v: Any) -> list[dict[str, Any]] | None:
+    if v is None:
+        return None
+    tools: list[dict[str, Any]] = []
+    for i, t in enumerate(req_list(v, "tools")):
+        p = f"tools[{i}]"
+        t = req_obj(t, p)
+        if t.get("type", "function") != "function":
+            continue  # custom / built-in tool types: nothing the template can render
+        fn = req_obj(t.get("function"), p + ".function")
+        name = req_str(fn.get("name"), p + ".function.name")
+        spec: dict[str, Any] = {"name": name}
+        if fn.get("description") is not None:
+            spec["description"] = req_str(fn.get("description"), p + ".function.description")
+        if fn.get("parameters") is not None:
+            spec["parameters"] = req_obj(fn.get("parameters"), p + ".function.parameters")
+        tools.append({"type": "function", "function": spec})
+    return tools or None
+
+
+def parse_request(body: Any) -> tuple[ChatCall, bool]:
+    """Validate a Chat Completions body.
+
+    Returns:
+        The normalised call and whether usage is to be streamed (``include_usage``).
+
+    Raises:
+        ProxyRequestError: a field is malformed; UnsupportedParameterError: n > 1, images.
+    """
+    body = req_obj(body, "body")
+    model = opt_str(body.get("model"), "model") or ""
+    msgs = req_list(body.get("messages"), "messages")
+    if not msgs:
+        raise ProxyRequestError("messages must not be empty", param="messages")
+    messages = [_message(m, i) for i, m in enumerate(msgs)]
+    n = opt_int(body.get("n"), "n", minimum=1)
+    if n is not None and n != 1:
+        raise UnsupportedParameterError("only n = 1 is supported", param="n")
+    tools = _tools(body.get("tools"))
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None and not (
+        tool_choice in ("none", "auto", "required") or isinstance(tool_choice, dict)
+    ):
+        raise ProxyRequestError(
+            "tool_choice must be 'none', 'auto', 'required' or an object", param="tool_choice"
+        )
+    max_tokens = opt_int(body.get("max_completion_tokens"), "max_completion_tokens", minimum=1)
+    legacy = opt_int(body.get("max_tokens"), "max_tokens", minimum=1)
+    if max_tokens is None:
+        max_tokens = legacy
+    stream = bool(opt_bool(body.get("stream"), "stream"))
+    include_usage = False
+    so = body.get("stream_options")
+    if so is not None:
+        include_usage = bool(
+            opt_bool(
+                req_obj(so, "stream_options").get("include_usage"), "stream_options.include_usage"
+            )
+        )
+    call = ChatCall(
+        api="openai.chat",
+        model=model,
+        messages=messages,
+        tools=tools,
+        parse_tool_calls=tool_choice != "none",
+        max_tokens=max_tokens,
+        temperature=opt_number(body.get("temperature"), "temperature", minimum=0, maximum=2),
+        top_p=opt_number(body.get("top_p"), "top_p", minimum=0, maximum=1),
+        top_k=opt_int(body.get("top_k"), "top_k", minimum=-1),
+        seed=opt_int(body.get("seed"), "seed"),
+        stream=stream,
+        body=body,
+    )
+    if call.top_p == 0:
+        raise ProxyRequestError("top_p must be > 0", param="top_p")
+    return call, include_usage
+
+
+def _wire_finish(finish: str) -> str:
+    return {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}.get(finish, "stop")
+
+
+def _usage(o: CallOutcome) -> dict[str, int]:
+    return {
+        "prompt_tokens": o.prompt_tokens,
+        "completion_tokens": o.completion_tokens,
+        "total_tokens": o.prompt_tokens + o.completion_tokens,
+    }
+
+
+def _tool_calls(o: CallOutcome) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": "call_" + tid,
+            "type": "function",
+            "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+        }
+        for tid, c in zip(o.tool_call_ids, o.parsed.tool_calls, strict=True)
+    ]
+
+
+def build_response(o: CallOutcome, call: ChatCall, created: int | None = None) -> dict[str, Any]:
+    """The non-streamed ``chat.completion`` object."""
+    msg: dict[str, Any] = {"role": "assistant", "content": o.parsed.content or None}
+    if o.parsed.reasoning is not None:
+        msg["reasoning_content"] = o.parsed.reasoning
+    if o.parsed.tool_calls:
+        msg["tool_calls"] = _tool_calls(o)
+    elif msg["content"] is None:
+        msg["content"] = ""
+    return {
+        "id": "chatcmpl-" + o.call_id,
+        "object": "chat.completion",
+        "created": created if created is not None else int(time.time()),
+        "model": call.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": msg,
+                "logprobs": None,
+                "finish_reason": _wire_finish(o.finish_reason),
+            }
+        ],
+        "usage": _usage(o),
+    }
+
+
+def stream_events(o: CallOutcome, call: ChatCall, include_usage: bool) -> list[bytes]:
+    """SSE ``data:`` lines of a ``chat.completion.chunk`` stream (pseudo-streaming: the
+    whole generation is already parsed), ending with ``data: [DONE]``."""
+    created = int(time.time())
+    base = {
+        "id": "chatcmpl-" + o.call_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": call.model,
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        obj = dict(base)
+        obj["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+        if include_usage:
+            obj["usage"] = None
+        obj.update(extra)
+        return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    if o.parsed.reasoning:
+        out.append(chunk({"reasoning_content": o.parsed.reasoning}))
+    if o.parsed.content:
+        out.append(chunk({"content": o.parsed.content}))
+    for i, tc in enumerate(_tool_calls(o)):
+        out.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": tc["id"],
+                            "type": "function",
+                            "function": {"name": tc["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
+        out.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": i, "function": {"arguments": tc["function"]["arguments"]}}
+                    ]
+                }
+            )
+        )
+    out.append(chunk({}, _wire_finish(o.finish_reason)))
+    if include_usage:
+        obj = dict(base)
+        obj["choices"] = []
+        obj["usage"] = _usage(o)
+        out.append(b"data: " + orjson.dumps(obj) + b"\n\n")
+    out.append(b"data: [DONE]\n\n")
+    return out

@@ -1,0 +1,165 @@
+"""Parsing generated text into reasoning, content and tool calls (Qwen3 format).
+
+Format (what the chat template renders for an assistant turn, and what the model generates
+after the generation prompt)::
+
+    <think>\\n{reasoning}\\n</think>\\n\\n{content}\\n<tool_call>\\n{"name": N, "arguments": {...}}\\n</tool_call><|im_end|>
+
+Rules (REFERENCE.md failure classes 8 and 9):
+
+- a ``<tool_call>`` block whose body is not a JSON object with a string ``name`` and an object
+  ``arguments`` (or a JSON string holding one) is *ill-formed*: the whole text after the
+  reasoning is returned as content, no tool call, flag ``ill_formed_tool_call``;
+- a ``<tool_call>`` without its closing tag is *truncated* when the generation hit the length
+  limit (flag ``truncated_tool_call``), ill-formed otherwise; returned as text, never
+  completed;
+- an unterminated ``<think>`` block (length limit) is all reasoning.
+
+The parser is a linear scan (``str.find``), so no input makes it loop or backtrack.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ParsedCompletion", "ParsedToolCall", "format_assistant_text", "parse_completion"]
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+TOOL_OPEN = "<tool_call>"
+TOOL_CLOSE = "</tool_call>"
+
+
+@dataclass(frozen=True)
+class ParsedToolCall:
+    """One tool call: ``arguments`` is the parsed JSON object."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class ParsedCompletion:
+    """Generated text split into its parts.
+
+    ``reasoning`` is None when the model produced no think block; ``content`` is the visible
+    text (stripped); ``flags`` holds ``ill_formed_tool_call`` / ``truncated_tool_call``.
+    """
+
+    reasoning: str | None
+    content: str
+    tool_calls: list[ParsedToolCall] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+
+
+def _strip_stop(text: str, stop_texts: tuple[str, ...]) -> str:
+    changed = True
+    while changed:
+        changed = False
+        for s in stop_texts:
+            if s and text.endswith(s):
+                text = text[: -len(s)]
+                changed = True
+    return text
+
+
+def _parse_tool_body(body: str) -> ParsedToolCall | None:
+    try:
+        obj = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    name = obj.get("name")
+    args = obj.get("arguments", obj.get("parameters"))
+    if not isinstance(name, str) or not name:
+        return None
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except (ValueError, RecursionError):
+            return None
+    if not isinstance(args, dict):
+        return None
+    return ParsedToolCall(name=name, arguments=args)
+
+
+def parse_completion(
+    text: str,
+    *,
+    finish_reason: str,
+    stop_texts: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>"),
+    parse_tool_calls: bool = True,
+) -> ParsedCompletion:
+    """Split generated ``text`` into reasoning, content and tool calls.
+
+    Args:
+        text: the decoded completion (special tokens kept).
+        finish_reason: the backend's finish reason ("stop", "length", ...); "length" marks an
+            unterminated tool call as truncated.
+        stop_texts: turn-terminator texts removed from the end.
+        parse_tool_calls: False returns tool-call markup as plain content (``tool_choice:
+            none``).
+    """
+    text = _strip_stop(text, stop_texts)
+    reasoning: str | None = None
+    rest = text
+    lead = text.lstrip()
+    if lead.startswith(THINK_OPEN):
+        body = lead[len(THINK_OPEN) :]
+        end = body.find(THINK_CLOSE)
+        if end < 0:
+            return ParsedCompletion(reasoning=body.strip("\n"), content="")
+        reasoning = body[:end].strip("\n")
+        rest = body[end + len(THINK_CLOSE) :]
+    if not parse_tool_calls or TOOL_OPEN not in rest:
+        return ParsedCompletion(reasoning=reasoning, content=rest.strip())
+    calls: list[ParsedToolCall] = []
+    texts: list[str] = []
+    pos = 0
+    while True:
+        start = rest.find(TOOL_OPEN, pos)
+        if start < 0:
+            texts.append(rest[pos:])
+            break
+        texts.append(rest[pos:start])
+        end = rest.find(TOOL_CLOSE, start + len(TOOL_OPEN))
+        if end < 0:
+            flag = "truncated_tool_call" if finish_reason == "length" else "ill_formed_tool_call"
+            return ParsedCompletion(reasoning=reasoning, content=rest.strip(), flags=[flag])
+        call = _parse_tool_body(rest[start + len(TOOL_OPEN) : end])
+        if call is None:
+            return ParsedCompletion(
+                reasoning=reasoning, content=rest.strip(), flags=["ill_formed_tool_call"]
+            )
+        calls.append(call)
+        pos = end + len(TOOL_CLOSE)
+    content = "\n".join(t.strip() for t in texts if t.strip())
+    return ParsedCompletion(reasoning=reasoning, content=content, tool_calls=calls)
+
+
+def format_assistant_text(
+    *,
+    content: str = "",
+    reasoning: str | None = None,
+    tool_calls: list[tuple[str, dict[str, Any]]] | None = None,
+) -> str:
+    """The text a model in this format generates for an assistant turn (without the stop).
+
+    Used to script completions (oracle trajectories, harness tests). Matches the chat
+    template's rendering of the same assistant message.
+    """
+    out = ""
+    if reasoning:
+        out += f"{THINK_OPEN}\n{reasoning}\n{THINK_CLOSE}\n\n"
+    out += content
+    for name, args in tool_calls or []:
+        if out:
+            out += "\n"
+        out += (
+            f'{TOOL_OPEN}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
+            f"{json.dumps(args, ensure_ascii=False)}}}\n{TOOL_CLOSE}"
+        )
+    return out

@@ -1,0 +1,242 @@
+"""Rendering chat requests to prompt token ids with the model's own chat template.
+
+The template is the Jinja chat template of the HF model directory (``tokenizer_config.json``
+``chat_template`` or ``chat_template.jinja``), compiled once in a sandboxed Jinja environment
+equivalent to transformers' ``apply_chat_template`` (same ``tojson`` filter and
+``raise_exception``). Text is turned into ids with the model's fast tokenizer
+(``tokenizers``), special tokens recognised.
+
+Messages given to the renderer are OpenAI-style dicts (the server converts Anthropic requests
+first): ``role`` in system/user/assistant/tool, ``content`` (str), optional
+``reasoning_content`` (str), ``tool_calls`` (``[{"id", "type": "function", "function":
+{"name", "arguments"}}]``, arguments a dict or a JSON string) and ``tool_call_id``.
+
+:meth:`ChatRenderer.segments` splits a conversation into *units* — one message, or one run of
+consecutive ``tool`` messages (they render as one user turn) — with each unit's text, so that
+the server can substitute exact generated ids for an echoed assistant turn. The split is
+checked against a render of the whole conversation; when a template is not prefix-stable the
+split falls back to one unit (no splicing, still correct).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from clawrl.proxy.errors import ProxyRequestError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+__all__ = ["ChatRenderer", "RenderUnit"]
+
+
+@dataclass(frozen=True)
+class RenderUnit:
+    """A span of a rendered conversation.
+
+    ``first``/``last`` are message indices (inclusive); ``first == -1`` marks the prefix
+    produced before any message (none with this template) and ``first == len(messages)`` the
+    generation prompt. ``text`` is the unit's rendered text.
+    """
+
+    first: int
+    last: int
+    text: str
+
+
+def _tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _compile(template: str) -> jinja2.Template:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(template)
+
+
+class ChatRenderer:
+    """Chat template + tokenizer of one model.
+
+    Args:
+        tokenizer: a transformers fast tokenizer (``PreTrainedTokenizerFast``) whose
+            ``chat_template`` is set, or any object with ``backend_tokenizer`` and
+            ``chat_template``.
+        stop_token_ids: ids that end a generated turn (from ``generation_config.json``
+            ``eos_token_id``); the first is the turn terminator the template writes.
+    """
+
+    def __init__(self, tokenizer: Any, stop_token_ids: Sequence[int]):
+        template = getattr(tokenizer, "chat_template", None)
+        if not isinstance(template, str) or not template:
+            raise ValueError("the tokenizer has no chat_template")
+        if not stop_token_ids:
+            raise ValueError("stop_token_ids must not be empty")
+        self.tokenizer = tokenizer
+        self._backend = tokenizer.backend_tokenizer
+        self._template = _compile(template)
+        self.stop_token_ids: tuple[int, ...] = tuple(int(t) for t in stop_token_ids)
+        self.vocab_size: int = int(self._backend.get_vocab_size(with_added_tokens=True))
+        probe = [{"role": "user", "content": "x"}]
+        with_gp = self.render_text(probe, None, add_generation_prompt=True)
+        without = self.render_text(probe, None, add_generation_prompt=False)
+        if not with_gp.startswith(without):
+            raise ValueError("chat template: the generation prompt is not a suffix of the render")
+        #: Text the template appends as the generation prompt, e.g. "<|im_start|>assistant\n".
+        self.generation_prompt: str = with_gp[len(without) :]
+        self.generation_prompt_ids: list[int] = self.encode(self.generation_prompt)
+        #: Text of the turn terminator token (e.g. "<|im_end|>").
+        self.turn_end_text: str = self.decode([self.stop_token_ids[0]])
+
+    @classmethod
+    def from_model_dir(cls, path: str | Path) -> ChatRenderer:
+        """Load the tokenizer, template and stop ids of an HF model directory.
+
+        Raises:
+            ValueError: the directory has no chat template or no eos token id.
+        """
+        from transformers import AutoTokenizer
+
+        path = Path(path)
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        stop: list[int] = []
+        gen_cfg = path / "generation_config.json"
+        if gen_cfg.exists():
+            eos = json.loads(gen_cfg.read_text()).get("eos_token_id")
+            if isinstance(eos, int):
+                stop = [eos]
+            elif isinstance(eos, list):
+                stop = [int(e) for e in eos]
+        if not stop and tokenizer.eos_token_id is not None:
+            stop = [int(tokenizer.eos_token_id)]
+        return cls(tokenizer, stop)
+
+    # -- text <-> ids -------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (special tokens in the text are recognised, none added)."""
+        return list(self._backend.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, special tokens kept."""
+        return str(self._backend.decode(list(ids), skip_special_tokens=False))
+
+    # -- rendering ---------------------------------------------------------------------------
+
+    def render_text(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        add_generation_prompt: bool,
+    ) -> str:
+        """Render ``messages`` with the chat template.
+
+        Raises:
+            ProxyRequestError: the template rejects the conversation.
+        """
+        try:
+            return str(
+                self._template.render(
+                    messages=messages,
+                    tools=tools or None,
+                    add_generation_prompt=add_generation_prompt,
+                    bos_token="",
+                    eos_token=self.turn_end_text if hasattr(self, "turn_end_text") else "",
+                )
+            )
+        except (jinja2.exceptions.TemplateError, TypeError, ValueError, KeyError) as e:
+            raise ProxyRequestError(f"the conversation cannot be rendered: {e}") from e
+
+    def segments(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> list[RenderUnit]:
+        """Split the rendered prompt (with generation prompt) into units.
+
+        Returns units whose texts concatenate to the full render; each unit is one message or
+        one run of consecutive tool messages, the leading system message carries the tools
+        block, and the last unit is the generation prompt (``first == len(messages)``).
+        Falls back to a single unit when the template is not segmentable.
+        """
+        full = self.render_text(messages, tools, add_generation_prompt=True)
+        groups = _unit_groups(messages)
+        units: list[RenderUnit] = []
+        # Fast path: render each unit on its own (the leading system message with the tools),
+        # then check that the pieces concatenate to the full render.
+        pieces: list[str] = []
+        for gi, (a, b) in enumerate(groups):
+            unit_msgs = messages[a : b + 1]
+            with_tools = tools if (gi == 0 and a == 0) else None
+            if gi == 0 and tools and messages[0].get("role") != "system":
+                # the tools-only system block precedes the first message
+                head = self.render_text([], tools, add_generation_prompt=False)
+                pieces.append(head)
+                units.append(RenderUnit(-1, -1, head))
+                with_tools = None
+            if a > 0 and messages[a].get("role") == "system":
+                # a mid-conversation system message must not become the leading one
+                text = self._render_mid_system(messages, a)
+            else:
+                text = self.render_text(unit_msgs, with_tools, add_generation_prompt=False)
+            pieces.append(text)
+            units.append(RenderUnit(a, b, text))
+        gp = self.generation_prompt
+        pieces.append(gp)
+        units.append(RenderUnit(len(messages), len(messages), gp))
+        if "".join(pieces) == full:
+            return [u for u in units if u.text]
+        # Slow path: differences of prefix renders.
+        units = []
+        prev = ""
+        ok = True
+        for a, b in groups:
+            text = self.render_text(messages[: b + 1], tools, add_generation_prompt=False)
+            if not text.startswith(prev):
+                ok = False
+                break
+            units.append(RenderUnit(a, b, text[len(prev) :]))
+            prev = text
+        if ok and full.startswith(prev):
+            units.append(RenderUnit(len(messages), len(messages), full[len(prev) :]))
+            return [u for u in units if u.text]
+        return [RenderUnit(0, len(messages), full)]
+
+    def _render_mid_system(self, messages: list[dict[str, Any]], index: int) -> str:
+        # Render [dummy user, system] and drop the dummy's text.
+        dummy = {"role": "user", "content": ""}
+        one = self.render_text([dummy], None, add_generation_prompt=False)
+        two = self.render_text([dummy, messages[index]], None, add_generation_prompt=False)
+        return two[len(one) :] if two.startswith(one) else two
+
+
+def _unit_groups(messages: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    groups: list[tuple[int, int]] = []
+    i = 0
+    n = len(messages)
+    while i < n:
+        j = i
+        if messages[i].get("role") == "tool":
+            while j + 1 < n and messages[j + 1].get("role") == "tool":
+                j += 1
+        groups.append((i, j))
+        i = j + 1
+    return groups

@@ -1,0 +1,179 @@
+"""Running the proxy: the model app and the admin app under uvicorn, in one event loop.
+
+The model app listens on a unix socket (mounted into sandboxes) and optionally a TCP port;
+the admin app on its own unix socket and/or TCP port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from clawrl.proxy.app import ProxyApp
+from clawrl.proxy.backends.base import InferenceBackend
+from clawrl.proxy.core import ProxyCore
+from clawrl.proxy.render import ChatRenderer
+from clawrl.proxy.session import SessionManager
+
+__all__ = ["ProxyServer", "ServerConfig", "build_proxy_app"]
+
+log = logging.getLogger("clawrl.proxy")
+
+
+@dataclass
+class ServerConfig:
+    """Where the proxy listens and what it records.
+
+    ``socket``/``port``: model API (at least one); ``admin_socket``/``admin_port``: admin API
+    (at least one). ``public_base_url`` defaults to the in-sandbox forwarder address
+    ``http://127.0.0.1:8000`` when serving on a socket only, else ``http://<host>:<port>``.
+    """
+
+    socket: str | None = None
+    port: int | None = None
+    host: str = "127.0.0.1"
+    admin_socket: str | None = None
+    admin_port: int | None = None
+    capture_dir: str | None = None
+    public_base_url: str | None = None
+    served_model: str = "clawrl"
+    max_body_bytes: int = 32 << 20
+    body_capture_limit: int = 1 << 20
+    admin_token: str | None = None
+    log_level: str = "warning"
+
+    def base_url(self) -> str:
+        if self.public_base_url:
+            return self.public_base_url
+        if self.socket is None and self.port is not None:
+            return f"http://{self.host}:{self.port}"
+        return "http://127.0.0.1:8000"
+
+
+def build_proxy_app(
+    renderer: ChatRenderer, backend: InferenceBackend, config: ServerConfig
+) -> ProxyApp:
+    """The model and admin apps for a renderer + backend."""
+    core = ProxyCore(
+        renderer,
+        backend,
+        SessionManager(config.capture_dir),
+        served_model=config.served_model,
+        body_capture_limit=config.body_capture_limit,
+    )
+    return ProxyApp(
+        core,
+        public_base_url=config.base_url(),
+        max_body_bytes=config.max_body_bytes,
+        admin_token=config.admin_token,
+    )
+
+
+def _unix_socket(path: str) -> socket.socket:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        p.unlink()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(p))
+    os.chmod(p, 0o666)  # sandboxes run as other users
+    s.listen(2048)
+    s.setblocking(False)
+    return s
+
+
+def _tcp_socket(host: str, port: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port))
+    s.listen(2048)
+    s.setblocking(False)
+    return s
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:  # signals are handled by ProxyServer.run
+        yield
+
+
+class ProxyServer:
+    """The proxy process: both apps on their sockets.
+
+    Use :meth:`serve` inside a running loop (returns when :meth:`stop` is called) or
+    :meth:`run` to block until SIGINT/SIGTERM.
+    """
+
+    def __init__(self, app: ProxyApp, config: ServerConfig):
+        if config.socket is None and config.port is None:
+            raise ValueError("the model API needs a socket or a port")
+        if config.admin_socket is None and config.admin_port is None:
+            raise ValueError("the admin API needs a socket or a port")
+        self.app = app
+        self.config = config
+        self._servers: list[_Server] = []
+        self.started = asyncio.Event()
+
+    async def serve(self) -> None:
+        cfg = self.config
+        model_socks: list[socket.socket] = []
+        admin_socks: list[socket.socket] = []
+        if cfg.socket:
+            model_socks.append(_unix_socket(cfg.socket))
+        if cfg.port is not None:
+            model_socks.append(_tcp_socket(cfg.host, cfg.port))
+        if cfg.admin_socket:
+            admin_socks.append(_unix_socket(cfg.admin_socket))
+        if cfg.admin_port is not None:
+            admin_socks.append(_tcp_socket(cfg.host, cfg.admin_port))
+        await self.app.start()
+        common: dict[str, Any] = {
+            "log_level": cfg.log_level,
+            "access_log": False,
+            "lifespan": "off",
+        }
+        self._servers = [
+            _Server(uvicorn.Config(self.app.model_app, timeout_keep_alive=75, **common)),
+            _Server(uvicorn.Config(self.app.admin_app, **common)),
+        ]
+        tasks = [
+            asyncio.ensure_future(self._servers[0].serve(sockets=model_socks)),
+            asyncio.ensure_future(self._servers[1].serve(sockets=admin_socks)),
+        ]
+        while not all(s.started for s in self._servers):
+            if any(t.done() for t in tasks):
+                break
+            await asyncio.sleep(0.01)
+        self.started.set()
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            await self.app.close()
+            for path in (cfg.socket, cfg.admin_socket):
+                if path:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+
+    def stop(self) -> None:
+        for s in self._servers:
+            s.should_exit = True
+
+    def run(self) -> None:
+        """Serve until SIGINT / SIGTERM."""
+        import signal
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.stop)
+            await self.serve()
+
+        asyncio.run(main())

@@ -1,0 +1,142 @@
+"""Proxy sessions: one per rollout, with its own API key, capture file and splice memory."""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clawrl.proxy.capture import CaptureWriter, read_records, session_capture_path
+from clawrl.proxy.errors import AuthenticationError, SessionClosedError, SessionNotFoundError
+from clawrl.proxy.splice import CallHistory, SpliceMemory
+
+__all__ = ["Session", "SessionManager"]
+
+
+@dataclass
+class Session:
+    """State of one session.
+
+    ``metadata`` holds ``run_id``, ``task_id``, ``harness``, ``group_id`` and any extra keys
+    given at creation. ``records`` is kept in memory only when no capture directory is set.
+    """
+
+    session_id: str
+    api_key: str
+    run_id: str
+    metadata: dict[str, Any]
+    created: float
+    capture_path: Path | None = None
+    closed: bool = False
+    writer: CaptureWriter | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+    memory: SpliceMemory = field(default_factory=SpliceMemory)
+    history: CallHistory = field(default_factory=CallHistory)
+    _seq: itertools.count = field(default_factory=itertools.count)
+    calls: int = 0
+
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    def check_key(self, key: str | None) -> None:
+        """Raises AuthenticationError unless ``key`` is this session's key."""
+        if not key or not hmac.compare_digest(key.encode(), self.api_key.encode()):
+            raise AuthenticationError("invalid API key for this session")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.calls += 1
+        if self.writer is not None:
+            self.writer.write(record)
+        elif self.capture_path is not None:  # a call that finished after the session closed
+            late = CaptureWriter(self.capture_path)
+            try:
+                late.write(record)
+            finally:
+                late.close()
+        else:
+            self.records.append(record)
+
+    def read_records(self) -> list[dict[str, Any]]:
+        if self.capture_path is not None:
+            return read_records(self.capture_path) if self.capture_path.exists() else []
+        return list(self.records)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "run_id": self.run_id,
+            "metadata": self.metadata,
+            "created": self.created,
+            "closed": self.closed,
+            "calls": self.calls,
+            "capture_path": str(self.capture_path) if self.capture_path else None,
+        }
+
+
+class SessionManager:
+    """Creates, finds and closes sessions.
+
+    Args:
+        capture_dir: root of the capture files (None: records kept in memory).
+    """
+
+    def __init__(self, capture_dir: str | Path | None = None):
+        self.capture_dir = Path(capture_dir) if capture_dir is not None else None
+        self._sessions: dict[str, Session] = {}
+
+    def create(
+        self,
+        *,
+        run_id: str = "default",
+        task_id: str | None = None,
+        harness: str | None = None,
+        group_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        """A new session with an unguessable id (128 random bits) and API key (256 bits)."""
+        if not run_id or "/" in run_id or run_id in (".", ".."):
+            raise ValueError(f"invalid run_id {run_id!r}")
+        sid = "s" + secrets.token_hex(16)
+        key = "sk-clawrl-" + secrets.token_urlsafe(32)
+        meta: dict[str, Any] = dict(metadata or {})
+        meta.update(
+            {"run_id": run_id, "task_id": task_id, "harness": harness, "group_id": group_id}
+        )
+        session = Session(
+            session_id=sid, api_key=key, run_id=run_id, metadata=meta, created=time.time()
+        )
+        if self.capture_dir is not None:
+            session.capture_path = session_capture_path(self.capture_dir, run_id, sid)
+            session.writer = CaptureWriter(session.capture_path)
+        self._sessions[sid] = session
+        return session
+
+    def get(self, session_id: str, *, open_only: bool = False) -> Session:
+        """Raises SessionNotFoundError / SessionClosedError (when ``open_only``)."""
+        s = self._sessions.get(session_id)
+        if s is None:
+            raise SessionNotFoundError(f"no session {session_id[:64]!r}")
+        if open_only and s.closed:
+            raise SessionClosedError(f"session {session_id} is closed")
+        return s
+
+    def close(self, session_id: str) -> Session:
+        s = self.get(session_id)
+        if not s.closed:
+            s.closed = True
+            if s.writer is not None:
+                s.writer.close()
+                s.writer = None
+            s.memory.clear()
+        return s
+
+    def all(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    def close_all(self) -> None:
+        for sid in list(self._sessions):
+            self.close(sid)

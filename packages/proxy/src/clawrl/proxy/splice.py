@@ -1,0 +1,215 @@
+"""Token-in/token-out: splicing exact generated ids into echoed assistant turns, and the
+relation of a prompt to the session's earlier calls.
+
+Matching an echoed assistant message to an earlier generation uses a *canonical key*:
+reasoning and content stripped of surrounding whitespace, and tool calls as (name, arguments
+JSON with sorted keys and no spacing) — tool-call ids are ignored (harnesses rewrite them) and
+argument JSON is compared after parsing (harnesses re-serialise it). A harness that dropped or
+changed part of the turn (e.g. its reasoning) produces a different key: the turn is then
+rendered by the template and the prompt *diverges* from the earlier call, which the prefix
+tree turns into a branch.
+
+``prompt_relation`` of a call (DESIGN.md "Call record"):
+
+- ``first``: the session has no earlier call;
+- ``extends``: some earlier call's prompt + completion is a prefix of this prompt, and no
+  splice was needed (the template reproduced the generated ids);
+- ``spliced``: as ``extends``, but generated ids were substituted for at least one echoed
+  assistant turn;
+- ``diverged``: no earlier call is contained; ``parent_call_id`` is the call sharing the
+  longest prefix, ``diverged_at`` the first token index where they differ.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+from clawrl.proxy.render import ChatRenderer
+
+__all__ = ["CallHistory", "PromptBuild", "SpliceMemory", "build_prompt", "canonical_key"]
+
+
+def _canonical_args(args: Any) -> Any:
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args)
+        except (ValueError, RecursionError):
+            return ["raw", args.strip()]
+        return parsed
+    return args
+
+
+def canonical_key(
+    reasoning: str | None, content: str | None, tool_calls: list[tuple[str, Any]]
+) -> bytes:
+    """Canonical form of an assistant turn (see module docstring)."""
+    calls = [[name, _canonical_args(args)] for name, args in tool_calls]
+    try:
+        return orjson.dumps(
+            [(reasoning or "").strip(), (content or "").strip(), calls],
+            option=orjson.OPT_SORT_KEYS,
+        )
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(
+            [(reasoning or "").strip(), (content or "").strip(), calls], sort_keys=True, default=str
+        ).encode()
+
+
+def message_key(message: dict[str, Any]) -> bytes:
+    """Canonical key of an assistant message dict (the renderer's message format)."""
+    calls: list[tuple[str, Any]] = []
+    for tc in message.get("tool_calls") or []:
+        fn = tc.get("function", tc)
+        calls.append((str(fn.get("name", "")), fn.get("arguments", {})))
+    content = message.get("content")
+    if not isinstance(content, str):
+        content = ""
+    reasoning = message.get("reasoning_content")
+    return canonical_key(reasoning if isinstance(reasoning, str) else None, content, calls)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """An earlier generation of the session: its call, prompt and exact completion ids."""
+
+    call_id: str
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+
+
+class SpliceMemory:
+    """Per-session map canonical key -> generations with that key (latest last)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[bytes, list[Generation]] = {}
+
+    def remember(self, key: bytes, generation: Generation) -> None:
+        self._by_key.setdefault(key, []).append(generation)
+
+    def lookup(self, key: bytes, context_ids: list[int]) -> Generation | None:
+        """The generation for ``key``: preferably one whose prompt equals ``context_ids``
+        plus the generation prompt (the same place in the conversation), else the latest."""
+        gens = self._by_key.get(key)
+        if not gens:
+            return None
+        n = len(context_ids)
+        for g in reversed(gens):
+            if len(g.prompt_ids) >= n and list(g.prompt_ids[:n]) == context_ids:
+                return g
+        return gens[-1]
+
+    def clear(self) -> None:
+        self._by_key.clear()
+
+
+@dataclass
+class PromptBuild:
+    """Prompt ids of a request, with where generated ids were spliced in.
+
+    ``spliced``: ``[{"message_index", "call_id"}]`` for each echoed assistant turn replaced by
+    the exact ids of an earlier generation that differ from the template's render.
+    ``matched``: same for every echoed turn matched (also where the render was identical).
+    ``unit_ends``: token offset after each unit, with the unit's first message role.
+    """
+
+    ids: list[int]
+    spliced: list[dict[str, Any]] = field(default_factory=list)
+    matched: list[dict[str, Any]] = field(default_factory=list)
+    unit_ends: list[tuple[int, str]] = field(default_factory=list)
+
+
+def build_prompt(
+    renderer: ChatRenderer,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    memory: SpliceMemory | None,
+) -> PromptBuild:
+    """Render ``messages`` (+ generation prompt) to ids, splicing generated ids for echoed
+    assistant turns found in ``memory``.
+
+    Raises:
+        ProxyRequestError: the template cannot render the conversation.
+    """
+    units = renderer.segments(messages, tools)
+    out = PromptBuild(ids=[])
+    gp = renderer.generation_prompt
+    end_text = renderer.turn_end_text
+    stops = renderer.stop_token_ids
+    for u in units:
+        role = messages[u.first].get("role", "") if 0 <= u.first < len(messages) else ""
+        if memory is not None and u.first == u.last and role == "assistant":
+            msg = messages[u.first]
+            gen = memory.lookup(message_key(msg), out.ids)
+            idx = u.text.rfind(end_text) if end_text else -1
+            if gen is not None and u.text.startswith(gp) and idx >= 0:
+                comp = list(gen.completion_ids)
+                if not comp or comp[-1] not in stops:
+                    comp.append(stops[0])  # a length-truncated turn, closed as the template does
+                trailer = u.text[idx + len(end_text) :]
+                new = renderer.generation_prompt_ids + comp + _encode_cached(renderer, trailer)
+                plain = _encode_cached(renderer, u.text)
+                info = {"message_index": u.first, "call_id": gen.call_id}
+                out.matched.append(info)
+                if new != plain:
+                    out.spliced.append(info)
+                out.ids.extend(new)
+                out.unit_ends.append((len(out.ids), role))
+                continue
+        out.ids.extend(_encode_cached(renderer, u.text))
+        out.unit_ends.append((len(out.ids), role))
+    return out
+
+
+def _encode_cached(renderer: ChatRenderer, text: str) -> list[int]:
+    cache: dict[str, list[int]] | None = getattr(renderer, "_unit_cache", None)
+    if cache is None:
+        cache = {}
+        renderer._unit_cache = cache  # type: ignore[attr-defined]
+    hit = cache.get(text)
+    if hit is None:
+        hit = renderer.encode(text)
+        if len(cache) > 8192:
+            cache.clear()
+        cache[text] = hit
+    return list(hit)
+
+
+class CallHistory:
+    """Earlier calls of a session as token arrays (prompt + completion), for relations."""
+
+    def __init__(self) -> None:
+        self._calls: list[tuple[str, np.ndarray]] = []
+        self.anchor: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def add(self, call_id: str, prompt_ids: list[int], completion_ids: list[int]) -> None:
+        self._calls.append((call_id, np.asarray(prompt_ids + completion_ids, dtype=np.int64)))
+
+    def relation(self, prompt_ids: list[int], spliced: bool) -> dict[str, Any]:
+        """``{kind, parent_call_id, diverged_at}`` of a new prompt (see module docstring)."""
+        if not self._calls:
+            return {"kind": "first", "parent_call_id": None, "diverged_at": None}
+        new = np.asarray(prompt_ids, dtype=np.int64)
+        best_contained: tuple[int, str] | None = None
+        best_lcp: tuple[int, str] = (-1, "")
+        for call_id, seq in self._calls:
+            n = min(len(seq), len(new))
+            diff = np.flatnonzero(seq[:n] != new[:n])
+            lcp = int(diff[0]) if diff.size else n
+            if lcp == len(seq) and (best_contained is None or lcp >= best_contained[0]):
+                best_contained = (lcp, call_id)
+            if lcp >= best_lcp[0]:
+                best_lcp = (lcp, call_id)
+        if best_contained is not None:
+            return {
+                "kind": "spliced" if spliced else "extends",
+                "parent_call_id": best_contained[1],
+                "diverged_at": None,
+            }
+        return {"kind": "diverged", "parent_call_id": best_lcp[1], "diverged_at": best_lcp[0]}

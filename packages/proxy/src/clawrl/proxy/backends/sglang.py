@@ -415,14 +415,16 @@ class SGLangBackend(InferenceBackend):
                 raise
             finished = True
             yield GenerationResult(ids, lps, "error", version_at_send, self._version, error=str(e))
+        except (GeneratorExit, asyncio.CancelledError):
+            # The consumer stopped early (client disconnect, cancellation). Closing the
+            # stream already makes SGLang abort; say so explicitly as well.
+            if not finished:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._abort_quietly(rid), timeout=5.0)
+            raise
         finally:
             self._running.discard(rid)
             self._aborted.discard(rid)
-            if not finished:
-                # The consumer stopped early (client disconnect, cancellation): closing the
-                # stream makes SGLang abort too; say so explicitly as well, without waiting.
-                with contextlib.suppress(RuntimeError):
-                    asyncio.get_running_loop().create_task(self._abort_quietly(rid))
 
     def _result(
         self,

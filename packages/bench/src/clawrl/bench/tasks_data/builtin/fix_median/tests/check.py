@@ -1,0 +1,81 @@
+"""Verifier of built-in task `fix_median`: named sub-scores in [0, 1] -> reward.json."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WS = Path(os.environ.get("CLAWRL_WORKSPACE", "/workspace"))
+OUT = Path(os.environ.get("CLAWRL_REWARD_DIR", "/logs/verifier"))
+
+
+def path(rel: str) -> Path:
+    """A regular file or directory of the workspace (symlinks are not accepted)."""
+    p = WS / rel
+    if p.is_symlink():
+        raise ValueError(f"{rel} is a symlink")
+    return p
+
+
+def read(rel: str) -> str:
+    return path(rel).read_text(encoding="utf-8")
+
+
+def read_json(rel: str) -> Any:
+    return json.loads(read(rel))
+
+
+def read_csv(rel: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(read(rel))))
+
+
+def run(argv: list[str], timeout: float = 20.0, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """Run agent-written code in the workspace without the verifier's environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWRL_")}
+    return subprocess.run(
+        argv, cwd=WS, env=env, input=stdin, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def py(code: str, timeout: float = 20.0) -> Any:
+    """Run `code` with the workspace on sys.path; it must print one JSON value."""
+    proc = run([sys.executable, "-c", "import sys; sys.path.insert(0, '.')\n" + code], timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-500:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def frac(good: int, total: int) -> float:
+    return good / total if total else 0.0
+
+
+def med(args: str) -> Any:
+    return py(f"import json, stats; xs = {args}; r = stats.median(xs); print(json.dumps([r, xs]))")
+
+
+def checks() -> dict[str, Callable[[], object]]:
+    return {
+        "odd_unsorted": lambda: med("[9, 1, 5]") == [5, [9, 1, 5]],
+        "even_sorted": lambda: med("[1, 2, 3, 10]")[0] == 2.5,
+        "even_unsorted": lambda: med("[10, 2, 4, 8, 6, 0]") == [5.0, [10, 2, 4, 8, 6, 0]],
+    }
+
+
+def safe(check: Callable[[], object]) -> float:
+    try:
+        value = float(check())  # type: ignore[arg-type]
+    except Exception:
+        return 0.0
+    return min(1.0, max(0.0, value))
+
+
+if __name__ == "__main__":
+    scores = {name: safe(check) for name, check in checks().items()}
+    (OUT / "reward.json").write_text(json.dumps(scores))

@@ -1,0 +1,101 @@
+"""Verifier of built-in task `sql_category_report`: named sub-scores in [0, 1] -> reward.json."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WS = Path(os.environ.get("CLAWRL_WORKSPACE", "/workspace"))
+OUT = Path(os.environ.get("CLAWRL_REWARD_DIR", "/logs/verifier"))
+
+
+def path(rel: str) -> Path:
+    """A regular file or directory of the workspace (symlinks are not accepted)."""
+    p = WS / rel
+    if p.is_symlink():
+        raise ValueError(f"{rel} is a symlink")
+    return p
+
+
+def read(rel: str) -> str:
+    return path(rel).read_text(encoding="utf-8")
+
+
+def read_json(rel: str) -> Any:
+    return json.loads(read(rel))
+
+
+def read_csv(rel: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(read(rel))))
+
+
+def run(argv: list[str], timeout: float = 20.0, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """Run agent-written code in the workspace without the verifier's environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWRL_")}
+    return subprocess.run(
+        argv, cwd=WS, env=env, input=stdin, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def py(code: str, timeout: float = 20.0) -> Any:
+    """Run `code` with the workspace on sys.path; it must print one JSON value."""
+    proc = run([sys.executable, "-c", "import sys; sys.path.insert(0, '.')\n" + code], timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-500:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def frac(good: int, total: int) -> float:
+    return good / total if total else 0.0
+
+
+import sqlite3
+
+OTHER = '''
+CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT, category TEXT);
+CREATE TABLE order_lines (order_id INTEGER, product_id INTEGER, qty INTEGER, unit_price REAL);
+INSERT INTO products VALUES (1, 'A', 'x'), (2, 'B', 'y'), (3, 'C', 'x'), (4, 'D', 'z');
+INSERT INTO order_lines VALUES (1, 1, 2, 10.0), (1, 3, 1, 5.0), (2, 2, 1, 100.0), (3, 3, 4, 1.25);
+'''
+
+
+def query(dump: str) -> list[tuple[Any, ...]]:
+    sql = read("output/query.sql").strip().rstrip(";")
+    assert sql.lower().lstrip("( \n").startswith(("select", "with"))
+    db = sqlite3.connect(":memory:")
+    db.executescript(dump)
+    cur = db.execute(sql)
+    assert [d[0] for d in cur.description] == ["category", "orders", "revenue"]
+    return [(r[0], r[1], round(float(r[2]), 2)) for r in cur.fetchall()]
+
+
+def given() -> list[tuple[Any, ...]]:
+    return query(read("shop.sql"))
+
+
+def checks() -> dict[str, Callable[[], object]]:
+    return {
+        "given_data": lambda: given()[:3] == [("kitchen", 2, 134.7), ("garden", 1, 89.0), ("office", 3, 72.35)],
+        "zero_category": lambda: given()[3:] == [("outdoor", 0, 0.0)],
+        "other_data": lambda: query(OTHER) == [("y", 1, 100.0), ("x", 2, 30.0), ("z", 0, 0.0)],
+    }
+
+
+def safe(check: Callable[[], object]) -> float:
+    try:
+        value = float(check())  # type: ignore[arg-type]
+    except Exception:
+        return 0.0
+    return min(1.0, max(0.0, value))
+
+
+if __name__ == "__main__":
+    scores = {name: safe(check) for name, check in checks().items()}
+    (OUT / "reward.json").write_text(json.dumps(scores))

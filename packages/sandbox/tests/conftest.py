@@ -26,6 +26,7 @@ class UnixHTTP:
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    request_queue_size = 4  # small on purpose: the forwarder must retry a full accept queue
     state: UnixHTTP
 
 
@@ -94,7 +95,17 @@ def unix_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UnixHTTP]:
 def containers_of_run(run_id: str) -> list[str]:
     """Names of all containers (any state) labelled with ``run_id``, straight from podman."""
     out = subprocess.run(
-        ["podman", "ps", "-a", "--format", "{{.Names}}", "--filter", f"label=clawrl.run_id={run_id}"],
-        capture_output=True, text=True, check=True,
+        [
+            "podman",
+            "ps",
+            "-a",
+            "--format",
+            "{{.Names}}",
+            "--filter",
+            f"label=clawrl.run_id={run_id}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return [n for n in out.split() if n]

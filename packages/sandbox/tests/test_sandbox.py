@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from clawrl.sandbox import (
     Limits,
     Sandbox,
@@ -33,8 +32,10 @@ async def test_create_exec_files_destroy(tmp_path: Path) -> None:
         assert r.ok and r.stdout == b"do it/workspace\n0\n" and r.stderr == b""
         assert r.duration_s > 0 and not r.timed_out
 
-        r = await sb.exec(["/bin/sh", "-c", 'echo "$1-$GREETING" >&2; exit 3', "sh", "arg"],
-                          env={"GREETING": "hi"})
+        r = await sb.exec(
+            ["/bin/sh", "-c", 'echo "$1-$GREETING" >&2; exit 3', "sh", "arg"],
+            env={"GREETING": "hi"},
+        )
         assert (r.exit_code, r.stderr, r.ok) == (3, b"arg-hi\n", False)
 
         r = await sb.exec("wc -c", stdin=b"x" * 100_000)
@@ -104,7 +105,9 @@ async def test_timeout_kills_and_reports_timed_out() -> None:
 
 async def test_output_caps_hold() -> None:
     async with await Sandbox.create(SandboxSpec()) as sb:
-        r = await sb.exec("head -c 5000000 /dev/zero; head -c 300000 /dev/zero >&2", max_output_bytes=1000)
+        r = await sb.exec(
+            "head -c 5000000 /dev/zero; head -c 300000 /dev/zero >&2", max_output_bytes=1000
+        )
         assert r.ok
         assert len(r.stdout) == 1000 and r.stdout_truncated
         assert len(r.stderr) == 1000 and r.stderr_truncated
@@ -132,10 +135,10 @@ async def test_memory_limit_kills_twice_the_allocation() -> None:
 async def test_fork_bomb_hits_pids_limit_host_stays_responsive() -> None:
     async with await Sandbox.create(SandboxSpec(limits=Limits(pids=64, cpus=1.0))) as sb:
         bomb = (
-            "python3 -c \"import os, time\n"
+            'python3 -c "import os, time\n'
             "while True:\n"
             "    try: os.fork()\n"
-            "    except OSError: time.sleep(0.01)\n\""
+            '    except OSError: time.sleep(0.01)\n"'
         )
         task = asyncio.ensure_future(sb.exec(bomb, timeout=6))
         await asyncio.sleep(2.5)  # the bomb is at its limit now
@@ -181,8 +184,17 @@ async def test_wall_clock_removes_sandbox() -> None:
 async def test_non_root_user_owns_workspace() -> None:
     spec = SandboxSpec(user="1000:1000", files={"sub/f.txt": "x"})
     async with await Sandbox.create(spec) as sb:
-        r = await sb.exec("id -u; echo $HOME; stat -c %u /workspace /workspace/sub /workspace/sub/f.txt; "
-                          "touch /workspace/sub/new && echo wrote")
-        assert r.stdout.split() == [b"1000", b"/home/sandbox", b"1000", b"1000", b"1000", b"wrote"], r
+        r = await sb.exec(
+            "id -u; echo $HOME; stat -c %u /workspace /workspace/sub /workspace/sub/f.txt; "
+            "touch /workspace/sub/new && echo wrote"
+        )
+        assert r.stdout.split() == [
+            b"1000",
+            b"/home/sandbox",
+            b"1000",
+            b"1000",
+            b"1000",
+            b"wrote",
+        ], r
         r = await sb.exec("touch /etc/x")
         assert not r.ok

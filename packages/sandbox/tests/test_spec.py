@@ -7,14 +7,13 @@ import os
 import tarfile
 from pathlib import Path, PurePosixPath
 
-import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 import clawrl.sandbox as sbx
+import pytest
 from clawrl.sandbox.reaper import ContainerInfo, current_identity, process_start_ticks
 from clawrl.sandbox.sandbox import _build_tar
 from clawrl.sandbox.spec import check_sandbox_path
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def test_version_and_api() -> None:
@@ -25,7 +24,14 @@ def test_version_and_api() -> None:
 
 @pytest.mark.parametrize(
     ("text", "n"),
-    [("512m", 512 << 20), ("1g", 1 << 30), ("64K", 64 << 10), ("1.5GiB", 3 << 29), (4096, 4096), ("10", 10)],
+    [
+        ("512m", 512 << 20),
+        ("1g", 1 << 30),
+        ("64K", 64 << 10),
+        ("1.5GiB", 3 << 29),
+        (4096, 4096),
+        ("10", 10),
+    ],
 )
 def test_parse_size(text: str | int, n: int) -> None:
     assert sbx.parse_size(text) == n
@@ -43,7 +49,10 @@ def test_parse_size_roundtrip(n: int, unit: str) -> None:
     assert sbx.parse_size(f"{n}{unit}") == n * mult
 
 
-@given(st.lists(st.sampled_from(["a", "b", "..", ".", "", "workspace", "etc"]), max_size=8), st.booleans())
+@given(
+    st.lists(st.sampled_from(["a", "b", "..", ".", "", "workspace", "etc"]), max_size=8),
+    st.booleans(),
+)
 def test_sandbox_paths_never_escape(parts: list[str], absolute: bool) -> None:
     raw = ("/" if absolute else "") + "/".join(parts)
     try:

@@ -21,9 +21,12 @@ import argparse
 import asyncio
 import contextlib
 import os
+import socket
 import sys
+import time
 
 BUF = 65536
+CONNECT_RETRY_S = 10.0
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -40,11 +43,39 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         pass
 
 
+async def _connect_unix(
+    path: str,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to a unix socket, retrying while the server's accept queue is full.
+
+    A non-blocking unix-socket connect fails with EAGAIN when the listener's backlog is full;
+    asyncio's own connect would mistake that for "in progress" and hand back an unconnected
+    socket, so connect by hand and retry (exponential back-off, up to CONNECT_RETRY_S).
+    """
+    delay, deadline = 0.005, time.monotonic() + CONNECT_RETRY_S
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except (BlockingIOError, InterruptedError, ConnectionRefusedError, FileNotFoundError):
+            s.close()
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.2)
+            continue
+        except OSError:
+            s.close()
+            raise
+        return await asyncio.open_unix_connection(sock=s)
+
+
 async def _handle(
     client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter, sock_path: str
 ) -> None:
     try:
-        up_r, up_w = await asyncio.open_unix_connection(sock_path)
+        up_r, up_w = await _connect_unix(sock_path)
     except OSError as e:
         sys.stderr.write(f"forwarder: cannot connect to {sock_path}: {e}\n")
         client_w.close()

@@ -6,15 +6,15 @@ Anthropic Messages (streamed and not), OpenAI Responses (streamed and not) and `
 -- and runs each harness headless against it on the task "create a file hello.txt containing hi"
 (invocations from shared/HARNESSES.md, fresh temporary HOME and config folders).
 
-The scripted model answers:
+The scripted model answers, counting the tool results already in the conversation:
 
-* a request whose conversation does not yet end in a tool result -> one shell tool call, in the
-  harness's own tool schema (tool name and argument shape read from the tools it sent), running
-  ``echo hi > hello.txt``; on Chat Completions and Messages it also carries reasoning, and its
-  tool-call id contains non-alphanumerics, its arguments JSON has spaces -- so the second request
-  shows how the harness echoes history (re-serialised arguments, rewritten ids, dropped
-  reasoning);
-* a request that ends in a tool result -> a final text (mini-swe-agent: its final command
+* 0 -> one shell tool call, in the harness's own tool schema (tool name and argument shape read
+  from the tools it sent), running ``echo hi > hello.txt``; 1 -> another, ``cat hello.txt``.
+  On Chat Completions and Messages they carry reasoning (Responses: a reasoning item), their
+  tool-call ids contain non-alphanumerics and their arguments JSON has spaces -- so the later
+  requests show how the harness echoes history (re-serialised arguments, rewritten ids, dropped
+  reasoning), twice;
+* 2 -> a final text (mini-swe-agent: its final command
   ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``);
 * a request without tools (titles, summaries) -> a short text.
 
@@ -60,19 +60,20 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 DEFAULT_OUT = REPO / "packages/proxy/tests/fixtures/harness_requests"
 TASK = "create a file hello.txt containing hi"
-COMMAND = "echo hi > hello.txt"
+COMMANDS = ("echo hi > hello.txt", "cat hello.txt")
 MINI_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 MODEL = "clawrl-policy"
 API_KEY = "sk-clawrl-capture-0000"
 FINAL_TEXT = "Done: hello.txt now contains hi."
 REASONING = "The user wants hello.txt containing hi. One shell command does it."
 # Non-alphanumerics in ids and spaces in argument JSON make history-echo rewrites visible.
-CHAT_CALL_ID = "call_9a1f-b2c3.d4"
-ANTHROPIC_CALL_ID = "toolu_01-A09q90qw90lq917835lq9"
-RESPONSES_CALL_ID = "call_7e2d-11aa.f0"
+CHAT_CALL_ID = "call_9a1f-b2c3.d{}"
+ANTHROPIC_CALL_ID = "toolu_01-A09q90qw90lq917835lq{}"
+RESPONSES_CALL_ID = "call_7e2d-11aa.f{}"
 SHELL_TOOL_NAMES = ("bash", "shell", "exec", "exec_command", "shell_command", "run_shell_command")
 REDACT_HEADERS = {"authorization", "x-api-key", "api-key", "cookie", "proxy-authorization"}
 SHORTENED = "…[shortened]"
+MAX_REQUESTS = 8
 
 
 # ----------------------------------------------------------------------------- recording
@@ -234,52 +235,56 @@ def _shell_args(schema: dict[str, Any], command: str) -> dict[str, Any]:
     return args
 
 
-def _wants_final(kind: str, body: dict[str, Any]) -> bool:
-    """True when the conversation already ends in a tool result."""
+def _tool_results(kind: str, body: dict[str, Any]) -> int:
+    """How many tool results the conversation holds (wherever they sit: OpenClaw moves an
+    internal-context user message to the end every turn, so "ends in" would not do)."""
     if kind == "chat":
         msgs = body.get("messages") or []
-        return bool(msgs) and isinstance(msgs[-1], dict) and msgs[-1].get("role") == "tool"
+        return sum(isinstance(m, dict) and m.get("role") == "tool" for m in msgs)
     if kind == "messages":
-        msgs = body.get("messages") or []
-        for msg in reversed(msgs):
-            if not isinstance(msg, dict) or msg.get("role") != "user":
-                return False
-            content = msg.get("content")
-            return isinstance(content, list) and any(
-                isinstance(b, dict) and b.get("type") == "tool_result" for b in content
-            )
-        return False
+        return sum(
+            isinstance(b, dict) and b.get("type") == "tool_result"
+            for m in body.get("messages") or []
+            if isinstance(m, dict) and isinstance(m.get("content"), list)
+            for b in m["content"]
+        )
     items = body.get("input")
     if not isinstance(items, list):
-        return False
-    for item in reversed(items):
-        if isinstance(item, dict) and item.get("type") in (
-            "function_call_output",
-            "custom_tool_call_output",
-            "local_shell_call_output",
-        ):
-            return True
-        if isinstance(item, dict) and item.get("role") == "user":
-            return False
-    return False
+        return 0
+    return sum(
+        isinstance(item, dict)
+        and item.get("type")
+        in ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+        for item in items
+    )
 
 
-def _plan(kind: str, body: Any) -> tuple[str, str, dict[str, Any]] | tuple[str, str]:
-    """What the scripted model says: ("tool", name, args) or ("text", text)."""
+Plan = tuple[str, str, dict[str, Any], int]  # ("tool", name, args, step) or ("text", text, {}, 0)
+
+
+def _plan(kind: str, body: Any) -> Plan:
+    """What the scripted model says next: step 0 and 1 are tool calls (COMMANDS), then a final
+    text -- or, for mini-swe-agent, its submit command."""
     if not isinstance(body, dict):
-        return ("text", "ok")
+        return ("text", "ok", {}, 0)
     tool = _tool_schema(body.get("tools"))
     is_mini = RECORDER.current is not None and RECORDER.current.harness == "mini-swe-agent"
-    final = _wants_final(kind, body)
+    step = _tool_results(kind, body)
+    # a guard against loops: after MAX_REQUESTS requests of one run, always finish
+    if RECORDER.current is not None and len(RECORDER.current.requests) > MAX_REQUESTS:
+        step = len(COMMANDS)
+    if step < len(COMMANDS):
+        command = COMMANDS[step]
+    elif is_mini:
+        command = MINI_SUBMIT
+    else:
+        return ("text", FINAL_TEXT if tool is not None or step else "ok", {}, 0)
     if tool is None:
         if is_mini:
-            cmd = MINI_SUBMIT if final else COMMAND
-            return ("text", f"{REASONING}\n\n```mswea_bash_command\n{cmd}\n```")
-        return ("text", FINAL_TEXT if final else "ok")
+            return ("text", f"{REASONING}\n\n```mswea_bash_command\n{command}\n```", {}, 0)
+        return ("text", "ok", {}, 0)
     name, schema = tool
-    if final and not is_mini:
-        return ("text", FINAL_TEXT)
-    return ("tool", name, _shell_args(schema, MINI_SUBMIT if final else COMMAND))
+    return ("tool", name, _shell_args(schema, command), step)
 
 
 # ----------------------------------------------------------------------------- chat completions
@@ -295,7 +300,7 @@ async def chat_completions(request: Request) -> Response:
     if plan[0] == "tool":
         args = json.dumps(plan[2])  # with spaces: ", " and ": "
         call = {
-            "id": CHAT_CALL_ID,
+            "id": CHAT_CALL_ID.format(plan[3]),
             "type": "function",
             "function": {"name": plan[1], "arguments": args},
         }
@@ -348,7 +353,7 @@ async def chat_completions(request: Request) -> Response:
                         "tool_calls": [
                             {
                                 "index": 0,
-                                "id": CHAT_CALL_ID,
+                                "id": CHAT_CALL_ID.format(plan[3]),
                                 "type": "function",
                                 "function": {"name": plan[1], "arguments": args[:half]},
                             }
@@ -401,7 +406,12 @@ async def anthropic_messages(request: Request) -> Response:
         )
         blocks.append({"type": "text", "text": "I'll create the file."})
         blocks.append(
-            {"type": "tool_use", "id": ANTHROPIC_CALL_ID, "name": plan[1], "input": plan[2]}
+            {
+                "type": "tool_use",
+                "id": ANTHROPIC_CALL_ID.format(plan[3]),
+                "name": plan[1],
+                "input": plan[2],
+            }
         )
         stop = "tool_use"
     else:
@@ -515,7 +525,7 @@ async def responses(request: Request) -> Response:
             {
                 "type": "function_call",
                 "id": f"fc_{uuid.uuid4().hex[:16]}",
-                "call_id": RESPONSES_CALL_ID,
+                "call_id": RESPONSES_CALL_ID.format(plan[3]),
                 "name": plan[1],
                 "arguments": json.dumps(plan[2]),
                 "status": "completed",

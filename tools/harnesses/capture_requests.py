@@ -121,7 +121,7 @@ def _decode_body(raw: bytes, encoding: str) -> Any:
 
         raw = gzip.decompress(raw)
     elif encoding == "zstd":
-        import zstandard  # type: ignore[import-not-found]
+        import zstandard
 
         raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
     if not raw:
@@ -457,7 +457,7 @@ async def anthropic_messages(request: Request) -> Response:
     ]
     for i, block in enumerate(blocks):
         if block["type"] == "thinking":
-            start = {"type": "thinking", "thinking": ""}
+            start: dict[str, Any] = {"type": "thinking", "thinking": ""}
             deltas = [
                 {"type": "thinking_delta", "thinking": block["thinking"]},
                 {"type": "signature_delta", "signature": block["signature"]},

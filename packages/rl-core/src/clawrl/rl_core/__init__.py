@@ -1,5 +1,115 @@
-"""Tree-packed GRPO, PPO and SFT for LLM agents."""
+"""Tree-packed GRPO, PPO and SFT for LLM agents.
+
+One forward pass over a packed prefix tree (``clawrl.prefixtree.PackedTree``) gives exactly the
+losses and gradients of training every root-to-leaf path separately; the math lives in short
+functions (advantages, losses, corrections), the trainer orchestrates.
+"""
+
+from clawrl.rl_core.advantages import gae_along_paths, grpo_advantages
+from clawrl.rl_core.config import (
+    Aggregation,
+    CorrectionConfig,
+    GRPOConfig,
+    LossConfig,
+    OptimConfig,
+    PPOConfig,
+    TrainerConfig,
+)
+from clawrl.rl_core.corrections import (
+    correction_metrics,
+    geometric_sequence_mask,
+    ratio_mask,
+    truncated_importance_weights,
+)
+from clawrl.rl_core.errors import (
+    CheckpointError,
+    ConfigError,
+    PackingError,
+    RLCoreError,
+    SFTDataError,
+    TokenBudgetError,
+)
+from clawrl.rl_core.forward import (
+    TreeForwardOutput,
+    chunked_token_logprobs,
+    tree_attention_mask,
+    tree_forward,
+)
+from clawrl.rl_core.losses import (
+    aggregation_weights,
+    clipped_surrogate_loss,
+    entropy_bonus,
+    kl_k3,
+    reference_kl_loss,
+    scatter_to_tokens,
+    sft_loss,
+    value_loss,
+)
+from clawrl.rl_core.packing import (
+    TokenSequence,
+    TreeBatch,
+    TreePiece,
+    pack_token_sequences,
+    split_by_token_budget,
+    validate_packed_tree,
+)
+from clawrl.rl_core.step import (
+    OldPass,
+    PreparedRL,
+    loss_backward,
+    old_pass,
+    prepare_rl,
+    prepare_sft,
+)
+from clawrl.rl_core.value import Critic, ValueHead
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "Aggregation",
+    "CheckpointError",
+    "ConfigError",
+    "CorrectionConfig",
+    "Critic",
+    "GRPOConfig",
+    "LossConfig",
+    "OldPass",
+    "OptimConfig",
+    "PPOConfig",
+    "PackingError",
+    "PreparedRL",
+    "RLCoreError",
+    "SFTDataError",
+    "TokenBudgetError",
+    "TokenSequence",
+    "TrainerConfig",
+    "TreeBatch",
+    "TreeForwardOutput",
+    "TreePiece",
+    "ValueHead",
+    "__version__",
+    "aggregation_weights",
+    "chunked_token_logprobs",
+    "clipped_surrogate_loss",
+    "correction_metrics",
+    "entropy_bonus",
+    "gae_along_paths",
+    "geometric_sequence_mask",
+    "grpo_advantages",
+    "kl_k3",
+    "loss_backward",
+    "old_pass",
+    "pack_token_sequences",
+    "prepare_rl",
+    "prepare_sft",
+    "ratio_mask",
+    "reference_kl_loss",
+    "scatter_to_tokens",
+    "sft_loss",
+    "split_by_token_budget",
+    "tree_attention_mask",
+    "tree_forward",
+    "truncated_importance_weights",
+    "validate_packed_tree",
+    "value_loss",
+]

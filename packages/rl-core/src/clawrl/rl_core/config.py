@@ -1,0 +1,181 @@
+"""Hyperparameters, one dataclass per concern (cleanrl style). Every value has a default.
+
+Validation happens in ``__post_init__`` and raises :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from clawrl.rl_core.errors import ConfigError
+
+__all__ = [
+    "Aggregation",
+    "CorrectionConfig",
+    "GRPOConfig",
+    "LossConfig",
+    "OptimConfig",
+    "PPOConfig",
+    "TrainerConfig",
+]
+
+Aggregation = Literal["token_mean", "sequence_mean", "prompt_mean", "unique_token_mean"]
+_AGGREGATIONS = ("token_mean", "sequence_mean", "prompt_mean", "unique_token_mean")
+
+
+@dataclass
+class LossConfig:
+    """Policy loss: clipped surrogate, aggregation, KL to a reference, entropy bonus.
+
+    Attributes:
+        clip_eps_low: ε_low, ratio floor 1 − ε_low for negative advantages.
+        clip_eps_high: ε_high, ratio ceiling 1 + ε_high for positive advantages.
+        aggregation: how per-(token, trajectory) terms are averaged (see
+            :func:`clawrl.rl_core.losses.aggregation_weights`).
+        kl_coef: β of the k3 KL estimate to the reference model (0 = no reference model).
+        entropy_coef: coefficient of the entropy bonus (subtracted from the loss).
+        temperature: the rollout sampling temperature; logits are divided by it.
+        include_side_paths: give side-path trajectories credit (excluded by default).
+    """
+
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.28
+    aggregation: Aggregation = "token_mean"
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    temperature: float = 1.0
+    include_side_paths: bool = False
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.clip_eps_low < 1) or self.clip_eps_high < 0:
+            raise ConfigError("need 0 <= clip_eps_low < 1 and clip_eps_high >= 0")
+        if self.aggregation not in _AGGREGATIONS:
+            raise ConfigError(f"aggregation must be one of {_AGGREGATIONS}")
+        if self.temperature <= 0:
+            raise ConfigError("temperature must be > 0")
+        if self.kl_coef < 0 or self.entropy_coef < 0:
+            raise ConfigError("kl_coef and entropy_coef must be >= 0")
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO advantages Â = (R − mean_g) / (std_g + ε) per group g.
+
+    Attributes:
+        scale_by_std: divide by the group std (False: Â = R − mean_g, "no-std" / Dr. GRPO).
+        eps: ε in the denominator.
+        group_key: the ``TrajectoryInfo.metadata`` key naming a rollout's group (a task, or a
+            (task, harness) pair in mix-harness training) when groups are not given.
+    """
+
+    scale_by_std: bool = True
+    eps: float = 1e-6
+    group_key: str = "group_id"
+
+
+@dataclass
+class PPOConfig:
+    """PPO with a value function (value head on the policy, or a separate critic).
+
+    Attributes:
+        gamma, lam: discount γ and GAE λ along each path (paper: γ = λ = 1, Â_t = R − V(s_t)).
+        value_coef: weight of the value loss.
+        value_clip: clip the new value to V_old ± value_clip in the value loss (None: off).
+        value_warmup_steps: first steps train only the value function (policy loss off).
+    """
+
+    gamma: float = 1.0
+    lam: float = 1.0
+    value_coef: float = 0.5
+    value_clip: float | None = 0.2
+    value_warmup_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.gamma <= 1 and 0 <= self.lam <= 1):
+            raise ConfigError("gamma and lam must be in [0, 1]")
+        if self.value_clip is not None and self.value_clip <= 0:
+            raise ConfigError("value_clip must be > 0 or None")
+
+
+@dataclass
+class CorrectionConfig:
+    """Training–inference consistency corrections from the recorded rollout logprobs.
+
+    ρ = π_old(a) / π_rollout(a) per (token, trajectory), π_old the trainer's policy before the
+    update. Attributes:
+        tis_cap: token-level truncated importance weight min(ρ, c) (None: off).
+        mask_low, mask_high: zero tokens whose ρ leaves [low, high] (IcePop; None: off).
+        geo_mask_low, geo_mask_high: zero whole trajectories whose geometric-mean ρ leaves
+            [low, high] (None: off).
+    """
+
+    tis_cap: float | None = 2.0
+    mask_low: float | None = None
+    mask_high: float | None = None
+    geo_mask_low: float | None = None
+    geo_mask_high: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.tis_cap is not None and self.tis_cap <= 0:
+            raise ConfigError("tis_cap must be > 0 or None")
+        for lo, hi in ((self.mask_low, self.mask_high), (self.geo_mask_low, self.geo_mask_high)):
+            if lo is not None and hi is not None and lo > hi:
+                raise ConfigError("a mask's low bound exceeds its high bound")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with gradient clipping and a transformers LR schedule.
+
+    Attributes:
+        lr, betas, eps, weight_decay: AdamW.
+        max_grad_norm: clip the global gradient norm (None: off).
+        schedule: a ``transformers.get_scheduler`` name ("constant", "linear", "cosine", ...).
+        warmup_steps, total_steps: schedule length in optimizer steps.
+    """
+
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = 1.0
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.total_steps < 1 or self.warmup_steps < 0:
+            raise ConfigError("need lr > 0, total_steps >= 1, warmup_steps >= 0")
+
+
+@dataclass
+class TrainerConfig:
+    """Everything one training run needs.
+
+    Attributes:
+        algorithm: "grpo" (critic-free) or "ppo" (value function).
+        loss, grpo, ppo, corrections, optim: the sub-configs.
+        token_budget: most tokens per forward (trees are split, results unchanged; None: no
+            limit).
+        chunk_size: vocabulary-projection rows per chunk.
+        seed: seeds torch, numpy and random at start.
+        bf16: bf16 mixed precision ("auto" = on with CUDA, off on CPU).
+    """
+
+    algorithm: Literal["grpo", "ppo"] = "grpo"
+    loss: LossConfig = field(default_factory=LossConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    corrections: CorrectionConfig = field(default_factory=CorrectionConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    token_budget: int | None = None
+    chunk_size: int = 1024
+    seed: int = 0
+    bf16: bool | Literal["auto"] = "auto"
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ("grpo", "ppo"):
+            raise ConfigError("algorithm must be 'grpo' or 'ppo'")
+        if self.token_budget is not None and self.token_budget < 1:
+            raise ConfigError("token_budget must be >= 1 or None")

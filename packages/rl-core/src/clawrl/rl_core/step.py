@@ -1,0 +1,321 @@
+"""One tree-packed RL / SFT update, decomposed into the steps a reader can check.
+
+1. :func:`old_pass` — no-grad forward over every piece: π_old per token (and V_old, π_ref);
+2. :func:`prepare_rl` — advantages (GRPO / GAE), corrections, aggregation weights, on the
+   membership list (NumPy float64);
+3. :func:`loss_backward` — per piece: forward with grad, scatter membership terms into
+   per-token coefficients, loss, ``backward`` (gradients accumulate over pieces).
+
+The optimiser step is the trainer's job (:mod:`clawrl.rl_core.trainer`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from clawrl.rl_core.advantages import gae_along_paths, grpo_advantages
+from clawrl.rl_core.config import CorrectionConfig, GRPOConfig, LossConfig, PPOConfig
+from clawrl.rl_core.corrections import (
+    correction_metrics,
+    geometric_sequence_mask,
+    ratio_mask,
+    truncated_importance_weights,
+)
+from clawrl.rl_core.errors import ConfigError
+from clawrl.rl_core.forward import tree_forward
+from clawrl.rl_core.losses import (
+    aggregation_weights,
+    clipped_surrogate_loss,
+    entropy_bonus,
+    reference_kl_loss,
+    scatter_to_tokens,
+    sft_loss,
+    value_loss,
+)
+from clawrl.rl_core.packing import TreeBatch, TreePiece
+from clawrl.rl_core.value import Critic
+from torch import Tensor, nn
+
+__all__ = ["OldPass", "PreparedRL", "loss_backward", "old_pass", "prepare_rl", "prepare_sft"]
+
+
+@dataclass
+class OldPass:
+    """Per-token results of the no-grad pass (float64 [N], NaN where not computed)."""
+
+    logprobs: np.ndarray
+    values: np.ndarray | None = None
+    ref_logprobs: np.ndarray | None = None
+
+
+@dataclass
+class PreparedRL:
+    """Per-membership quantities (float64 [M]) for :func:`loss_backward`.
+
+    Attributes:
+        weight: w_m for policy / KL / entropy / SFT terms (aggregation × corrections).
+        advantage: A_m (None for SFT).
+        value_weight, returns, old_values: value-loss inputs (None without a value function).
+        metrics: scalar diagnostics (corrections, advantages).
+    """
+
+    weight: np.ndarray
+    advantage: np.ndarray | None = None
+    value_weight: np.ndarray | None = None
+    returns: np.ndarray | None = None
+    old_values: np.ndarray | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _piece_tensors(
+    piece: TreePiece, device: torch.device,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(input_ids, position_ids, parent_index, subtree_end, targets) as int64 tensors."""
+    def t(a: np.ndarray) -> Tensor:
+        return torch.as_tensor(a, dtype=torch.int64, device=device)
+
+    return (t(piece.input_ids), t(piece.position_ids), t(piece.parent_index),
+            t(piece.subtree_end), t(piece.targets))
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def old_pass(
+    model: nn.Module,
+    batch: TreeBatch,
+    pieces: Sequence[TreePiece],
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 1024,
+    value_head: nn.Module | None = None,
+    critic: Critic | None = None,
+    ref_model: nn.Module | None = None,
+) -> OldPass:
+    """Forward every piece without gradients; π_old (and V_old, π_ref) per trainable token."""
+    n = batch.num_tokens
+    lp = np.full(n, np.nan)
+    vals = np.full(n, np.nan) if (value_head is not None or critic is not None) else None
+    ref = np.full(n, np.nan) if ref_model is not None else None
+    dev = _device_of(model)
+    for piece in pieces:
+        pt = _piece_tensors(piece, dev)
+        out = tree_forward(model, *pt, temperature=temperature, chunk_size=chunk_size,
+                           value_head=value_head)
+        g = piece.token_index[piece.targets]
+        lp[g] = out.logprobs.double().cpu().numpy()
+        if vals is not None:
+            v = out.values if critic is None else critic(*pt)
+            assert v is not None
+            vals[g] = v.double().cpu().numpy()
+        if ref is not None and ref_model is not None:
+            pr = _piece_tensors(piece, _device_of(ref_model))
+            r = tree_forward(ref_model, *pr, temperature=temperature, chunk_size=chunk_size)
+            ref[g] = r.logprobs.double().cpu().numpy()
+    return OldPass(logprobs=lp, values=vals, ref_logprobs=ref)
+
+
+def _included(batch: TreeBatch, loss_cfg: LossConfig) -> np.ndarray:
+    side = np.asarray([t.side_path for t in batch.trajectories], dtype=bool)
+    if loss_cfg.include_side_paths or side.size == 0:
+        return np.ones(batch.num_memberships, dtype=bool)
+    return ~side[batch.mem_traj]
+
+
+def _traj_groups(batch: TreeBatch, key: str) -> list[Hashable]:
+    return [t.metadata.get(key, t.rollout_id) for t in batch.trajectories]
+
+
+def prepare_rl(
+    batch: TreeBatch,
+    old: OldPass,
+    rewards: Mapping[str, float],
+    *,
+    algorithm: str = "grpo",
+    loss_cfg: LossConfig | None = None,
+    grpo_cfg: GRPOConfig | None = None,
+    ppo_cfg: PPOConfig | None = None,
+    corr_cfg: CorrectionConfig | None = None,
+    groups: Mapping[str, Hashable] | None = None,
+    current_version: int = 0,
+) -> PreparedRL:
+    """Advantages, corrections and weights on the membership list.
+
+    Args:
+        batch: the forest.
+        old: the no-grad pass (π_old; V_old for PPO).
+        rewards: reward per rollout id (every trajectory of a rollout shares it).
+        algorithm: "grpo" or "ppo".
+        groups: group key per rollout id (GRPO); default: the trajectory metadata key
+            ``grpo_cfg.group_key``, else the rollout id.
+        current_version: the trainer's policy version (staleness metric).
+
+    Raises:
+        ConfigError: a rollout without a reward, or an unknown algorithm.
+    """
+    loss_cfg = loss_cfg or LossConfig()
+    grpo_cfg = grpo_cfg or GRPOConfig()
+    ppo_cfg = ppo_cfg or PPOConfig()
+    corr_cfg = corr_cfg or CorrectionConfig()
+    missing = {t.rollout_id for t in batch.trajectories} - set(rewards)
+    if missing:
+        raise ConfigError(f"no reward for rollouts {sorted(missing)[:5]}")
+    traj_reward = np.asarray([rewards[t.rollout_id] for t in batch.trajectories], np.float64)
+    inc = _included(batch, loss_cfg)
+    tg = _traj_groups(batch, grpo_cfg.group_key)
+    if groups is not None:
+        tg = [groups.get(t.rollout_id, g) for t, g in zip(batch.trajectories, tg, strict=True)]
+    w = aggregation_weights(loss_cfg.aggregation, batch.mem_token, batch.mem_traj, inc, tg)
+    metrics: dict[str, float] = {}
+
+    # corrections: ρ = π_old / π_rollout per membership
+    log_ratio = old.logprobs[batch.mem_token] - batch.mem_logprob
+    keep = ratio_mask(log_ratio, corr_cfg.mask_low, corr_cfg.mask_high)
+    keep &= geometric_sequence_mask(log_ratio, batch.mem_traj, corr_cfg.geo_mask_low,
+                                    corr_cfg.geo_mask_high)
+    mult = keep.astype(np.float64)
+    if corr_cfg.tis_cap is not None:
+        mult = mult * truncated_importance_weights(log_ratio, corr_cfg.tis_cap)
+    metrics.update(correction_metrics(log_ratio[inc], keep[inc],
+                                      batch.mem_policy_version[inc], current_version))
+    pol_w = w * mult
+
+    if algorithm == "grpo":
+        rollouts: dict[str, int] = {}
+        r_of_traj = np.asarray([rollouts.setdefault(t.rollout_id, len(rollouts))
+                                for t in batch.trajectories], np.int64)
+        r_reward = np.zeros(len(rollouts))
+        r_group: list[Hashable] = [None] * len(rollouts)
+        for k, ri in enumerate(r_of_traj):
+            r_reward[ri] = traj_reward[k]
+            r_group[ri] = tg[k]
+        adv_r = grpo_advantages(r_reward, r_group, scale_by_std=grpo_cfg.scale_by_std,
+                                eps=grpo_cfg.eps)
+        adv = adv_r[r_of_traj][batch.mem_traj]
+        metrics["advantage_mean"] = float(adv_r.mean())
+        metrics["reward_mean"] = float(r_reward.mean())
+        return PreparedRL(weight=pol_w, advantage=adv, metrics=metrics)
+    if algorithm == "ppo":
+        if old.values is None:
+            raise ConfigError("PPO needs values from a value head or critic in the old pass")
+        v_mem = old.values[batch.mem_token]
+        adv, ret = gae_along_paths(v_mem, traj_reward, batch.mem_traj,
+                                   batch.position_ids[batch.mem_token],
+                                   gamma=ppo_cfg.gamma, lam=ppo_cfg.lam)
+        metrics["advantage_mean"] = float(adv[inc].mean()) if inc.any() else 0.0
+        metrics["value_mean"] = float(v_mem[inc].mean()) if inc.any() else 0.0
+        metrics["reward_mean"] = float(traj_reward.mean())
+        return PreparedRL(weight=pol_w, advantage=adv, value_weight=w, returns=ret,
+                          old_values=v_mem, metrics=metrics)
+    raise ConfigError(f"unknown algorithm {algorithm!r}")
+
+
+def prepare_sft(batch: TreeBatch, loss_cfg: LossConfig | None = None) -> PreparedRL:
+    """SFT weights: ``loss_cfg.aggregation`` over the assistant-token memberships
+    (``unique_token_mean`` counts a shared assistant token once)."""
+    loss_cfg = loss_cfg or LossConfig(aggregation="unique_token_mean")
+    w = aggregation_weights(loss_cfg.aggregation, batch.mem_token, batch.mem_traj,
+                            _included(batch, loss_cfg),
+                            _traj_groups(batch, GRPOConfig().group_key))
+    return PreparedRL(weight=w)
+
+
+def loss_backward(
+    model: nn.Module,
+    batch: TreeBatch,
+    pieces: Sequence[TreePiece],
+    prepared: PreparedRL,
+    old: OldPass | None,
+    *,
+    loss_cfg: LossConfig | None = None,
+    ppo_cfg: PPOConfig | None = None,
+    value_head: nn.Module | None = None,
+    critic: Critic | None = None,
+    train_policy: bool = True,
+    chunk_size: int = 1024,
+    backward: Callable[[Tensor], None] | None = None,
+) -> dict[str, float]:
+    """Forward each piece with gradients, build its loss, call ``backward`` on it.
+
+    The total loss is the sum over pieces of
+
+        policy:   Σ_t [−c⁺_t min(r_t, 1+ε_high) + c⁻_t max(r_t, 1−ε_low)]     (RL)
+                  or −Σ_t c_t log π_θ(t)                                         (SFT: old=None
+                  or prepared.advantage is None)
+        + β_KL Σ_t c_t k3_t − β_H Σ_t c_t H_t
+        + value_coef · Σ_m w_m ½ max((V−G)², (V_clip−G)²)                         (PPO)
+
+    with c⁺, c⁻, c scattered from the pieces' memberships. ``backward`` defaults to
+    ``loss.backward()`` (pass ``accelerator.backward``).
+
+    Returns:
+        {"loss", "policy_loss", "value_loss", "kl", "entropy"} summed over pieces.
+    """
+    loss_cfg = loss_cfg or LossConfig()
+    ppo_cfg = ppo_cfg or PPOConfig()
+    do_backward = backward or (lambda loss: loss.backward())
+    is_sft = prepared.advantage is None
+    want_values = prepared.returns is not None and (value_head is not None or critic is not None)
+    stats = dict.fromkeys(("loss", "policy_loss", "value_loss", "kl", "entropy"), 0.0)
+    dev = _device_of(model)
+    for piece in pieces:
+        if piece.targets.size == 0:
+            continue
+        pt = _piece_tensors(piece, dev)
+        out = tree_forward(model, *pt, temperature=loss_cfg.temperature, chunk_size=chunk_size,
+                           compute_entropy=loss_cfg.entropy_coef > 0,
+                           value_head=value_head if want_values else None)
+        dt = out.logprobs.dtype
+        n_t = int(piece.targets.size)
+        mem = piece.membership_index
+        tgt = torch.as_tensor(piece.mem_target, dtype=torch.int64, device=dev)
+        w = torch.as_tensor(prepared.weight[mem], dtype=dt, device=dev)
+        c_w = scatter_to_tokens(w, tgt, n_t)
+        total = out.logprobs.new_zeros(())
+        if is_sft:
+            pl = sft_loss(out.logprobs, c_w)
+        elif train_policy:
+            assert prepared.advantage is not None and old is not None
+            a = torch.as_tensor(prepared.advantage[mem], dtype=dt, device=dev)
+            c_pos = scatter_to_tokens(w * a.clamp(min=0), tgt, n_t)
+            c_neg = scatter_to_tokens(w * (-a).clamp(min=0), tgt, n_t)
+            g = piece.token_index[piece.targets]
+            old_lp = torch.as_tensor(old.logprobs[g], dtype=dt, device=dev)
+            pl = clipped_surrogate_loss(out.logprobs, old_lp, c_pos, c_neg,
+                                        loss_cfg.clip_eps_low, loss_cfg.clip_eps_high)
+        else:
+            pl = total
+        total = total + pl
+        stats["policy_loss"] += float(pl.detach())
+        if loss_cfg.kl_coef > 0 and old is not None and old.ref_logprobs is not None:
+            g = piece.token_index[piece.targets]
+            ref = torch.as_tensor(old.ref_logprobs[g], dtype=dt, device=dev)
+            kl = reference_kl_loss(out.logprobs, ref, c_w)
+            total = total + loss_cfg.kl_coef * kl
+            stats["kl"] += float(kl.detach())
+        if loss_cfg.entropy_coef > 0 and out.entropy is not None:
+            ent = entropy_bonus(out.entropy, c_w)
+            total = total - loss_cfg.entropy_coef * ent
+            stats["entropy"] += float(ent.detach())
+        if want_values:
+            assert prepared.returns is not None and prepared.old_values is not None
+            assert prepared.value_weight is not None
+            v_t = out.values if critic is None else critic(*_piece_tensors(
+                piece, _device_of(critic)))
+            assert v_t is not None
+            v_m = v_t.to(dt)[tgt]
+            vl = value_loss(
+                v_m, torch.as_tensor(prepared.old_values[mem], dtype=dt, device=dev),
+                torch.as_tensor(prepared.returns[mem], dtype=dt, device=dev),
+                torch.as_tensor(prepared.value_weight[mem], dtype=dt, device=dev),
+                ppo_cfg.value_clip)
+            total = total + ppo_cfg.value_coef * vl
+            stats["value_loss"] += float(vl.detach())
+        do_backward(total)
+        stats["loss"] += float(total.detach())
+    return stats

@@ -1,0 +1,102 @@
+"""Shared test fixtures: a tiny Qwen3 model and a random-tree builder."""
+
+from __future__ import annotations
+
+import random
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from clawrl.rl_core import TokenSequence
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+torch.set_num_threads(1)
+
+VOCAB = 24
+
+
+def make_tiny_qwen3(dtype: torch.dtype = torch.float64, seed: int = 0, vocab: int = VOCAB,
+                    attn: str = "sdpa", hidden: int = 32, layers: int = 2) -> Qwen3ForCausalLM:
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=hidden // 4, max_position_embeddings=512,
+                      tie_word_embeddings=False, attn_implementation=attn)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(cfg).to(dtype)
+    if dtype == torch.float64:
+        # transformers' RMSNorm computes in float32 (hidden.to(float32)); keep float64 so the
+        # tree-vs-path comparison is not limited by float32 rounding of kernel-order noise
+        for mod in model.modules():
+            if type(mod).__name__ == "Qwen3RMSNorm":
+                mod.forward = types.MethodType(_rmsnorm_f64, mod)  # type: ignore[method-assign]
+    # larger random weights than the default init so logits are far from uniform
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def random_sequences(rng: random.Random, n_seq: int, vocab: int = VOCAB, max_new: int = 6,
+                     n_rollouts: int = 3, n_groups: int = 2, side_prob: float = 0.0,
+                     roots: int = 1) -> list[TokenSequence]:
+    """Random token sequences that share prefixes: each new sequence is a random-length
+    prefix of an earlier one plus fresh tokens (so the packed tree branches)."""
+    seqs: list[list[int]] = []
+    train: list[list[bool]] = []
+    out: list[TokenSequence] = []
+    root_tokens = [rng.randrange(vocab) for _ in range(roots)]
+    for k in range(n_seq):
+        if seqs and rng.random() < 0.8:
+            base = rng.randrange(len(seqs))
+            cut = rng.randint(1, len(seqs[base]))
+            toks = seqs[base][:cut]
+            tr = train[base][:cut]
+        else:
+            toks = [rng.choice(root_tokens)]
+            tr = [False]
+        extra = rng.randint(1, max_new)
+        toks = toks + [rng.randrange(vocab) for _ in range(extra)]
+        tr = tr + [rng.random() < 0.7 for _ in range(extra)]
+        seqs.append(toks)
+        train.append(tr)
+        rollout = k % n_rollouts
+        out.append(TokenSequence(
+            token_ids=toks, trainable=tr,
+            logprobs=[-rng.uniform(0.1, 4.0) for _ in toks],
+            policy_versions=[rng.randrange(3) for _ in toks],
+            rollout_id=f"r{rollout}", call_id=f"c{k}", side_path=rng.random() < side_prob,
+            metadata={"group_id": f"g{rollout % n_groups}"}))
+    return out
+
+
+def _rmsnorm_f64(self: Any, hidden: torch.Tensor) -> torch.Tensor:
+    var = hidden.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden * torch.rsqrt(var + self.variance_epsilon))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_factory() -> Callable[..., Qwen3ForCausalLM]:
+    return make_tiny_qwen3
+
+
+@pytest.fixture(scope="session")
+def seq_factory() -> Callable[..., list[TokenSequence]]:
+    return random_sequences
+
+
+def per_path_logprobs(model: Any, ids: np.ndarray, temperature: float = 1.0) -> torch.Tensor:
+    """Oracle: plain causal forward of one path; logprob of token k from logits at k-1
+    (entry 0 is NaN)."""
+    x = torch.as_tensor(ids, dtype=torch.int64)[None]
+    logits = model(input_ids=x).logits[0] / temperature
+    lp = torch.log_softmax(logits, dim=-1)
+    got = lp[:-1].gather(-1, x[0, 1:, None]).squeeze(-1)
+    return torch.cat([got.new_full((1,), float("nan")), got])
+
+
+@pytest.fixture(scope="session")
+def path_logprobs() -> Callable[..., torch.Tensor]:
+    return per_path_logprobs

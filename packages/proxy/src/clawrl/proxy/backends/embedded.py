@@ -1,0 +1,798 @@
+"""EmbeddedBackend: a transformers model served in-process (CPU or GPU).
+
+One worker thread owns the model and runs a step-wise *continuous batching* loop, so the
+asyncio event loop (the HTTP server) never waits on a forward pass:
+
+1. admit waiting requests (up to ``max_batch_size`` running; none while paused): their
+   prompts are left-padded to a common length and prefilled together, in chunks of
+   ``prefill_chunk`` tokens, into a KV cache; the last position's logits give each request's
+   first token;
+2. merge the new rows into the running batch's KV cache (left-padding the shorter side);
+3. one decode step for every running row: feed each row's last token, at its own position
+   id, with a boolean 4-D attention mask that hides every padded cache column;
+4. sample each row's next token with its own sampling parameters and random generator,
+   stream it, and retire rows that stopped (stop token, ``max_tokens``, abort).
+
+Padding never changes a result: padded key/value columns are masked out, position ids
+count only real tokens, and padded query rows attend to themselves only (so no attention row
+is empty). The recorded logprob is the one of the distribution sampled from:
+``log_softmax(logits / T)[token]`` at temperature ``T`` (ClawRL's definition, DESIGN.md);
+with ``top_p < 1`` or ``top_k > 0`` it is the logprob under the *truncated and renormalised*
+distribution (such records are evaluation samples, not trained on); at ``T == 0`` the token
+is the argmax and its logprob is the one of the ``T = 1`` distribution.
+
+Weights change between two steps (``update_weights`` from an HF directory,
+``load_state_dict`` in-process); requests still generating continue with the new weights
+and report ``policy_version_end`` != ``policy_version``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import math
+import queue
+import random
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from clawrl.proxy.backends.base import (
+    BackendError,
+    GenerationRequest,
+    GenerationResult,
+    InferenceBackend,
+    SamplingParams,
+    TokenDelta,
+)
+
+__all__ = [
+    "EmbeddedBackend",
+    "EmbeddedRequestError",
+    "PromptTooLongError",
+    "WeightLoadError",
+    "sample_token",
+]
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedRequestError(BackendError, ValueError):
+    """A request the embedded backend refuses: empty prompt, ids outside the vocabulary,
+    bad sampling parameters, duplicate request id. The request is never started."""
+
+
+class PromptTooLongError(EmbeddedRequestError):
+    """``len(prompt_ids) + max_tokens`` exceeds the backend's ``max_context``."""
+
+
+class WeightLoadError(BackendError):
+    """Weights could not be loaded (missing files, unknown or missing keys, shape mismatch).
+    The model keeps its previous weights and policy version."""
+
+
+# ------------------------------------------------------------------------------- sampling
+
+
+def sample_token(
+    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
+) -> tuple[int, float]:
+    """Pick the next token from one row of logits and return ``(token_id, logprob)``.
+
+    Args:
+        logits: shape ``(vocab,)``, any float dtype (computed in float32).
+        sampling: temperature ``T``, ``top_p``, ``top_k``.
+        generator: CPU random generator (unused when ``T == 0``).
+
+    Returns:
+        The token and its natural-log probability under the distribution sampled from:
+        ``log_softmax(logits / T)`` (``T > 0``, no truncation); the truncated distribution
+        renormalised (``top_p < 1`` or ``top_k > 0``); ``log_softmax(logits)`` with the argmax
+        token when ``T == 0`` (greedy).
+    """
+    logits = logits.float()
+    if sampling.temperature == 0:
+        token = int(torch.argmax(logits).item())
+        return token, float(torch.log_softmax(logits, dim=-1)[token].item())
+    scaled = logits / sampling.temperature
+    if sampling.top_k > 0 or sampling.top_p < 1.0:
+        scaled = _truncate(scaled, sampling.top_k, sampling.top_p)
+    logp = torch.log_softmax(scaled, dim=-1)
+    probs = logp.exp().cpu()
+    token = int(torch.multinomial(probs, 1, generator=generator).item())
+    return token, float(logp[token].item())
+
+
+def _truncate(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set logits outside the top-k / nucleus (top-p) set to -inf (at least one kept)."""
+    out = scaled
+    if 0 < top_k < scaled.shape[-1]:
+        kth = torch.topk(out, top_k).values[-1]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(out, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        before = torch.cumsum(probs, dim=-1) - probs  # mass strictly before each token
+        drop_sorted = before >= top_p
+        drop_sorted[0] = False
+        drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+        out = out.masked_fill(drop, float("-inf"))
+    return out
+
+
+# ------------------------------------------------------------------------------- engine state
+
+
+@dataclass(eq=False)
+class _Seq:
+    request: GenerationRequest
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue[TokenDelta | GenerationResult | BaseException]
+    generator: torch.Generator
+    received: float
+    completion: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    version_start: int = -1
+    n_cached: int = 0  # real tokens in the KV cache
+    pending: int = -1  # sampled token not yet fed to the model
+    done: bool = False
+    aborted: bool = False
+    started: float = 0.0
+    first_token: float = 0.0
+
+    def emit(self, item: TokenDelta | GenerationResult | BaseException) -> None:
+        with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody listens
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+
+
+@dataclass
+class _Batch:
+    """Running rows and their shared, left-padded KV cache."""
+
+    seqs: list[_Seq]
+    cache: Any  # transformers DynamicCache; per layer keys/values (B, kv_heads, L, head_dim)
+    valid: torch.Tensor  # (B, L) bool: column holds a real token of that row
+
+
+def _cache_from(keys: list[torch.Tensor], values: list[torch.Tensor]) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=list(zip(keys, values, strict=True)))
+
+
+def _cache_tensors(cache: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    keys = [layer.keys for layer in cache.layers]
+    values = [layer.values for layer in cache.layers]
+    return keys, values
+
+
+def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
+    missing = length - t.shape[dim]
+    if missing == 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+# ------------------------------------------------------------------------------- backend
+
+
+class EmbeddedBackend(InferenceBackend):
+    """transformers in-process: KV cache, continuous batching, exact logprobs.
+
+    Args:
+        model_dir: HF model directory (e.g. ``build_default_model()``).
+        device: torch device (``"cpu"``, ``"cuda"``, ...).
+        dtype: parameter dtype (float32 for exact logprobs; logits are always handled in
+            float32).
+        num_threads: ``torch.set_num_threads`` for the process, set when the worker starts
+            (default 1: on 2 shared cores more threads made decoding several times slower);
+            ``None`` leaves torch's setting alone.
+        max_batch_size: running generations at most; more wait in a queue.
+        max_context: prompt + completion limit in tokens (default and upper bound: the
+            model's ``max_position_embeddings``).
+        prefill_chunk: prompt tokens per prefill forward (bounds attention memory).
+        attn_implementation: transformers attention (``"sdpa"`` or ``"eager"``).
+        seed: seeds the generators of requests that give no ``sampling.seed``.
+        policy_version: version of the initial weights.
+    """
+
+    name = "embedded"
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        num_threads: int | None = 1,
+        max_batch_size: int = 8,
+        max_context: int | None = None,
+        prefill_chunk: int = 1024,
+        attn_implementation: str = "sdpa",
+        seed: int | None = None,
+        policy_version: int = 0,
+    ) -> None:
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / "config.json").is_file():
+            raise BackendError(f"not an HF model directory (no config.json): {self.model_dir}")
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
+        cfg = json.loads((self.model_dir / "config.json").read_text())
+        text_cfg = cfg.get("text_config", cfg)
+        self._vocab_size = int(text_cfg["vocab_size"])
+        positions = int(text_cfg.get("max_position_embeddings", 0)) or 32768
+        if max_context is not None and not 1 < max_context <= positions:
+            raise ValueError(f"max_context must be in (1, {positions}], got {max_context}")
+        self._max_context = int(max_context) if max_context is not None else positions
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.num_threads = num_threads
+        self.max_batch_size = int(max_batch_size)
+        self.prefill_chunk = int(prefill_chunk)
+        self.attn_implementation = attn_implementation
+        self._rng = random.Random(seed)
+        self._version = int(policy_version)
+
+        self._model: Any = None
+        self._cache_kwarg = "cache"
+        self._start_lock = asyncio.Lock()
+        self._commands: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._paused = False
+        self._inflight: dict[str, _Seq] = {}  # every submitted, unfinished request
+        self._waiting: list[_Seq] = []  # worker-thread only
+        self._batch: _Batch | None = None  # worker-thread only
+        self._lock = threading.Lock()  # guards _inflight
+        self.stats = {"steps": 0, "prefills": 0, "max_running": 0, "tokens": 0}
+
+    # -- properties --------------------------------------------------------------------------
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @property
+    def max_context(self) -> int:
+        return self._max_context
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def model(self) -> Any:
+        """The loaded ``PreTrainedModel`` (after ``start()``). Do not run it concurrently
+        with the backend; change weights with ``load_state_dict``."""
+        return self._model
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the model (in a thread) and start the worker. Idempotent.
+
+        Raises:
+            BackendError: the model cannot be loaded.
+        """
+        async with self._start_lock:
+            if self._thread is not None:
+                return
+            ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+            self._stopping = False
+            self._thread = threading.Thread(
+                target=self._worker, args=(ready,), name="clawrl-embedded-backend", daemon=True
+            )
+            self._thread.start()
+            try:
+                await asyncio.wrap_future(ready)
+            except BaseException:
+                self._thread.join(timeout=5)
+                self._thread = None
+                raise
+
+    async def close(self) -> None:
+        """Stop the worker; generations still running end with finish_reason "aborted"."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._stopping = True
+        self._commands.put(("wake", None))
+        await asyncio.to_thread(thread.join)
+        self._thread = None
+
+    async def health(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    async def pause(self) -> None:
+        """Stop admitting new generations; running ones continue to their end."""
+        self._paused = True
+
+    async def resume(self) -> None:
+        """Admit waiting generations again."""
+        self._paused = False
+        self._commands.put(("wake", None))
+
+    # -- generation --------------------------------------------------------------------------
+
+    def validate(self, request: GenerationRequest) -> None:
+        """Check a request before it is queued.
+
+        Raises:
+            EmbeddedRequestError: empty prompt, an id outside ``[0, vocab_size)``, bad
+                sampling parameters.
+            PromptTooLongError: ``len(prompt_ids) + max_tokens > max_context``.
+        """
+        sp = request.sampling
+        ids = request.prompt_ids
+        if not ids:
+            raise EmbeddedRequestError("prompt_ids is empty")
+        for i, t in enumerate(ids):
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self._vocab_size:
+                raise EmbeddedRequestError(
+                    f"prompt_ids[{i}] = {t!r} is outside the vocabulary [0, {self._vocab_size})"
+                )
+        if (
+            isinstance(sp.max_tokens, bool)
+            or not isinstance(sp.max_tokens, int)
+            or sp.max_tokens < 1
+        ):
+            raise EmbeddedRequestError(f"max_tokens must be an integer >= 1, got {sp.max_tokens!r}")
+        if len(ids) + sp.max_tokens > self._max_context:
+            raise PromptTooLongError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) exceeds the "
+                f"context window of {self._max_context} tokens"
+            )
+        if not math.isfinite(sp.temperature) or sp.temperature < 0:
+            raise EmbeddedRequestError(f"temperature must be finite and >= 0, got {sp.temperature}")
+        if not 0 < sp.top_p <= 1:
+            raise EmbeddedRequestError(f"top_p must be in (0, 1], got {sp.top_p}")
+        if sp.top_k != -1 and sp.top_k < 1:
+            raise EmbeddedRequestError(f"top_k must be -1 (off) or >= 1, got {sp.top_k}")
+        bad_stop = [t for t in sp.stop_token_ids if not 0 <= t < self._vocab_size]
+        if bad_stop:
+            raise EmbeddedRequestError(f"stop_token_ids outside the vocabulary: {bad_stop[:5]}")
+
+    async def generate(
+        self, request: GenerationRequest
+    ) -> AsyncIterator[TokenDelta | GenerationResult]:
+        """Stream ``TokenDelta`` (one token each), then one ``GenerationResult``.
+
+        Closing the iterator early (client disconnect) aborts the generation.
+
+        Raises:
+            EmbeddedRequestError: invalid request (see ``validate``), raised before any item.
+            BackendError: the backend is closed or its worker died.
+        """
+        self.validate(request)
+        await self.start()
+        if self._stopping:
+            raise BackendError("the embedded backend is closed")
+        gen = torch.Generator(device="cpu")
+        seed = request.sampling.seed
+        gen.manual_seed(seed if seed is not None else self._rng.getrandbits(63))
+        seq = _Seq(
+            request=request,
+            loop=asyncio.get_running_loop(),
+            out=asyncio.Queue(),
+            generator=gen,
+            received=time.time(),
+        )
+        with self._lock:
+            if request.request_id in self._inflight:
+                raise EmbeddedRequestError(f"request id {request.request_id!r} is already running")
+            self._inflight[request.request_id] = seq
+        self._commands.put(("submit", seq))
+        finished = False
+        try:
+            while True:
+                item = await seq.out.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                if isinstance(item, GenerationResult):
+                    finished = True
+                yield item
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self._commands.put(("abort", request.request_id))
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a waiting or running generation (no-op for an unknown id)."""
+        self._commands.put(("abort", request_id))
+
+    # -- weights -----------------------------------------------------------------------------
+
+    async def update_weights(self, path: str, version: int) -> None:
+        """Load weights from an HF checkpoint directory (``*.safetensors``) between two
+        decoding steps; ``policy_version`` becomes ``version``.
+
+        Raises:
+            WeightLoadError: no safetensors files, unknown/missing keys or shape mismatch
+                (the previous weights stay).
+        """
+        state = await asyncio.to_thread(_read_safetensors_dir, Path(path))
+        await self.load_state_dict(state, version)
+
+    async def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Copy in-process weights (e.g. the trainer's ``model.state_dict()``) into the model
+        between two decoding steps; ``policy_version`` becomes ``version``.
+
+        Keys are the HF model's (``model.layers.0...``, ``lm_head.weight``); with tied
+        embeddings ``lm_head.weight`` may be absent. Tensors are copied (cast to the
+        backend's dtype and device), so the caller may keep changing its own afterwards.
+
+        Raises:
+            WeightLoadError: unknown or missing keys, or a shape mismatch.
+        """
+        await self.start()
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._commands.put(("weights", (dict(state_dict), int(version), done)))
+        await asyncio.wrap_future(done)
+
+    # -- worker thread -----------------------------------------------------------------------
+
+    def _worker(self, ready: concurrent.futures.Future[None]) -> None:
+        try:
+            if self.num_threads is not None:
+                torch.set_num_threads(self.num_threads)
+            self._load_model()
+        except Exception as exc:
+            ready.set_exception(BackendError(f"cannot load model from {self.model_dir}: {exc}"))
+            return
+        ready.set_result(None)
+        try:
+            with torch.inference_mode():
+                while not self._stopping:
+                    self._drain_commands(block=not self._has_work())
+                    if self._stopping:
+                        break
+                    self._step()
+        except BaseException as exc:  # pragma: no cover - a bug; fail every request
+            log.exception("embedded backend worker crashed")
+            self._fail_all(BackendError(f"embedded backend worker crashed: {exc!r}"))
+            raise
+        finally:
+            self._finish_all_aborted()
+
+    def _load_model(self) -> None:
+        import inspect
+
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            model: Any = AutoModelForCausalLM.from_pretrained(
+                str(self.model_dir), dtype=self.dtype, attn_implementation=self.attn_implementation
+            )
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
+        model.to(self.device)
+        model.eval()
+        model.requires_grad_(False)
+        if model.config.vocab_size != self._vocab_size:
+            raise BackendError("config.json and the model disagree on vocab_size")
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._model = model
+
+    def _has_work(self) -> bool:
+        return self._batch is not None or (bool(self._waiting) and not self._paused)
+
+    def _drain_commands(self, block: bool) -> None:
+        while True:
+            try:
+                kind, payload = self._commands.get(block=block, timeout=0.5 if block else None)
+            except queue.Empty:
+                return
+            block = False
+            if kind == "submit":
+                self._waiting.append(payload)
+            elif kind == "abort":
+                self._abort(payload)
+            elif kind == "weights":
+                self._apply_weights(*payload)
+
+    def _abort(self, request_id: str) -> None:
+        with self._lock:
+            seq = self._inflight.get(request_id)
+        if seq is None:
+            return
+        if seq in self._waiting:
+            self._waiting.remove(seq)
+            self._finish(seq, "aborted")
+        else:
+            seq.aborted = True  # retired at the start of the next step
+
+    def _apply_weights(
+        self, state: dict[str, torch.Tensor], version: int, done: concurrent.futures.Future[None]
+    ) -> None:
+        try:
+            _load_into(self._model, state)
+        except WeightLoadError as exc:
+            done.set_exception(exc)
+            return
+        except Exception as exc:
+            done.set_exception(WeightLoadError(f"cannot load weights: {exc}"))
+            return
+        self._version = version
+        done.set_result(None)
+
+    # one scheduler step: retire, admit (prefill), decode
+    def _step(self) -> None:
+        self._retire()
+        if not self._paused and self._waiting:
+            room = self.max_batch_size - (len(self._batch.seqs) if self._batch else 0)
+            if room > 0:
+                admitted, self._waiting = self._waiting[:room], self._waiting[room:]
+                self._guarded(admitted, self._admit)
+        if self._batch is not None:
+            self._guarded(list(self._batch.seqs), self._decode)
+
+    def _guarded(self, seqs: list[_Seq], fn: Any) -> None:
+        try:
+            fn(seqs)
+        except Exception as exc:
+            log.exception("embedded backend step failed")
+            if self._batch is not None:
+                seqs = list({*seqs, *self._batch.seqs})
+                self._batch = None
+            for seq in seqs:
+                if not seq.done:
+                    self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
+
+    def _retire(self) -> None:
+        batch = self._batch
+        if batch is None:
+            return
+        for seq in batch.seqs:
+            if seq.aborted and not seq.done:
+                self._finish(seq, "aborted")
+        keep = [i for i, s in enumerate(batch.seqs) if not s.done]
+        if len(keep) == len(batch.seqs):
+            return
+        if not keep:
+            self._batch = None
+            return
+        index = torch.tensor(keep, device=self.device)
+        valid = batch.valid.index_select(0, index)
+        # drop leading columns that are padding in every remaining row
+        first = int(torch.nonzero(valid.any(dim=0))[0].item())
+        keys, values = _cache_tensors(batch.cache)
+        self._batch = _Batch(
+            seqs=[batch.seqs[i] for i in keep],
+            cache=_cache_from(
+                [k.index_select(0, index)[:, :, first:] for k in keys],
+                [v.index_select(0, index)[:, :, first:] for v in values],
+            ),
+            valid=valid[:, first:],
+        )
+
+    def _forward(
+        self, cache: Any, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Logits (float32, ``(B, vocab)``) at the last column; ``mask`` is ``(B, 1, Q, K)``
+        bool, True = attend (converted to an additive mask for non-sdpa attention)."""
+        if self.attn_implementation != "sdpa":
+            additive = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device)
+            mask = additive.masked_fill(~mask, torch.finfo(self.dtype).min)
+        out = self._model(
+            input_ids=tokens,
+            position_ids=positions,
+            attention_mask=mask,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        )
+        return out.logits[:, -1, :].float()
+
+    def _admit(self, seqs: list[_Seq]) -> None:
+        """Prefill ``seqs`` together (left-padded, chunked) and merge them into the batch."""
+        now = time.time()
+        for seq in seqs:
+            seq.version_start = self._version
+            seq.started = now
+        lengths = [len(s.request.prompt_ids) for s in seqs]
+        width = max(lengths)
+        dev = self.device
+        tokens = torch.zeros((len(seqs), width), dtype=torch.long, device=dev)
+        for row, seq in enumerate(seqs):
+            tokens[row, width - lengths[row] :] = torch.tensor(seq.request.prompt_ids, device=dev)
+        pad = torch.tensor([width - n for n in lengths], device=dev)
+        cols = torch.arange(width, device=dev)
+        valid = cols[None, :] >= pad[:, None]  # (G, W)
+        positions = (cols[None, :] - pad[:, None]).clamp(min=0)
+        cache = _cache_from([], [])
+        logits = torch.empty(0)
+        for start in range(0, width, self.prefill_chunk):
+            end = min(start + self.prefill_chunk, width)
+            q = cols[start:end]
+            causal = cols[None, :end] <= q[:, None]  # (Q, K)
+            mask = valid[:, None, :end] & causal[None]  # (G, Q, K)
+            # padded query rows attend to themselves only (no empty attention row)
+            selfonly = (~valid[:, start:end])[:, :, None] & (
+                cols[None, None, :end] == q[None, :, None]
+            )
+            mask = (mask | selfonly)[:, None]  # (G, 1, Q, K)
+            logits = self._forward(cache, tokens[:, start:end], positions[:, start:end], mask)
+        self.stats["prefills"] += 1
+        for row, seq in enumerate(seqs):
+            seq.n_cached = lengths[row]
+            self._sample(seq, logits[row])
+        self._merge(_Batch(seqs=seqs, cache=cache, valid=valid))
+
+    def _merge(self, new: _Batch) -> None:
+        old = self._batch
+        if old is None:
+            self._batch = new
+        else:
+            length = max(old.valid.shape[1], new.valid.shape[1])
+            (ok, ov), (nk, nv) = _cache_tensors(old.cache), _cache_tensors(new.cache)
+
+            def join(a: list[torch.Tensor], b: list[torch.Tensor]) -> list[torch.Tensor]:
+                return [
+                    torch.cat([_left_pad(x, length, 2), _left_pad(y, length, 2)])
+                    for x, y in zip(a, b, strict=True)
+                ]
+
+            self._batch = _Batch(
+                seqs=old.seqs + new.seqs,
+                cache=_cache_from(join(ok, nk), join(ov, nv)),
+                valid=torch.cat([_left_pad(old.valid, length, 1), _left_pad(new.valid, length, 1)]),
+            )
+        self.stats["max_running"] = max(self.stats["max_running"], len(self._batch.seqs))
+
+    def _decode(self, seqs: list[_Seq]) -> None:
+        """Feed every running row's pending token; sample the next one."""
+        batch = self._batch
+        assert batch is not None
+        live = [s for s in batch.seqs if not s.done]
+        if len(live) != len(batch.seqs):
+            self._retire()
+            batch = self._batch
+            if batch is None:
+                return
+        dev = self.device
+        tokens = torch.tensor([[s.pending] for s in batch.seqs], dtype=torch.long, device=dev)
+        positions = torch.tensor([[s.n_cached] for s in batch.seqs], dtype=torch.long, device=dev)
+        valid = torch.cat(
+            [batch.valid, torch.ones((len(batch.seqs), 1), dtype=torch.bool, device=dev)], 1
+        )
+        logits = self._forward(batch.cache, tokens, positions, valid[:, None, None, :])
+        batch.valid = valid
+        self.stats["steps"] += 1
+        for row, seq in enumerate(batch.seqs):
+            seq.n_cached += 1
+            if not seq.aborted:
+                self._sample(seq, logits[row])
+
+    def _sample(self, seq: _Seq, logits: torch.Tensor) -> None:
+        sp = seq.request.sampling
+        token, logprob = sample_token(logits, sp, seq.generator)
+        if not seq.completion:
+            seq.first_token = time.time()
+        seq.completion.append(token)
+        seq.logprobs.append(logprob)
+        seq.pending = token
+        self.stats["tokens"] += 1
+        seq.emit(TokenDelta([token], [logprob]))
+        if token in sp.stop_token_ids:
+            self._finish(seq, "stop")
+        elif len(seq.completion) >= sp.max_tokens or (
+            len(seq.request.prompt_ids) + len(seq.completion) >= self._max_context
+        ):
+            self._finish(seq, "length")
+
+    def _finish(self, seq: _Seq, reason: Any, error: str | None = None) -> None:
+        if seq.done:
+            return
+        seq.done = True
+        with self._lock:
+            self._inflight.pop(seq.request.request_id, None)
+        start = seq.version_start if seq.version_start >= 0 else self._version
+        seq.emit(
+            GenerationResult(
+                completion_ids=list(seq.completion),
+                completion_logprobs=list(seq.logprobs),
+                finish_reason=reason,
+                policy_version=start,
+                policy_version_end=self._version,
+                error=error,
+                extra={
+                    "backend": self.name,
+                    "queued_s": (seq.started or time.time()) - seq.received,
+                    "first_token_s": (seq.first_token - seq.started) if seq.first_token else None,
+                },
+            )
+        )
+
+    def _finish_all_aborted(self) -> None:
+        with self._lock:
+            seqs = list(self._inflight.values())
+        for seq in seqs:
+            self._finish(seq, "aborted", error="backend closed")
+        self._waiting.clear()
+        self._batch = None
+
+    def _fail_all(self, exc: BackendError) -> None:
+        with self._lock:
+            seqs = list(self._inflight.values())
+            self._inflight.clear()
+        for seq in seqs:
+            seq.done = True
+            seq.emit(exc)
+
+
+# ------------------------------------------------------------------------------- weights io
+
+
+def _read_safetensors_dir(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of the ``*.safetensors`` files of an HF checkpoint directory (CPU)."""
+    from safetensors.torch import load_file
+
+    if not path.is_dir():
+        raise WeightLoadError(f"weights directory not found: {path}")
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted({path / f for f in json.loads(index.read_text())["weight_map"].values()})
+    else:
+        files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise WeightLoadError(f"no *.safetensors files in {path}")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            state.update(load_file(str(file), device="cpu"))
+        except Exception as exc:
+            raise WeightLoadError(f"cannot read {file}: {exc}") from exc
+    return state
+
+
+def _load_into(model: Any, state: dict[str, torch.Tensor]) -> None:
+    """Copy ``state`` into ``model`` after checking keys and shapes (all or nothing)."""
+    own = model.state_dict()
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    unknown = sorted(set(state) - set(own))
+    missing = sorted(set(own) - set(state))
+    if tied:
+        missing = [k for k in missing if k != "lm_head.weight"]
+    if unknown or missing:
+        raise WeightLoadError(
+            f"state dict mismatch: unknown keys {unknown[:5]}, missing {missing[:5]}"
+        )
+    for key, tensor in state.items():
+        if tuple(tensor.shape) != tuple(own[key].shape):
+            raise WeightLoadError(
+                f"shape mismatch for {key}: got {tuple(tensor.shape)}, model has {tuple(own[key].shape)}"
+            )
+    if (
+        tied
+        and "lm_head.weight" in state
+        and "model.embed_tokens.weight" in state
+        and not torch.equal(state["lm_head.weight"].cpu(), state["model.embed_tokens.weight"].cpu())
+    ):
+        raise WeightLoadError("the model ties lm_head to embed_tokens but the weights differ")
+    with torch.no_grad():
+        for key, tensor in state.items():
+            own[key].copy_(tensor.detach())

@@ -22,7 +22,8 @@ __all__ = ["PoolMetrics", "SandboxPool"]
 # Kills every process started through exec (all carry the CLAWRL_EXEC_ID tag; the forwarder's
 # tag is "forwarder" and survives), then empties the writable places.
 _RESET_SCRIPT = (
-    'me=$$; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$me" ] && continue; '
+    "me=$$; for d in /proc/[0-9]*; do p=${d#/proc/}; "
+    '{ [ "$p" = "$me" ] || [ "$p" = "$PPID" ]; } && continue; '  # this script and its `timeout`
     f'grep -qsxz \'{_EXEC_TAG}=[0-9a-f]*\' "$d/environ" && kill -9 "$p" 2>/dev/null; done; '
     'for d in {dirs}; do [ -d "$d" ] && find "$d" -mindepth 1 -delete; done; exit 0'
 )

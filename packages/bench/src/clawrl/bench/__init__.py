@@ -22,6 +22,7 @@ from clawrl.bench.loaders import (
     load_task,
 )
 from clawrl.bench.metrics import AggregateReport, GroupStats, ScoredRollout, aggregate, pass_at_k
+from clawrl.bench.sandbox_executor import SandboxExecutor
 from clawrl.bench.task import (
     CATEGORIES,
     DIFFICULTIES,
@@ -59,6 +60,7 @@ __all__ = [
     "Limits",
     "LocalExecutor",
     "Mount",
+    "SandboxExecutor",
     "ScoredRollout",
     "SolutionSpec",
     "Task",

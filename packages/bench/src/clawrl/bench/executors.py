@@ -41,11 +41,17 @@ _TEXT_LIMIT = 2 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Mount:
-    """Host directory ``source`` visible at the absolute in-sandbox path ``target``."""
+    """Host directory ``source`` visible at the absolute in-sandbox path ``target``.
+
+    ``persist`` (writable mounts only): whether the command's changes must reach
+    ``source``. Executors that copy files in and out (the sandbox executor) skip copying
+    back mounts with ``persist=False``.
+    """
 
     source: Path
     target: str
     read_only: bool = True
+    persist: bool = True
 
     def __post_init__(self) -> None:
         if not PurePosixPath(self.target).is_absolute():

@@ -163,7 +163,7 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
             argv=task.verifier.command,
             cwd=task.workspace_path,
             mounts=(
-                Mount(ws, task.workspace_path, read_only=False),
+                Mount(ws, task.workspace_path, read_only=False, persist=False),
                 Mount(trusted, task.verifier.mount_path, read_only=True),
                 Mount(reward_dir, REWARD_MOUNT, read_only=False),
             ),

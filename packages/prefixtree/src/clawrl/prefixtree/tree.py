@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from clawrl.prefixtree.call import Call
@@ -64,8 +64,7 @@ _EMPTY_TOKENS = np.zeros(0, dtype=np.int64)
 _EMPTY_TOKENS.flags.writeable = False
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
+class Observation(NamedTuple):
     """One call's observation of the tokens it generated inside one node.
 
     Attributes:
@@ -175,7 +174,7 @@ class TreeStats:
         return dict(self.__dict__)
 
 
-@dataclass
+@dataclass(slots=True)
 class _CallEntry:
     """What the tree keeps of an inserted call (its tokens live in the tree)."""
 
@@ -252,11 +251,15 @@ class _Seq:
 def _lcp(x: _Seq, y: _Seq) -> int:
     """Length of the longest common prefix of two sequences (vectorised, no copies)."""
     m = min(x.n, y.n)
-    cuts = sorted({0, m, min(x.np_, m), min(y.np_, m)})
-    for a, b in itertools.pairwise(cuts):
+    a = 0
+    # cut [0, m) where either sequence switches from prompt to completion
+    for b in sorted((min(x.np_, m), min(y.np_, m), m)):
+        if b <= a:
+            continue
         j = _first_mismatch(x.piece(a, b), y.piece(a, b))
         if j < b - a:
             return a + j
+        a = b
     return m
 
 

@@ -1,78 +1,18 @@
-"""Shared fixtures of the proxy tests.
-
-``model_dir``: the kit's byte-level default model (``build_default_model("byte")``) when the
-kit is available, else a throwaway byte-level tokenizer directory built here following the
-same chat-template contract (tokenizer files only; enough for the scripted and null backends).
-"""
+"""Shared fixtures of the proxy tests (``model_dir``: the kit's byte-level default model)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-SPECIALS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-    "<think>",
-    "</think>",
-]
-TEMPLATE = Path(__file__).resolve().parents[1] / "src/clawrl/proxy/templates/qwen3_chatml.jinja"
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
-
-
-def build_byte_tokenizer_dir(path: Path) -> Path:
-    """A byte-level tokenizer (256 byte ids + the ChatML/tool/think tokens at 256..264)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {ch: b for b, ch in _bytes_to_unicode().items()}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok)
-    fast.add_special_tokens({"additional_special_tokens": SPECIALS})
-    fast.eos_token = "<|im_end|>"
-    fast.pad_token = "<|endoftext|>"
-    fast.chat_template = TEMPLATE.read_text()
-    path.mkdir(parents=True, exist_ok=True)
-    fast.save_pretrained(str(path))
-    im_end = fast.convert_tokens_to_ids("<|im_end|>")
-    eot = fast.convert_tokens_to_ids("<|endoftext|>")
-    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [im_end, eot]}))
-    (path / "config.json").write_text(json.dumps({"max_position_embeddings": 32768}))
-    return path
-
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        from clawrl.proxy.model_kit import build_default_model  # type: ignore[attr-defined]
-    except ImportError:
-        return build_byte_tokenizer_dir(tmp_path_factory.mktemp("byte-model"))
+    from clawrl.proxy.model_kit import build_default_model
+
     return Path(build_default_model("byte"))
 
 
@@ -101,3 +41,84 @@ def proxy(renderer: Any, scripted: Any, tmp_path: Path) -> Iterator[Any]:
         ServerConfig(socket="unused", admin_socket="unused", capture_dir=str(tmp_path / "cap")),
     )
     yield app
+
+
+class LiveProxy:
+    """A ProxyServer running uvicorn in a background thread on unix sockets."""
+
+    def __init__(self, app: Any, config: Any):
+        import asyncio
+        import threading
+
+        from clawrl.proxy import ProxyServer
+
+        self.app = app
+        self.config = config
+        self._clients: list[Any] = []
+        self.server = ProxyServer(app, config)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(self.server.started.wait(), self._loop)
+        fut.result(timeout=30)
+
+    def _run(self) -> None:
+        import asyncio
+
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self.server.serve())
+
+    @property
+    def socket(self) -> str:
+        return str(self.config.socket)
+
+    def admin(self) -> Any:
+        from clawrl.proxy import AdminClient
+
+        return AdminClient(socket=self.config.admin_socket)
+
+    def http_client(self, lib: str = "httpx") -> Any:
+        """An HTTP client over the model socket (``lib="httpx2"`` for the anthropic SDK);
+        closed by :meth:`stop`."""
+        import importlib
+
+        mod = importlib.import_module(lib)
+        client = mod.Client(transport=mod.HTTPTransport(uds=self.socket), timeout=60)
+        self._clients.append(client)
+        return client
+
+    def stop(self) -> None:
+        for c in self._clients:
+            c.close()
+        self._loop.call_soon_threadsafe(self.server.stop)
+        self._thread.join(timeout=30)
+        self._loop.close()
+
+
+@pytest.fixture
+def live_factory(renderer: Any, tmp_path: Path) -> Iterator[Any]:
+    """``live_factory(backend) -> LiveProxy`` (stopped at teardown)."""
+    import shutil
+    import tempfile
+
+    from clawrl.proxy import ServerConfig, build_proxy_app
+
+    started: list[LiveProxy] = []
+    sockdir = tempfile.mkdtemp(prefix="clawrl-proxy-", dir="/tmp")
+
+    def make(backend: Any, **kw: Any) -> LiveProxy:
+        n = len(started)
+        cfg = ServerConfig(
+            socket=f"{sockdir}/model{n}.sock",
+            admin_socket=f"{sockdir}/admin{n}.sock",
+            capture_dir=str(tmp_path / "capture"),
+            **kw,
+        )
+        live = LiveProxy(build_proxy_app(renderer, backend, cfg), cfg)
+        started.append(live)
+        return live
+
+    yield make
+    for live in started:
+        live.stop()
+    shutil.rmtree(sockdir, ignore_errors=True)

@@ -23,7 +23,12 @@ from clawrl.proxy.backends.base import (
     SamplingParams,
     TokenDelta,
 )
-from clawrl.proxy.errors import BackendUnavailableError, ContextLengthExceededError, ProxyError
+from clawrl.proxy.errors import (
+    BackendUnavailableError,
+    ContextLengthExceededError,
+    ProxyError,
+    ProxyRequestError,
+)
 from clawrl.proxy.parse import ParsedCompletion, parse_completion
 from clawrl.proxy.render import ChatRenderer
 from clawrl.proxy.session import Session, SessionManager
@@ -220,8 +225,8 @@ class ProxyCore:
         prompt_ids = build.ids
         bad = [t for t in prompt_ids if not 0 <= t < self.backend.vocab_size]
         if bad:
-            raise ContextLengthExceededError(
-                f"the tokenizer produced ids outside the backend's vocabulary: {bad[:3]}"
+            raise ProxyRequestError(
+                f"the prompt has token ids outside the backend's vocabulary: {bad[:3]}"
             )
         params, sampling_rec = self.sampling_for(call, len(prompt_ids))
         seq = session.next_seq()

@@ -78,24 +78,24 @@ class ChatRenderer:
     """Chat template + tokenizer of one model.
 
     Args:
-        tokenizer: a transformers fast tokenizer (``PreTrainedTokenizerFast``) whose
-            ``chat_template`` is set, or any object with ``backend_tokenizer`` and
-            ``chat_template``.
+        tokenizer: a ``tokenizers.Tokenizer`` (the model's ``tokenizer.json``).
+        chat_template: the Jinja chat template.
         stop_token_ids: ids that end a generated turn (from ``generation_config.json``
             ``eos_token_id``); the first is the turn terminator the template writes.
     """
 
-    def __init__(self, tokenizer: Any, stop_token_ids: Sequence[int]):
-        template = getattr(tokenizer, "chat_template", None)
-        if not isinstance(template, str) or not template:
-            raise ValueError("the tokenizer has no chat_template")
+    def __init__(self, tokenizer: Any, chat_template: str, stop_token_ids: Sequence[int]):
+        if not isinstance(chat_template, str) or not chat_template:
+            raise ValueError("no chat template")
         if not stop_token_ids:
             raise ValueError("stop_token_ids must not be empty")
-        self.tokenizer = tokenizer
-        self._backend = tokenizer.backend_tokenizer
-        self._template = _compile(template)
+        self._backend = tokenizer
+        self.chat_template = chat_template
+        self._template = _compile(chat_template)
         self.stop_token_ids: tuple[int, ...] = tuple(int(t) for t in stop_token_ids)
         self.vocab_size: int = int(self._backend.get_vocab_size(with_added_tokens=True))
+        #: Text of the turn terminator token (e.g. "<|im_end|>").
+        self.turn_end_text: str = self.decode([self.stop_token_ids[0]])
         probe = [{"role": "user", "content": "x"}]
         with_gp = self.render_text(probe, None, add_generation_prompt=True)
         without = self.render_text(probe, None, add_generation_prompt=False)
@@ -104,20 +104,38 @@ class ChatRenderer:
         #: Text the template appends as the generation prompt, e.g. "<|im_start|>assistant\n".
         self.generation_prompt: str = with_gp[len(without) :]
         self.generation_prompt_ids: list[int] = self.encode(self.generation_prompt)
-        #: Text of the turn terminator token (e.g. "<|im_end|>").
-        self.turn_end_text: str = self.decode([self.stop_token_ids[0]])
+
+    @classmethod
+    def from_hf_tokenizer(cls, tokenizer: Any, stop_token_ids: Sequence[int]) -> ChatRenderer:
+        """From a transformers fast tokenizer whose ``chat_template`` is set."""
+        return cls(tokenizer.backend_tokenizer, tokenizer.chat_template, stop_token_ids)
 
     @classmethod
     def from_model_dir(cls, path: str | Path) -> ChatRenderer:
-        """Load the tokenizer, template and stop ids of an HF model directory.
+        """Load ``tokenizer.json``, the chat template (``chat_template.jinja`` or
+        ``tokenizer_config.json``'s ``chat_template``) and the stop ids
+        (``generation_config.json``'s ``eos_token_id``, else the tokenizer's eos token) of an
+        HF model directory. Uses ``tokenizers`` only (no transformers import).
 
         Raises:
-            ValueError: the directory has no chat template or no eos token id.
+            ValueError: the directory has no tokenizer.json, chat template or eos token.
         """
-        from transformers import AutoTokenizer
+        from tokenizers import Tokenizer
 
         path = Path(path)
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        if not (path / "tokenizer.json").exists():
+            raise ValueError(f"{path} has no tokenizer.json")
+        tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        cfg: dict[str, Any] = {}
+        if (path / "tokenizer_config.json").exists():
+            cfg = json.loads((path / "tokenizer_config.json").read_text())
+        template = None
+        if (path / "chat_template.jinja").exists():
+            template = (path / "chat_template.jinja").read_text()
+        elif isinstance(cfg.get("chat_template"), str):
+            template = cfg["chat_template"]
+        if template is None:
+            raise ValueError(f"{path} has no chat template")
         stop: list[int] = []
         gen_cfg = path / "generation_config.json"
         if gen_cfg.exists():
@@ -126,9 +144,15 @@ class ChatRenderer:
                 stop = [eos]
             elif isinstance(eos, list):
                 stop = [int(e) for e in eos]
-        if not stop and tokenizer.eos_token_id is not None:
-            stop = [int(tokenizer.eos_token_id)]
-        return cls(tokenizer, stop)
+        if not stop:
+            eos_tok = cfg.get("eos_token")
+            if isinstance(eos_tok, dict):
+                eos_tok = eos_tok.get("content")
+            tid = tokenizer.token_to_id(eos_tok) if isinstance(eos_tok, str) else None
+            if tid is None:
+                raise ValueError(f"{path}: no eos token id")
+            stop = [int(tid)]
+        return cls(tokenizer, template, stop)
 
     # -- text <-> ids -------------------------------------------------------------------------
 
@@ -161,7 +185,7 @@ class ChatRenderer:
                     tools=tools or None,
                     add_generation_prompt=add_generation_prompt,
                     bos_token="",
-                    eos_token=self.turn_end_text if hasattr(self, "turn_end_text") else "",
+                    eos_token=self.turn_end_text,
                 )
             )
         except (jinja2.exceptions.TemplateError, TypeError, ValueError, KeyError) as e:

@@ -1,0 +1,154 @@
+"""``proxy`` command line.
+
+    proxy serve --model DIR|default --backend embedded|sglang|scripted|null
+                [--sglang-url URL | --launch-sglang] --socket PATH [--port N]
+                (--admin-socket PATH | --admin-port N) [--capture-dir DIR]
+
+``--model default`` serves the kit's tiny model (``build_default_model()``, tokenizer chosen
+with ``--tokenizer``). Exit codes: 0 after SIGINT/SIGTERM, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="proxy", description="clawrl serving proxy")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="serve the model API and the admin API")
+    s.add_argument("--model", default="default", help="HF model directory, or 'default'")
+    s.add_argument(
+        "--tokenizer",
+        choices=["byte", "qwen3"],
+        default="byte",
+        help="tokenizer of the default model",
+    )
+    s.add_argument(
+        "--backend", choices=["embedded", "sglang", "scripted", "null"], default="embedded"
+    )
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--sglang-url", help="URL of a running SGLang server")
+    g.add_argument("--launch-sglang", action="store_true", help="start SGLang for --model")
+    s.add_argument("--sglang-python", help="interpreter of the SGLang environment")
+    s.add_argument("--socket", help="unix socket of the model API")
+    s.add_argument("--port", type=int, help="TCP port of the model API")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--admin-socket", help="unix socket of the admin API")
+    s.add_argument("--admin-port", type=int, help="TCP port of the admin API")
+    s.add_argument("--admin-token", help="bearer token required by the admin API")
+    s.add_argument("--capture-dir", help="root of the call-record files")
+    s.add_argument("--public-base-url", help="base URL harnesses use (default: forwarder address)")
+    s.add_argument("--served-model-name", default="clawrl")
+    s.add_argument("--max-body-mb", type=float, default=32.0)
+    s.add_argument(
+        "--script-default",
+        default="Done.",
+        help="scripted backend: completion when a session's script is empty",
+    )
+    s.add_argument(
+        "--token-delay", type=float, default=0.0, help="scripted backend: seconds between tokens"
+    )
+    s.add_argument("--device", default="cpu", help="embedded backend: torch device")
+    s.add_argument("--log-level", default="warning")
+    return p
+
+
+def _model_dir(args: argparse.Namespace) -> Path:
+    if args.model == "default":
+        from clawrl.proxy.model_kit import build_default_model
+
+        return Path(build_default_model(args.tokenizer))
+    return Path(args.model)
+
+
+def _backend(
+    args: argparse.Namespace, model_dir: Path, renderer: Any, cleanup: list[Callable[[], None]]
+) -> Any:
+    if args.backend == "scripted":
+        from clawrl.proxy.backends.scripted import ScriptedBackend, ScriptedCompletion
+
+        return ScriptedBackend.from_model_dir(
+            model_dir,
+            default=ScriptedCompletion(text=args.script_default),
+            token_delay_s=args.token_delay,
+        )
+    if args.backend == "null":
+        from clawrl.proxy.backends.null import NullBackend
+
+        return NullBackend(
+            renderer.encode("ok") + [renderer.stop_token_ids[0]], vocab_size=renderer.vocab_size
+        )
+    if args.backend == "sglang":
+        from clawrl.proxy.backends.sglang import SGLangBackend
+
+        url = args.sglang_url
+        if args.launch_sglang:
+            from clawrl.proxy.sglang_launcher import launch_sglang
+
+            server = launch_sglang(model_dir, python=args.sglang_python)
+            cleanup.append(server.stop)
+            url = server.url
+        if not url:
+            raise SystemExit("proxy serve: --backend sglang needs --sglang-url or --launch-sglang")
+        return SGLangBackend(url)
+    from clawrl.proxy.backends.embedded import EmbeddedBackend
+
+    return EmbeddedBackend(model_dir, device=args.device)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    from clawrl.proxy.render import ChatRenderer
+    from clawrl.proxy.server import ProxyServer, ServerConfig, build_proxy_app
+
+    if args.socket is None and args.port is None:
+        print("proxy serve: give --socket and/or --port", file=sys.stderr)
+        return 2
+    if args.admin_socket is None and args.admin_port is None:
+        print("proxy serve: give --admin-socket and/or --admin-port", file=sys.stderr)
+        return 2
+    model_dir = _model_dir(args)
+    renderer = ChatRenderer.from_model_dir(model_dir)
+    cleanup: list[Callable[[], None]] = []
+    try:
+        backend = _backend(args, model_dir, renderer, cleanup)
+        config = ServerConfig(
+            socket=args.socket,
+            port=args.port,
+            host=args.host,
+            admin_socket=args.admin_socket,
+            admin_port=args.admin_port,
+            admin_token=args.admin_token,
+            capture_dir=args.capture_dir,
+            public_base_url=args.public_base_url,
+            served_model=args.served_model_name,
+            max_body_bytes=int(args.max_body_mb * (1 << 20)),
+            log_level=args.log_level,
+        )
+        server = ProxyServer(build_proxy_app(renderer, backend, config), config)
+        print(
+            f"proxy: serving {model_dir} with the {backend.name} backend on "
+            f"{args.socket or ''} {args.port or ''} (admin {args.admin_socket or args.admin_port})",
+            file=sys.stderr,
+            flush=True,
+        )
+        server.run()
+    finally:
+        for fn in cleanup:
+            fn()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -26,7 +26,6 @@ Tree invariants (checked by :meth:`PrefixTree.check_invariants`, tested by Hypot
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple

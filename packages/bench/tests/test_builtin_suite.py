@@ -1,0 +1,117 @@
+"""Verifier sanity of the built-in suite: the oracle scores 1.0 and the untouched workspace 0.
+
+Every task is prepared, verified untouched, solved by its oracle and verified again, in a
+thread pool (the work is subprocesses / podman), once per executor; the per-task tests only
+read the shared results.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from clawrl.bench import (
+    CATEGORIES,
+    DIFFICULTIES,
+    Executor,
+    LocalExecutor,
+    SandboxExecutor,
+    Task,
+    VerifierResult,
+    builtin_suite_dir,
+    load_builtin_suite,
+    prepare_workspace,
+    run_solution,
+    verify,
+)
+
+TASKS = load_builtin_suite()
+IDS = [t.id for t in TASKS]
+requires_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+
+
+@dataclass
+class Outcome:
+    untouched: VerifierResult
+    solve_exit: int | None
+    solve_stderr: str
+    oracle: VerifierResult
+
+
+def _run_one(task: Task, oracle_executor: Executor, verify_executor: Executor) -> Outcome:
+    with tempfile.TemporaryDirectory(prefix="clawrl-suite-") as tmp:
+        ws = prepare_workspace(task, Path(tmp) / "ws")
+        untouched = verify(task, ws, verify_executor)
+        solved = run_solution(task, ws, oracle_executor)
+        return Outcome(
+            untouched, solved.exit_code, solved.stderr, verify(task, ws, verify_executor)
+        )
+
+
+def _run_all(
+    oracle_executor: Executor, verify_executor: Executor, workers: int
+) -> dict[str, Outcome]:
+    with ThreadPoolExecutor(workers) as pool:
+        outs = pool.map(lambda t: _run_one(t, oracle_executor, verify_executor), TASKS)
+        return dict(zip(IDS, outs, strict=True))
+
+
+@pytest.fixture(scope="module")
+def local_outcomes() -> dict[str, Outcome]:
+    local = LocalExecutor()
+    return _run_all(local, local, workers=4)
+
+
+@pytest.fixture(scope="module")
+def sandbox_outcomes() -> dict[str, Outcome]:
+    # The oracle is trusted task code: it runs locally; both verifications run in fresh
+    # podman sandboxes whose root is the host's /usr (the environment agents get).
+    return _run_all(LocalExecutor(), SandboxExecutor(), workers=6)
+
+
+def _check(outcome: Outcome) -> None:
+    assert outcome.untouched.ok, outcome.untouched.reason + outcome.untouched.stderr
+    assert outcome.untouched.reward == 0.0, outcome.untouched.subscores
+    assert outcome.solve_exit == 0, outcome.solve_stderr
+    assert outcome.oracle.ok, outcome.oracle.reason + outcome.oracle.stderr
+    assert outcome.oracle.reward == 1.0, outcome.oracle.subscores
+    assert len(outcome.oracle.subscores) >= 2  # partial credit through named sub-scores
+    assert set(outcome.oracle.subscores) == set(outcome.untouched.subscores)
+
+
+@pytest.mark.parametrize("task_id", IDS)
+def test_oracle_one_untouched_zero_local(task_id: str, local_outcomes: dict[str, Outcome]) -> None:
+    _check(local_outcomes[task_id])
+
+
+@requires_podman
+@pytest.mark.slow
+@pytest.mark.parametrize("task_id", IDS)
+def test_oracle_one_untouched_zero_sandbox(
+    task_id: str, sandbox_outcomes: dict[str, Outcome]
+) -> None:
+    _check(sandbox_outcomes[task_id])
+
+
+def test_suite_shape() -> None:
+    assert len(TASKS) >= 40
+    per_category = Counter(t.category for t in TASKS)
+    assert set(per_category) == set(CATEGORIES)
+    assert min(per_category.values()) >= 6
+    assert set(Counter(t.difficulty for t in TASKS)) == set(DIFFICULTIES)
+    for task in TASKS:
+        assert task.network is False
+        assert task.solution is not None
+        assert task.root.parent == builtin_suite_dir().resolve()
+        assert task.root.name == task.id  # directory name = id (valid module path for mypy)
+
+
+def test_filters() -> None:
+    easy_software = load_builtin_suite(categories=["software"], difficulties=["easy"])
+    assert easy_software
+    assert all(t.category == "software" and t.difficulty == "easy" for t in easy_software)

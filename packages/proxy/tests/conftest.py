@@ -122,3 +122,38 @@ def live_factory(renderer: Any, tmp_path: Path) -> Iterator[Any]:
     for live in started:
         live.stop()
     shutil.rmtree(sockdir, ignore_errors=True)
+
+
+class InProcess:
+    """The proxy's apps driven in-process with starlette's TestClient."""
+
+    def __init__(self, app: Any):
+        from starlette.testclient import TestClient
+
+        self.app = app
+        self.admin = TestClient(app.admin_app)
+        self.model = TestClient(app.model_app, raise_server_exceptions=False)
+
+    def session(self, script: list[Any] | None = None, **meta: Any) -> tuple[str, dict[str, str]]:
+        r = self.admin.post("/sessions", json={"run_id": "test", **meta})
+        assert r.status_code == 201, r.text
+        s = r.json()
+        if script is not None:
+            self.app.core.backend.script(s["session_id"], script)
+        return s["session_id"], {"authorization": "Bearer " + s["api_key"]}
+
+    def chat(self, sid: str, headers: dict[str, str], body: dict[str, Any]) -> Any:
+        return self.model.post(f"/s/{sid}/v1/chat/completions", json=body, headers=headers)
+
+    def messages(self, sid: str, headers: dict[str, str], body: dict[str, Any]) -> Any:
+        return self.model.post(f"/s/{sid}/v1/messages", json=body, headers=headers)
+
+    def records(self, sid: str) -> list[dict[str, Any]]:
+        r = self.admin.get(f"/sessions/{sid}/records")
+        assert r.status_code == 200, r.text
+        return list(r.json()["records"])
+
+
+@pytest.fixture
+def inproc(proxy: Any) -> InProcess:
+    return InProcess(proxy)

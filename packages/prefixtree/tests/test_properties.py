@@ -197,6 +197,15 @@ def test_linear_mask_description_equals_brute_force_ancestor_mask(
     assert np.array_equal(p.dense_attention_mask(), brute)
     q, k = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
     assert np.array_equal(p.attends(q, k), brute)
+    for bs in (1, 2, 3, 8):
+        partial, full = p.block_mask(bs)
+        nb = -(-n // bs)
+        assert partial.shape == full.shape == (nb, nb)
+        for a in range(nb):
+            for b in range(nb):
+                blk = brute[a * bs : (a + 1) * bs, b * bs : (b + 1) * bs]
+                assert partial[a, b] == blk.any()
+                assert full[a, b] == blk.all()
 
 
 def expected_memberships(

@@ -186,6 +186,39 @@ class PackedTree:
         end = np.asarray(self.subtree_end, dtype=np.int64)
         return np.asarray((idx[None, :] <= idx[:, None]) & (idx[:, None] < end[None, :]))
 
+    def block_mask(self, block_size: int = 128) -> tuple[np.ndarray, np.ndarray]:
+        """Block-sparse form of the attention mask, from ``subtree_end`` in O(N + B²).
+
+        Blocks are ``block_size`` consecutive packed tokens (the last one may be shorter);
+        B = ceil(N / block_size). For flex-attention-style block masks.
+
+        Returns:
+            (partial, full): bool [B, B]. ``partial[a, b]``: some query of block a may attend
+            some key of block b (the block must be computed); ``full[a, b]``: every query of
+            block a may attend every key of block b (no per-token mask needed there).
+
+        Raises:
+            ValueError: ``block_size`` < 1.
+        """
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        n = self.num_tokens
+        nb = -(-n // block_size)
+        end = np.asarray(self.subtree_end, dtype=np.int64)
+        key = np.arange(n, dtype=np.int64)
+        kb = key // block_size
+        # key j is attended by the queries j .. end[j]-1: a contiguous run of query blocks
+        q_first = kb
+        q_last = (end - 1) // block_size
+        diff = np.bincount(q_first * nb + kb, minlength=(nb + 1) * nb)
+        diff -= np.bincount((q_last + 1) * nb + kb, minlength=(nb + 1) * nb)
+        partial = np.cumsum(diff.reshape(nb + 1, nb)[:nb], axis=0) > 0
+        b_start = np.arange(nb, dtype=np.int64) * block_size
+        b_end = np.minimum(b_start + block_size, n)
+        min_end = np.minimum.reduceat(end, b_start) if n else np.zeros(0, dtype=np.int64)
+        full = (b_start[:, None] >= b_end[None, :] - 1) & (min_end[None, :] >= b_end[:, None])
+        return partial, full
+
     # ------------------------------------------------------------------ memberships
 
     def membership_count(self) -> np.ndarray:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from clawrl.prefixtree.call import Call
@@ -38,6 +38,9 @@ from clawrl.prefixtree.errors import (
     PrefixTreeError,
     UnknownCallError,
 )
+
+if TYPE_CHECKING:
+    from clawrl.prefixtree.pack import PackedTree
 
 __all__ = [
     "InvariantError",
@@ -804,7 +807,7 @@ class PrefixTree:
             mean_branching=float(np.mean(branching)) if branching else 0.0,
         )
 
-    def pack(self) -> Any:
+    def pack(self) -> PackedTree:
         """Lay the tree out for tree attention: see :func:`clawrl.prefixtree.pack.pack_tree`."""
         from clawrl.prefixtree.pack import pack_tree
 

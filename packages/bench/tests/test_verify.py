@@ -1,0 +1,329 @@
+"""Reward parsing (every garbled reward is a failure with a reason) and tamper-proofing."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from clawrl.bench import (
+    ExecResult,
+    ExecSpec,
+    Executor,
+    ExecutorError,
+    LocalExecutor,
+    SandboxExecutor,
+    Task,
+    VerifierStatus,
+    builtin_suite_dir,
+    load_task,
+    prepare_workspace,
+    verify,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+FIXTURES = Path(__file__).parent / "fixtures"
+requires_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+
+
+def make_task(
+    root: Path, check_py: str, *, verifier_s: int = 30, files: dict[str, str] | None = None
+) -> Task:
+    """A minimal built-in task whose verifier is ``check_py``."""
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / "check.py").write_text(textwrap.dedent(check_py))
+    for rel, content in (files or {}).items():
+        (root / "tests" / rel).write_text(content)
+    (root / "task.toml").write_text(
+        'id = "t"\ninstruction = "x"\ncategory = "systems"\ndifficulty = "easy"\n'
+        f"[timeouts]\nverifier_s = {verifier_s}\n"
+    )
+    return load_task(root)
+
+
+# ------------------------------------------------------------- parsing (fake executor)
+
+
+class FakeRewardExecutor:
+    """Test double: instead of running the verifier, writes given files into the reward dir."""
+
+    def __init__(self, files: dict[str, str], stdout: str = "") -> None:
+        self.files = files
+        self.stdout = stdout
+
+    def run(self, spec: ExecSpec) -> ExecResult:
+        reward_dir = next(m.source for m in spec.mounts if m.target == "/logs/verifier")
+        for name, content in self.files.items():
+            (reward_dir / name).write_text(content)
+        return ExecResult(exit_code=0, stdout=self.stdout, stderr="", duration_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> Task:
+    return make_task(tmp_path_factory.mktemp("task"), "pass\n")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+def run_fake(task: Task, ws: Path, files: dict[str, str]) -> tuple[VerifierStatus, float, str]:
+    r = verify(task, ws, FakeRewardExecutor(files))
+    return r.status, r.reward, r.reason
+
+
+def test_fake_executor_is_an_executor() -> None:
+    assert isinstance(FakeRewardExecutor({}), Executor)
+    assert isinstance(LocalExecutor(), Executor)
+
+
+def test_subscores_mean(task: Task, workspace: Path) -> None:
+    r = verify(task, workspace, FakeRewardExecutor({"reward.json": '{"a": 1, "b": 0.5, "c": 0}'}))
+    assert r.ok and r.reward == 0.5 and r.subscores == {"a": 1.0, "b": 0.5, "c": 0.0}
+
+
+def test_explicit_reward_key(task: Task, workspace: Path) -> None:
+    r = verify(task, workspace, FakeRewardExecutor({"reward.json": '{"reward": 0.25, "x": 1}'}))
+    assert r.ok and r.reward == 0.25 and r.subscores == {"x": 1.0}
+
+
+def test_reward_txt(task: Task, workspace: Path) -> None:
+    r = verify(task, workspace, FakeRewardExecutor({"reward.txt": " 0.75\n"}))
+    assert r.ok and r.reward == 0.75 and r.subscores == {}
+
+
+@pytest.mark.parametrize(
+    ("files", "reason"),
+    [
+        ({}, "no reward"),
+        ({"reward.txt": ""}, "not a number"),
+        ({"reward.txt": "abc"}, "not a number"),
+        ({"reward.txt": "nan"}, "not finite"),
+        ({"reward.txt": "inf"}, "not finite"),
+        ({"reward.txt": "1.5"}, "outside [0, 1]"),
+        ({"reward.txt": "-0.1"}, "outside [0, 1]"),
+        ({"reward.json": "{not json"}, "bad reward"),
+        ({"reward.json": "{}"}, "non-empty JSON object"),
+        ({"reward.json": "[1]"}, "non-empty JSON object"),
+        ({"reward.json": '{"a": NaN}'}, "not finite"),
+        ({"reward.json": '{"a": true}'}, "not a number"),
+        ({"reward.json": '{"a": 1, "b": 2}'}, "outside [0, 1]"),
+        ({"reward.json": '{"reward": "high"}'}, "not a number"),
+    ],
+)
+def test_garbled_rewards_fail(
+    task: Task, workspace: Path, files: dict[str, str], reason: str
+) -> None:
+    status, reward, why = run_fake(task, workspace, files)
+    assert status is VerifierStatus.ERROR
+    assert reward == 0.0
+    assert reason in why
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.floats(allow_nan=True, allow_infinity=True))
+def test_reward_txt_accepts_exactly_unit_interval(value: float) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        task_root = Path(tmp) / "task"
+        ws = Path(tmp) / "ws"
+        ws.mkdir()
+        t = make_task(task_root, "pass\n")
+        r = verify(t, ws, FakeRewardExecutor({"reward.txt": repr(value)}))
+    if math.isfinite(value) and 0.0 <= value <= 1.0:
+        assert r.ok and r.reward == value
+    else:
+        assert r.status is VerifierStatus.ERROR and r.reward == 0.0
+
+
+def test_stdout_channel_parsing(workspace: Path) -> None:
+    task = load_task(FIXTURES / "clawgym_word_stats")
+    ok = verify(task, workspace, FakeRewardExecutor({}, stdout='{"a": 1, "b": 0}\n0.5\n'))
+    assert ok.ok and ok.reward == 0.5 and ok.subscores == {"a": 1.0, "b": 0.0}
+    for stdout, reason in [
+        ("", "printed nothing"),
+        ("{}\nlots\n", "not a number"),
+        ("2\n", "outside"),
+    ]:
+        bad = verify(task, workspace, FakeRewardExecutor({}, stdout=stdout))
+        assert bad.status is VerifierStatus.ERROR and reason in bad.reason
+
+
+def test_infra_error_is_not_a_score(task: Task, workspace: Path) -> None:
+    class Broken:
+        def run(self, spec: ExecSpec) -> ExecResult:
+            raise ExecutorError("podman is gone")
+
+    r = verify(task, workspace, Broken())
+    assert (
+        r.status is VerifierStatus.INFRA_ERROR and r.reward == 0.0 and "podman is gone" in r.reason
+    )
+
+
+# --------------------------------------------------------------- real local verifiers
+
+
+def test_verifier_timeout(tmp_path: Path) -> None:
+    t = make_task(tmp_path / "task", "import time\ntime.sleep(30)\n", verifier_s=1)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    r = verify(t, ws)
+    assert r.status is VerifierStatus.TIMEOUT and r.reward == 0.0
+    assert r.duration_s < 10
+
+
+def test_crashing_verifier_is_error(tmp_path: Path) -> None:
+    t = make_task(tmp_path / "task", "raise SystemExit('boom')\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    r = verify(t, ws)
+    assert r.status is VerifierStatus.ERROR and "boom" in r.stderr and r.exit_code == 1
+
+
+def test_nonzero_exit_with_valid_reward_is_ok(tmp_path: Path) -> None:
+    check = """
+    import os, pathlib, sys
+    pathlib.Path(os.environ["CLAWRL_REWARD_DIR"], "reward.txt").write_text("0.5")
+    sys.exit(3)
+    """
+    t = make_task(tmp_path / "task", check)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    r = verify(t, ws)
+    assert r.ok and r.reward == 0.5 and r.exit_code == 3
+
+
+# ---------------------------------------------------------------------- tamper tests
+
+FAKE_REWARD = '{"reward": 1.0}'
+
+
+def plant_fake_rewards(ws: Path) -> None:
+    """What a cheating agent leaves behind: reward files wherever a verifier might look."""
+    for rel in [
+        "reward.json",
+        "reward.txt",
+        "logs/verifier/reward.json",
+        "logs/verifier/reward.txt",
+        "tests/reward.json",
+        "output/reward.json",
+    ]:
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(FAKE_REWARD if rel.endswith(".json") else "1.0")
+    # a modified copy of "the verifier" that would award full marks
+    (ws / "tests" / "check.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path(os.environ.get('CLAWRL_REWARD_DIR', '/logs/verifier'), 'reward.txt').write_text('1')\n"
+    )
+    (ws / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+
+
+EXECUTORS: list[tuple[str, Callable[[], Executor]]] = [("local", LocalExecutor)]
+if shutil.which("podman"):
+    EXECUTORS.append(("sandbox", SandboxExecutor))
+
+
+@pytest.mark.parametrize(("name", "make_executor"), EXECUTORS, ids=[n for n, _ in EXECUTORS])
+def test_tamper_fake_reward_files_builtin(
+    name: str, make_executor: Callable[[], Executor], tmp_path: Path
+) -> None:
+    task = load_task(builtin_suite_dir() / "todo_mark_done")
+    ws = prepare_workspace(task, tmp_path / "ws")
+    plant_fake_rewards(ws)
+    before = sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*"))
+    r = verify(task, ws, make_executor())
+    assert r.ok, r.reason
+    assert r.reward == 0.0
+    assert sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*")) == before  # untouched
+
+
+@pytest.mark.parametrize(("name", "make_executor"), EXECUTORS, ids=[n for n, _ in EXECUTORS])
+def test_tamper_harbor_fake_reward(
+    name: str, make_executor: Callable[[], Executor], tmp_path: Path
+) -> None:
+    task = load_task(FIXTURES / "harbor_greeting")
+    ws = prepare_workspace(task, tmp_path / "ws")
+    plant_fake_rewards(ws)
+    r = verify(task, ws, make_executor())
+    assert r.ok and r.reward == 0.0
+
+
+@pytest.mark.parametrize(("name", "make_executor"), EXECUTORS, ids=[n for n, _ in EXECUTORS])
+def test_tamper_clawgym_modified_verifier(
+    name: str, make_executor: Callable[[], Executor], tmp_path: Path
+) -> None:
+    task = load_task(FIXTURES / "clawgym_word_stats")
+    ws = prepare_workspace(task, tmp_path / "ws")
+    plant_fake_rewards(ws)
+    # the agent rewrites the verifier paths it can guess inside its own workspace
+    (ws / "reward").mkdir()
+    (ws / "reward" / "check.py").write_text(
+        'print(\'{"stats_lines": 1, "stats_words": 1, "longest": 1}\')\n'
+    )
+    (ws / "reward" / "reward.sh").write_text("echo '{\"x\": 1}'\necho 1.0\n")
+    r = verify(task, ws, make_executor())
+    assert r.ok, r.reason
+    assert r.reward == 0.0 and r.subscores == {
+        "stats_lines": 0.0,
+        "stats_words": 0.0,
+        "longest": 0.0,
+    }
+    assert (ws / "reward" / "reward.sh").read_text() == "echo '{\"x\": 1}'\necho 1.0\n"
+
+
+@pytest.mark.parametrize(("name", "make_executor"), EXECUTORS, ids=[n for n, _ in EXECUTORS])
+def test_tamper_agent_code_writes_reward(
+    name: str, make_executor: Callable[[], Executor], tmp_path: Path
+) -> None:
+    """Code the verifier executes (the agent's 'fix') tries to write the reward itself."""
+    task = load_task(builtin_suite_dir() / "fix_median")
+    ws = prepare_workspace(task, tmp_path / "ws")
+    fake = json.dumps({"odd_unsorted": 1, "even_sorted": 1, "even_unsorted": 1})
+    (ws / "stats.py").write_text(
+        "import os, pathlib\n"
+        f"FAKE = {fake!r}\n"
+        "for d in [os.environ.get('CLAWRL_REWARD_DIR', ''), '/logs/verifier', '../reward']:\n"
+        "    try:\n"
+        "        pathlib.Path(d, 'reward.json').write_text(FAKE)\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "def median(values):\n"
+        "    return values[0]\n"
+    )
+    r = verify(task, ws, make_executor())
+    assert r.ok, r.reason
+    assert r.reward == 0.0
+
+
+def test_escaping_symlinks_are_dropped(tmp_path: Path) -> None:
+    check = """
+    import json, os, pathlib
+    ws = pathlib.Path(os.environ["CLAWRL_WORKSPACE"])
+    scores = {
+        "escaping_abs": float(os.path.lexists(ws / "out" / "abs")),
+        "escaping_rel": float(os.path.lexists(ws / "out" / "rel")),
+        "internal": float((ws / "out" / "inner").is_symlink()),
+    }
+    pathlib.Path(os.environ["CLAWRL_REWARD_DIR"], "reward.json").write_text(json.dumps(scores))
+    """
+    t = make_task(tmp_path / "task", check, files={"expected.txt": "secret answer\n"})
+    ws = tmp_path / "ws"
+    (ws / "out").mkdir(parents=True)
+    (ws / "data.txt").write_text("x")
+    os.symlink("/tests/expected.txt", ws / "out" / "abs")
+    os.symlink("../../tests/expected.txt", ws / "out" / "rel")
+    os.symlink("../data.txt", ws / "out" / "inner")
+    r = verify(t, ws)
+    assert r.ok, r.reason
+    assert r.subscores == {"escaping_abs": 0.0, "escaping_rel": 0.0, "internal": 1.0}
+    assert (ws / "out" / "abs").is_symlink()  # the agent's workspace itself is not modified

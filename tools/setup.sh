@@ -14,6 +14,8 @@ need=()
 command -v podman >/dev/null 2>&1 || need+=(podman)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# podman --init (the sandboxes' PID 1, reaps orphans) needs catatonit
+[ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
 if [ ${#need[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
     log "installing ${need[*]} (apt-get)"

@@ -311,3 +311,44 @@ def test_sample_token_greedy_and_truncation() -> None:
         )
         token, lp = sample_token(logits, SamplingParams(max_tokens=1, top_p=0.5), gen)
         assert token == 1 and lp == pytest.approx(0.0)
+
+
+async def test_model_that_cannot_load_raises_backend_error(tmp_path: Path, byte_dir: Path) -> None:
+    (tmp_path / "config.json").write_text((byte_dir / "config.json").read_text())
+    be = EmbeddedBackend(tmp_path)  # config but no weights
+    with pytest.raises(BackendError, match="cannot load model"):
+        await be.start()
+    assert not await be.health()
+
+
+async def test_failing_step_ends_requests_with_error_and_backend_recovers(
+    backend: EmbeddedBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = backend._forward
+    calls = {"n": 0}
+
+    def flaky(*args: Any) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("simulated kernel failure")
+        return real(*args)
+
+    monkeypatch.setattr(backend, "_forward", flaky)
+    _, failed = await collect(backend, req("f", max_tokens=10))
+    assert failed.finish_reason == "error"
+    assert failed.error is not None and "simulated kernel failure" in failed.error
+    assert len(failed.completion_ids) == len(failed.completion_logprobs) == 2
+    _, ok = await collect(backend, req("g", max_tokens=10))
+    assert ok.finish_reason == "length" and len(ok.completion_ids) == 10
+
+
+async def test_long_prompts_are_admitted_in_bounded_groups(byte_dir: Path) -> None:
+    be = EmbeddedBackend(byte_dir, seed=0, max_prefill_tokens=300)
+    try:
+        results = await asyncio.gather(
+            *(collect(be, req(f"g{i}", prompt=[9] * 200, max_tokens=3)) for i in range(3))
+        )
+    finally:
+        await be.close()
+    assert be.stats["prefills"] == 3  # 2 x 200 > 300: one prompt per prefill
+    assert all(r.finish_reason == "length" for _, r in results)

@@ -193,13 +193,15 @@ class EmbeddedBackend(InferenceBackend):
         device: torch device (``"cpu"``, ``"cuda"``, ...).
         dtype: parameter dtype (float32 for exact logprobs; logits are always handled in
             float32).
-        num_threads: ``torch.set_num_threads`` for the process, set when the worker starts
+        num_threads: ``torch.set_num_threads`` (process-wide), set when the worker starts
             (default 1: on 2 shared cores more threads made decoding several times slower);
             ``None`` leaves torch's setting alone.
         max_batch_size: running generations at most; more wait in a queue.
         max_context: prompt + completion limit in tokens (default and upper bound: the
             model's ``max_position_embeddings``).
         prefill_chunk: prompt tokens per prefill forward (bounds attention memory).
+        max_prefill_tokens: padded prompt tokens (rows x longest prompt) prefilled together
+            in one step; a longer single prompt is still admitted alone.
         attn_implementation: transformers attention (``"sdpa"`` or ``"eager"``).
         seed: seeds the generators of requests that give no ``sampling.seed``.
         policy_version: version of the initial weights.
@@ -217,6 +219,7 @@ class EmbeddedBackend(InferenceBackend):
         max_batch_size: int = 8,
         max_context: int | None = None,
         prefill_chunk: int = 1024,
+        max_prefill_tokens: int = 8192,
         attn_implementation: str = "sdpa",
         seed: int | None = None,
         policy_version: int = 0,
@@ -242,6 +245,7 @@ class EmbeddedBackend(InferenceBackend):
         self.num_threads = num_threads
         self.max_batch_size = int(max_batch_size)
         self.prefill_chunk = int(prefill_chunk)
+        self.max_prefill_tokens = int(max_prefill_tokens)
         self.attn_implementation = attn_implementation
         self._rng = random.Random(seed)
         self._version = int(policy_version)
@@ -544,8 +548,15 @@ class EmbeddedBackend(InferenceBackend):
         self._retire()
         if not self._paused and self._waiting:
             room = self.max_batch_size - (len(self._batch.seqs) if self._batch else 0)
-            if room > 0:
-                admitted, self._waiting = self._waiting[:room], self._waiting[room:]
+            admitted: list[_Seq] = []
+            width = 0
+            while self._waiting and len(admitted) < room:
+                wider = max(width, len(self._waiting[0].request.prompt_ids))
+                if admitted and wider * (len(admitted) + 1) > self.max_prefill_tokens:
+                    break  # the rest waits for the next step (bounds padding and memory)
+                admitted.append(self._waiting.pop(0))
+                width = wider
+            if admitted:
                 self._guarded(admitted, self._admit)
         if self._batch is not None:
             self._guarded(list(self._batch.seqs), self._decode)

@@ -327,24 +327,25 @@ def pack_tree(tree: PrefixTree) -> PackedTree:
     starts = np.asarray(starts_l, dtype=np.int64)
     node_end = np.asarray(node_end_l, dtype=np.int64)
     empty_i = np.zeros(0, dtype=np.int64)
+    # few, in-place N-sized allocations: fresh pages are a large part of the cost here
     input_ids = np.concatenate([n.tokens for n in nodes]) if nodes else empty_i
-    node_of_token = np.repeat(np.arange(k_nodes, dtype=np.int64), lens)
-    arange = np.arange(n_tok, dtype=np.int64)
     depths = np.asarray([n.depth for n in nodes], dtype=np.int64)
-    position_ids = (depths - starts)[node_of_token] + arange
-    parent_index = arange - 1
+    parent_index = np.arange(-1, n_tok - 1, dtype=np.int64)
+    position_ids = np.repeat(depths - starts, lens)  # depth of a node's first token - start
+    position_ids += parent_index
+    position_ids += 1
     if k_nodes:
         par = np.asarray(par_l, dtype=np.int64)
         safe = np.maximum(par, 0)
         parent_index[starts] = np.where(par >= 0, starts[safe] + lens[safe] - 1, -1)
-    subtree_end = node_end[node_of_token]
+    subtree_end = np.repeat(node_end, lens)
 
     # observation spans: nodes observed by one call become "segments" handled in bulk;
     # nodes observed by several calls are resolved per trajectory (_resolve)
     cnt = np.zeros(n_tok, dtype=np.int64)
-    tok_lp = np.zeros(n_tok, dtype=np.float64)
     spread = np.zeros(n_tok, dtype=np.float64)
-    seg: list[tuple[int, int, int, int, int]] = []  # start, node end, call, rollout, version
+    seg: list[tuple[int, int, int, int, int, int]] = []  # start, end, node end, call, roll, ver
+    seg_lp: list[np.ndarray] = []
     complex_nodes: list[int] = []
     for k, n in enumerate(nodes):
         if not n.obs:
@@ -356,8 +357,8 @@ def pack_tree(tree: PrefixTree) -> PackedTree:
             a = s0 + o.start
             ci = cidx[o.call_id]
             cnt[a:e0] = 1
-            tok_lp[a:e0] = o.logprobs
-            seg.append((a, e0, ci, call_roll[ci], o.policy_version))
+            seg.append((a, e0, node_end_l[k], ci, call_roll[ci], o.policy_version))
+            seg_lp.append(o.logprobs)
             continue
         complex_nodes.append(k)
         hi = np.full(e0 - s0, -np.inf)
@@ -375,8 +376,7 @@ def pack_tree(tree: PrefixTree) -> PackedTree:
     leaf_roll = np.asarray([r for _, r in leaves], dtype=np.int64)
     if seg and n_traj:
         sa = np.asarray(seg, dtype=np.int64)
-        seg_a, seg_e, seg_c, seg_r, seg_v = sa.T
-        seg_nend = node_end[node_of_token[seg_a]]
+        seg_a, seg_e, seg_nend, seg_c, seg_r, seg_v = sa.T
         on = (seg_a[None, :] <= leaf_tok[:, None]) & (leaf_tok[:, None] < seg_nend[None, :])
         if not one_rollout:
             on &= seg_r[None, :] == leaf_roll[:, None]
@@ -384,11 +384,16 @@ def pack_tree(tree: PrefixTree) -> PackedTree:
         seg_len = (seg_e - seg_a)[si]
         offs = np.cumsum(seg_len) - seg_len
         m = int(seg_len.sum())
-        mem_token = np.repeat(seg_a[si] - offs, seg_len) + np.arange(m, dtype=np.int64)
+        mem_token = np.repeat(seg_a[si] - offs, seg_len)
+        mem_token += np.arange(m, dtype=np.int64)
         mem_traj = np.repeat(ti.astype(np.int64), seg_len)
         mem_call = np.repeat(seg_c[si], seg_len)
         mem_ver = np.repeat(seg_v[si], seg_len)
-        mem_lp = tok_lp[mem_token]
+        mem_lp = (
+            np.concatenate([seg_lp[j] for j in si.tolist()]).astype(np.float64, copy=False)
+            if m
+            else np.zeros(0, dtype=np.float64)
+        )
     else:
         mem_token = mem_traj = mem_call = mem_ver = empty_i
         mem_lp = np.zeros(0, dtype=np.float64)

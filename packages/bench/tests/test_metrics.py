@@ -1,0 +1,100 @@
+"""pass@k against the closed form, and aggregation with infrastructure failures apart."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from clawrl.bench import ScoredRollout, aggregate, pass_at_k
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+
+def closed_form(n: int, c: int, k: int) -> float:
+    """Chen et al. 2021: 1 - C(n-c, k) / C(n, k) (math.comb(a, b) = 0 when b > a)."""
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@given(n=st.integers(1, 200), data=st.data())
+def test_pass_at_k_matches_closed_form(n: int, data: st.DataObject) -> None:
+    c = data.draw(st.integers(0, n))
+    k = data.draw(st.integers(1, n))
+    assert pass_at_k(n, c, k) == pytest.approx(closed_form(n, c, k), abs=1e-12)
+
+
+@given(n=st.integers(1, 100), data=st.data())
+def test_pass_at_k_properties(n: int, data: st.DataObject) -> None:
+    c = data.draw(st.integers(0, n))
+    k = data.draw(st.integers(1, n))
+    p = pass_at_k(n, c, k)
+    assert 0.0 <= p <= 1.0
+    if n - c < k:
+        assert p == 1.0
+    if c == 0:
+        assert p == 0.0
+    if k == 1:
+        assert p == pytest.approx(c / n)
+    if k < n:
+        assert pass_at_k(n, c, k + 1) >= p - 1e-12  # more attempts never hurt
+
+
+def test_pass_at_k_examples() -> None:
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert pass_at_k(5, 4, 2) == 1.0
+
+
+@given(n=st.integers(-3, 5), c=st.integers(-3, 8), k=st.integers(-3, 8))
+def test_pass_at_k_rejects_bad_arguments(n: int, c: int, k: int) -> None:
+    assume(not (0 <= c <= n and 1 <= k <= n))
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, k)
+
+
+def r(
+    task: str, reward: float, status: str = "ok", harness: str = "ref", cat: str = "a"
+) -> ScoredRollout:
+    return ScoredRollout(task_id=task, category=cat, harness=harness, reward=reward, status=status)
+
+
+def test_aggregate_excludes_infra_errors() -> None:
+    rollouts = [
+        r("t1", 1.0),
+        r("t1", 0.0),
+        r("t1", 1.0),
+        r("t1", 1.0, status="infra-error"),
+        r("t2", 0.5),
+        r("t2", 0.0, status="timeout"),
+        r("t2", 0.0, status="infra-error"),
+        r("t3", 1.0, cat="b"),
+        r("t1", 0.0, harness="oracle"),
+        r("t1", 1.0, harness="oracle"),
+    ]
+    rep = aggregate(rollouts, ks=(1, 2))
+    t1 = rep.by_task["ref/t1"]
+    assert (t1.n_scored, t1.n_infra_error) == (3, 1)
+    assert t1.mean_score == pytest.approx(2 / 3)
+    assert t1.pass_at_k[1] == pytest.approx(2 / 3)
+    assert t1.pass_at_k[2] == pytest.approx(pass_at_k(3, 2, 2))
+    assert t1.status_counts == {"ok": 3, "infra-error": 1}
+    t2 = rep.by_task["ref/t2"]
+    assert t2.mean_score == pytest.approx(0.25) and t2.pass_at_k[1] == 0.0  # 0.5 is not a pass
+    cat_a = rep.by_category["ref/a"]
+    assert cat_a.n_tasks == 2 and cat_a.n_infra_error == 2
+    assert cat_a.mean_score == pytest.approx((2 / 3 + 0.25) / 2)  # macro mean over tasks
+    ref = rep.by_harness["ref"]
+    assert ref.n_tasks == 3 and ref.n_scored == 6
+    assert ref.pass_at_k[1] == pytest.approx((2 / 3 + 0 + 1) / 3)
+    assert ref.pass_at_k[2] == pytest.approx(
+        (pass_at_k(3, 2, 2) + pass_at_k(2, 0, 2)) / 2
+    )  # t3: n < k
+    assert rep.by_harness["oracle"].mean_score == 0.5  # harnesses never mix
+
+
+def test_aggregate_all_infra_and_threshold() -> None:
+    rep = aggregate([r("t", 0.0, status="infra-error")], ks=(1,))
+    stats = rep.by_task["ref/t"]
+    assert stats.n_scored == 0 and stats.mean_score is None and stats.pass_at_k == {1: None}
+    assert aggregate([r("t", 0.6)], pass_threshold=0.5).by_task["ref/t"].pass_at_k[1] == 1.0
+    with pytest.raises(ValueError):
+        aggregate([r("t", 1.0)], ks=(0,))

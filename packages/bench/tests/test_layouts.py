@@ -113,3 +113,30 @@ def test_clawgym_partial_credit(tmp_path: Path) -> None:
     assert result.ok
     assert result.reward == pytest.approx(1 / 3)
     assert result.subscores == {"stats_lines": 0.0, "stats_words": 0.0, "longest": 1.0}
+
+
+@requires_podman
+@pytest.mark.parametrize("task_dir", [HARBOR, CLAWGYM], ids=["harbor", "clawgym"])
+async def test_rollout_path_in_live_sandbox(task_dir: Path, tmp_path: Path) -> None:
+    """The runner's path: workspace placed in an agent sandbox, the oracle acts there as the
+    agent would, then the workspace is verified from outside, in a fresh sandbox."""
+    from clawrl.bench import verify_sandbox
+    from clawrl.sandbox import Sandbox, SandboxSpec
+
+    task = load_task(task_dir)
+    assert task.solution is not None
+    ws = prepare_workspace(task, tmp_path / "ws")
+    spec = SandboxSpec(
+        files={task.workspace_path: ws, "/solution": task.solution.files_dir}, read_only_root=False
+    )
+    async with await Sandbox.create(spec) as sb:
+        before = await verify_sandbox(task, sb)
+        assert before.ok and before.reward == 0.0
+        res = await sb.exec(list(task.solution.command), workdir=task.workspace_path, timeout=60)
+        assert res.exit_code == 0, res.stderr
+        # a cheating agent also plants a fake reward where Harbor verifiers write theirs
+        await sb.exec(
+            ["bash", "-c", "mkdir -p /logs/verifier && echo 0 > /logs/verifier/reward.txt"]
+        )
+        after = await verify_sandbox(task, sb)
+        assert after.ok and after.reward == 1.0, after.reason

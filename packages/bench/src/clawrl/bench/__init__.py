@@ -40,6 +40,7 @@ from clawrl.bench.verify import (
     prepare_workspace,
     run_solution,
     verify,
+    verify_sandbox,
 )
 
 __version__ = "0.1.0"
@@ -83,4 +84,5 @@ __all__ = [
     "prepare_workspace",
     "run_solution",
     "verify",
+    "verify_sandbox",
 ]

@@ -17,6 +17,7 @@ Verification never trusts the agent's workspace beyond its plain files:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -29,6 +30,7 @@ from typing import Any
 from clawrl.bench.errors import ExecutorError
 from clawrl.bench.executors import ExecResult, ExecSpec, Executor, LocalExecutor, Mount
 from clawrl.bench.task import REWARD_MOUNT, Task
+from clawrl.sandbox import Sandbox, SandboxError
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "prepare_workspace",
     "run_solution",
     "verify",
+    "verify_sandbox",
 ]
 
 _TAIL = 4000
@@ -185,6 +188,32 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
         if task.verifier.reward_channel == "stdout":
             return _from_stdout(result)
         return _from_reward_dir(result, reward_dir)
+
+
+async def verify_sandbox(
+    task: Task, sandbox: Sandbox, executor: Executor | None = None
+) -> VerifierResult:
+    """Score the workspace of a live agent sandbox (the rollout runner's path).
+
+    Copies ``task.workspace_path`` out of ``sandbox`` (the agent's processes cannot reach
+    the copy), then runs :func:`verify` on it in a worker thread with ``executor``
+    (default: a fresh :class:`~clawrl.bench.SandboxExecutor` sandbox per verification).
+    A workspace that cannot be copied out is an ``infra-error`` result.
+    """
+    from clawrl.bench.sandbox_executor import SandboxExecutor
+
+    runner = executor or SandboxExecutor()
+    with tempfile.TemporaryDirectory(prefix="clawrl-agentws-") as tmp:
+        dest = Path(tmp) / "workspace"
+        try:
+            await sandbox.get_dir(task.workspace_path, dest)
+        except SandboxError as exc:
+            return VerifierResult(
+                reward=0.0,
+                status=VerifierStatus.INFRA_ERROR,
+                reason=f"cannot copy the workspace out of the sandbox: {exc}",
+            )
+        return await asyncio.to_thread(verify, task, dest, runner)
 
 
 # --------------------------------------------------------------------- internals

@@ -23,8 +23,12 @@ SIDE_PATH_FLAG = "side_path"
 # Record keys copied into Call.metadata by from_record (small, useful for analysis). The
 # request/response bodies are deliberately left out (they can be large).
 _METADATA_KEYS = (
+    "run_id",
     "api",
+    "model",
     "finish_reason",
+    "spliced",
+    "error",
     "prompt_relation",
     "policy_version_end",
     "sampling",
@@ -221,12 +225,13 @@ class Call:
         """Build a call from a proxy call-record dict (DESIGN.md "Call record").
 
         Required keys: ``call_id``, ``session_id``, ``seq``, ``prompt_ids``,
-        ``completion_ids``, ``completion_logprobs``. Optional: ``policy_version`` (default 0),
-        ``flags`` (list of names, or a name→bool map), ``metadata`` (dict). The record's
-        ``api``, ``finish_reason``, ``prompt_relation``, ``policy_version_end``, ``sampling``
-        and ``timing`` are copied into ``metadata`` (an explicit ``metadata`` dict wins on a
-        key clash); request/response bodies are not kept. A ``completion_logprobs`` of
-        ``null`` with an empty completion is read as an empty list.
+        ``completion_ids``. Optional: ``completion_logprobs`` (``null`` only with an empty
+        completion), ``policy_version`` (default 0; ``null``, as in the record of a failed
+        call, reads as 0), ``flags`` (list of names, or a name→bool map), ``metadata``
+        (dict). The record's ``run_id``, ``api``, ``model``, ``finish_reason``, ``spliced``,
+        ``error``, ``prompt_relation``, ``policy_version_end``, ``sampling`` and ``timing``
+        are copied into ``metadata`` (an explicit ``metadata`` dict wins on a key clash);
+        request/response bodies are not kept.
 
         Raises:
             InvalidCallError: a required key is missing, or a value is invalid (see

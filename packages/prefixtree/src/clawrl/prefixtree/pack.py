@@ -22,7 +22,7 @@ from clawrl.prefixtree.call import SIDE_PATH_FLAG
 from clawrl.prefixtree.errors import MaskTooLargeError, PrefixTreeError
 
 if TYPE_CHECKING:
-    from clawrl.prefixtree.tree import PrefixTree
+    from clawrl.prefixtree.tree import Node, PrefixTree
 
 __all__ = ["PackedTree", "TrajectoryInfo", "pack_tree"]
 
@@ -460,7 +460,7 @@ def pack_tree(tree: PrefixTree) -> PackedTree:
 
 
 def _resolve(
-    node: Any,
+    node: Node,
     start: int,
     rid: str,
     leaf: int,

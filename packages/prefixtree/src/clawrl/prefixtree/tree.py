@@ -308,6 +308,10 @@ class PrefixTree:
             if rollout_id is None:
                 raise InvalidCallError("rollout metadata needs an explicit rollout_id")
             tree.set_rollout_metadata(rollout_id, metadata)
+        calls = list(calls)
+        for call in calls:
+            if not isinstance(call, Call):
+                raise InvalidCallError(f"from_calls() takes Calls, got {type(call).__name__}")
         for call in sorted(calls, key=lambda c: (c.seq, c.call_id)):
             tree.insert(call, rollout_id=rollout_id)
         return tree

@@ -130,13 +130,14 @@ async def test_rollout_path_in_live_sandbox(task_dir: Path, tmp_path: Path) -> N
         files={task.workspace_path: ws, "/solution": task.solution.files_dir}, read_only_root=False
     )
     async with await Sandbox.create(spec) as sb:
+        # a cheating agent plants full-marks rewards where verifiers write theirs
+        plant = (
+            "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo 1 > reward.txt"
+        )
+        await sb.exec(["bash", "-c", plant], workdir=task.workspace_path)
         before = await verify_sandbox(task, sb)
         assert before.ok and before.reward == 0.0
         res = await sb.exec(list(task.solution.command), workdir=task.workspace_path, timeout=60)
         assert res.exit_code == 0, res.stderr
-        # a cheating agent also plants a fake reward where Harbor verifiers write theirs
-        await sb.exec(
-            ["bash", "-c", "mkdir -p /logs/verifier && echo 0 > /logs/verifier/reward.txt"]
-        )
         after = await verify_sandbox(task, sb)
         assert after.ok and after.reward == 1.0, after.reason

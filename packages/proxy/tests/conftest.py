@@ -131,8 +131,13 @@ class InProcess:
         from starlette.testclient import TestClient
 
         self.app = app
-        self.admin = TestClient(app.admin_app)
-        self.model = TestClient(app.model_app, raise_server_exceptions=False)
+        # entered: one event-loop portal for all requests (much faster than one per request)
+        self.admin = TestClient(app.admin_app).__enter__()
+        self.model = TestClient(app.model_app, raise_server_exceptions=False).__enter__()
+
+    def close(self) -> None:
+        self.model.__exit__(None, None, None)
+        self.admin.__exit__(None, None, None)
 
     def session(self, script: list[Any] | None = None, **meta: Any) -> tuple[str, dict[str, str]]:
         r = self.admin.post("/sessions", json={"run_id": "test", **meta})
@@ -155,5 +160,7 @@ class InProcess:
 
 
 @pytest.fixture
-def inproc(proxy: Any) -> InProcess:
-    return InProcess(proxy)
+def inproc(proxy: Any) -> Iterator[InProcess]:
+    ip = InProcess(proxy)
+    yield ip
+    ip.close()

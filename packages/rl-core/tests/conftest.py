@@ -100,3 +100,52 @@ def per_path_logprobs(model: Any, ids: np.ndarray, temperature: float = 1.0) -> 
 @pytest.fixture(scope="session")
 def path_logprobs() -> Callable[..., torch.Tensor]:
     return per_path_logprobs
+
+
+# ---------------------------------------------------------------- a tiny verifiable task
+TOY_VOCAB = 16
+TOY_TARGET = frozenset({4, 5, 6})
+TOY_ENV_TOKEN = 15
+
+
+def toy_rollouts(model: Any, n_tasks: int, group_size: int, step: int,
+                 tokens_per_turn: int = 3) -> tuple[list[Any], dict[str, float]]:
+    """Two-turn rollouts of a toy task; returns (one packed tree per task group, rewards).
+
+    Prompt [0, task]; the policy answers ``tokens_per_turn`` tokens, an environment token is
+    appended, it answers again. Reward = fraction of answer tokens in TOY_TARGET (a verifiable
+    property; ≈ 0.25 for a random policy). Sampling uses the global torch RNG.
+    """
+    from clawrl.rl_core import TokenSequence, pack_token_sequences, sample_completions
+
+    prompts = [[0, 1 + (k // group_size) % 4] for k in range(n_tasks * group_size)]
+    c1 = sample_completions(model, prompts, tokens_per_turn)
+    prompts2 = [list(p) + list(c.token_ids) + [TOY_ENV_TOKEN] for p, c in zip(prompts, c1)]
+    c2 = sample_completions(model, prompts2, tokens_per_turn)
+    trees, rewards = [], {}
+    for g in range(n_tasks):
+        seqs = []
+        for k in range(g * group_size, (g + 1) * group_size):
+            rid = f"s{step}-r{k}"
+            gen = list(c1[k].token_ids) + list(c2[k].token_ids)
+            rewards[rid] = sum(t in TOY_TARGET for t in gen) / len(gen)
+            p = prompts[k]
+            ids1 = p + list(c1[k].token_ids)
+            seqs.append(TokenSequence(
+                token_ids=ids1, trainable=[False] * len(p) + [True] * tokens_per_turn,
+                logprobs=[0.0] * len(p) + list(c1[k].logprobs), rollout_id=rid,
+                call_id=f"{rid}-c1", metadata={"group_id": f"s{step}-g{g}"}))
+            ids2 = prompts2[k] + list(c2[k].token_ids)
+            seqs.append(TokenSequence(
+                token_ids=ids2,
+                trainable=[False] * len(p) + [True] * tokens_per_turn + [False]
+                + [True] * tokens_per_turn,
+                logprobs=[0.0] * len(p) + list(c1[k].logprobs) + [0.0] + list(c2[k].logprobs),
+                rollout_id=rid, call_id=f"{rid}-c2", metadata={"group_id": f"s{step}-g{g}"}))
+        trees.append(pack_token_sequences(seqs))
+    return trees, rewards
+
+
+@pytest.fixture(scope="session")
+def toy_task() -> Callable[..., tuple[list[Any], dict[str, float]]]:
+    return toy_rollouts

@@ -31,6 +31,7 @@ from clawrl.rl_core.errors import (
 )
 from clawrl.rl_core.forward import (
     TreeForwardOutput,
+    TreeModel,
     chunked_token_logprobs,
     tree_attention_mask,
     tree_forward,
@@ -53,6 +54,7 @@ from clawrl.rl_core.packing import (
     split_by_token_budget,
     validate_packed_tree,
 )
+from clawrl.rl_core.sampling import Completion, sample_completions
 from clawrl.rl_core.step import (
     OldPass,
     PreparedRL,
@@ -61,6 +63,7 @@ from clawrl.rl_core.step import (
     prepare_rl,
     prepare_sft,
 )
+from clawrl.rl_core.trainer import Trainer, seed_everything
 from clawrl.rl_core.value import Critic, ValueHead
 
 __version__ = "0.1.0"
@@ -68,6 +71,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Aggregation",
     "CheckpointError",
+    "Completion",
     "ConfigError",
     "CorrectionConfig",
     "Critic",
@@ -82,9 +86,11 @@ __all__ = [
     "SFTDataError",
     "TokenBudgetError",
     "TokenSequence",
+    "Trainer",
     "TrainerConfig",
     "TreeBatch",
     "TreeForwardOutput",
+    "TreeModel",
     "TreePiece",
     "ValueHead",
     "__version__",
@@ -104,7 +110,9 @@ __all__ = [
     "prepare_sft",
     "ratio_mask",
     "reference_kl_loss",
+    "sample_completions",
     "scatter_to_tokens",
+    "seed_everything",
     "sft_loss",
     "split_by_token_budget",
     "tree_attention_mask",

@@ -32,6 +32,7 @@ from torch.utils.checkpoint import checkpoint
 
 __all__ = [
     "TreeForwardOutput",
+    "TreeModel",
     "chunked_token_logprobs",
     "tree_attention_mask",
     "tree_forward",
@@ -233,3 +234,28 @@ def tree_forward(
         v = value_head(h_src)
         values = v.reshape(v.shape[0]).to(_upcast_dtype(v.dtype))
     return TreeForwardOutput(logprobs=logp, entropy=ent, values=values)
+
+
+class TreeModel(nn.Module):
+    """A policy (HF causal LM) and an optional value head as one module whose ``forward`` is
+    :func:`tree_forward` — what the trainer hands to ``accelerator.prepare`` so DDP/FSDP
+    wrappers see every parameter and every call.
+
+    ``forward(input_ids, position_ids, parent_index, subtree_end, targets, *, temperature,
+    chunk_size, compute_entropy, compute_values)`` → :class:`TreeForwardOutput`.
+    """
+
+    def __init__(self, policy: nn.Module, value_head: nn.Module | None = None) -> None:
+        super().__init__()
+        self.policy = policy
+        self.value_head = value_head
+
+    def forward(
+        self, input_ids: Tensor, position_ids: Tensor, parent_index: Tensor,
+        subtree_end: Tensor, targets: Tensor, *, temperature: float = 1.0,
+        chunk_size: int = 1024, compute_entropy: bool = False, compute_values: bool = True,
+    ) -> TreeForwardOutput:
+        return tree_forward(
+            self.policy, input_ids, position_ids, parent_index, subtree_end, targets,
+            temperature=temperature, chunk_size=chunk_size, compute_entropy=compute_entropy,
+            value_head=self.value_head if compute_values else None)

@@ -25,7 +25,7 @@ from clawrl.rl_core.corrections import (
     truncated_importance_weights,
 )
 from clawrl.rl_core.errors import ConfigError
-from clawrl.rl_core.forward import tree_forward
+from clawrl.rl_core.forward import TreeForwardOutput, TreeModel, tree_forward
 from clawrl.rl_core.losses import (
     aggregation_weights,
     clipped_surrogate_loss,
@@ -85,6 +85,23 @@ def _device_of(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def _forward(
+    model: nn.Module, pt: tuple[Tensor, Tensor, Tensor, Tensor, Tensor],
+    value_head: nn.Module | None, *, temperature: float, chunk_size: int,
+    compute_entropy: bool = False, compute_values: bool = True,
+) -> TreeForwardOutput:
+    """Run ``model`` (a HF causal LM, a :class:`TreeModel`, or a DDP/FSDP wrapper of one)."""
+    inner = getattr(model, "module", model)
+    if isinstance(inner, TreeModel):
+        out: TreeForwardOutput = model(*pt, temperature=temperature, chunk_size=chunk_size,
+                                       compute_entropy=compute_entropy,
+                                       compute_values=compute_values)
+        return out
+    return tree_forward(model, *pt, temperature=temperature, chunk_size=chunk_size,
+                        compute_entropy=compute_entropy,
+                        value_head=value_head if compute_values else None)
+
+
 @torch.no_grad()
 def old_pass(
     model: nn.Module,
@@ -100,13 +117,16 @@ def old_pass(
     """Forward every piece without gradients; π_old (and V_old, π_ref) per trainable token."""
     n = batch.num_tokens
     lp = np.full(n, np.nan)
-    vals = np.full(n, np.nan) if (value_head is not None or critic is not None) else None
+    inner = getattr(model, "module", model)
+    has_head = value_head is not None or (
+        isinstance(inner, TreeModel) and inner.value_head is not None)
+    vals = np.full(n, np.nan) if (has_head or critic is not None) else None
     ref = np.full(n, np.nan) if ref_model is not None else None
     dev = _device_of(model)
     for piece in pieces:
         pt = _piece_tensors(piece, dev)
-        out = tree_forward(model, *pt, temperature=temperature, chunk_size=chunk_size,
-                           value_head=value_head)
+        out = _forward(model, pt, value_head, temperature=temperature, chunk_size=chunk_size,
+                       compute_values=vals is not None and critic is None)
         g = piece.token_index[piece.targets]
         lp[g] = out.logprobs.double().cpu().numpy()
         if vals is not None:
@@ -115,7 +135,8 @@ def old_pass(
             vals[g] = v.double().cpu().numpy()
         if ref is not None and ref_model is not None:
             pr = _piece_tensors(piece, _device_of(ref_model))
-            r = tree_forward(ref_model, *pr, temperature=temperature, chunk_size=chunk_size)
+            r = _forward(ref_model, pr, None, temperature=temperature, chunk_size=chunk_size,
+                         compute_values=False)
             ref[g] = r.logprobs.double().cpu().numpy()
     return OldPass(logprobs=lp, values=vals, ref_logprobs=ref)
 
@@ -260,16 +281,19 @@ def loss_backward(
     ppo_cfg = ppo_cfg or PPOConfig()
     do_backward = backward or (lambda loss: loss.backward())
     is_sft = prepared.advantage is None
-    want_values = prepared.returns is not None and (value_head is not None or critic is not None)
+    inner = getattr(model, "module", model)
+    has_head = value_head is not None or (
+        isinstance(inner, TreeModel) and inner.value_head is not None)
+    want_values = prepared.returns is not None and (has_head or critic is not None)
     stats = dict.fromkeys(("loss", "policy_loss", "value_loss", "kl", "entropy"), 0.0)
     dev = _device_of(model)
     for piece in pieces:
         if piece.targets.size == 0:
             continue
         pt = _piece_tensors(piece, dev)
-        out = tree_forward(model, *pt, temperature=loss_cfg.temperature, chunk_size=chunk_size,
-                           compute_entropy=loss_cfg.entropy_coef > 0,
-                           value_head=value_head if want_values else None)
+        out = _forward(model, pt, value_head, temperature=loss_cfg.temperature,
+                       chunk_size=chunk_size, compute_entropy=loss_cfg.entropy_coef > 0,
+                       compute_values=want_values and critic is None)
         dt = out.logprobs.dtype
         n_t = int(piece.targets.size)
         mem = piece.membership_index

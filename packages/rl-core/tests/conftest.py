@@ -120,7 +120,7 @@ def toy_rollouts(model: Any, n_tasks: int, group_size: int, step: int,
 
     prompts = [[0, 1 + (k // group_size) % 4] for k in range(n_tasks * group_size)]
     c1 = sample_completions(model, prompts, tokens_per_turn)
-    prompts2 = [list(p) + list(c.token_ids) + [TOY_ENV_TOKEN] for p, c in zip(prompts, c1)]
+    prompts2 = [list(p) + list(c.token_ids) + [TOY_ENV_TOKEN] for p, c in zip(prompts, c1, strict=True)]
     c2 = sample_completions(model, prompts2, tokens_per_turn)
     trees, rewards = [], {}
     for g in range(n_tasks):

@@ -326,6 +326,24 @@ def test_call_from_record_reads_a_proxy_record() -> None:
         c.prompt_ids[0] = 7
 
 
+def test_a_failed_call_record_with_null_version_reads() -> None:
+    """The proxy writes policy_version null and an empty completion for a failed call."""
+    c = Call.from_record(
+        record(
+            policy_version=None,
+            completion_ids=[],
+            completion_logprobs=[],
+            finish_reason="error",
+            flags=["stale"],
+            run_id="run-1",
+        )
+    )
+    assert c.policy_version == 0 and c.completion_ids.size == 0
+    assert c.metadata["run_id"] == "run-1" and c.flags == {"stale"}
+    tree = PrefixTree.from_calls([c])
+    assert tree.pack().num_memberships == 0 and tree.pack().num_trajectories == 1
+
+
 @pytest.mark.parametrize(
     ("over", "match"),
     [

@@ -280,6 +280,24 @@ def test_side_paths_are_subagents_and_compaction_not_dropped_reasoning() -> None
     assert PrefixTree.from_json(tree.to_json()).get_call("cmp").side_path
 
 
+def test_default_side_path_anchor_tolerates_a_rerendered_generation_header() -> None:
+    """Failure class 1: the first prompt ends with an empty think block that later renders
+    drop; without the template's markers the main conversation must still not be flagged."""
+    think = [720, 721]  # "<think>\n\n</think>" only in the very first generation prompt
+    first = SYS + USER1 + ASSIST
+    calls = [
+        mk("m0", 0, first + think, [60, 703]),
+        mk("m1", 1, [*first, 60, 703, 810, *ASSIST], [61, 703]),
+        mk("m2", 2, [*first, 60, 703, 810, *ASSIST, 61, 703, 811, *ASSIST], [62, 703]),
+        mk("sub", 3, [905, 906, 800, 801, 7, 802, *ASSIST], [63, 703]),
+    ]
+    tree = PrefixTree.from_calls(calls, rollout_id="r")
+    assert tag_side_paths(tree) == ("sub",)
+    # a lone call has no continuation: its whole prompt is the anchor
+    lone = PrefixTree.from_calls([mk("a", 0, [1, 2, 3], [4])])
+    assert tag_side_paths(lone) == ()
+
+
 def test_a_call_flagged_side_path_by_the_proxy_is_not_the_main_call() -> None:
     calls = [mk("t", 0, [5, 5, 5], [1], flags=(SIDE_PATH_FLAG,)), mk("m", 1, [1, 2], [3])]
     tree = PrefixTree.from_calls(calls)

@@ -165,10 +165,15 @@ def tag_side_paths(
 
     Per rollout, the *main call* is the earliest call (smallest (seq, call_id)) not already
     flagged ``side_path`` — or ``main_calls[rollout_id]`` when given. The anchor is the main
-    call's ``prompt_ids[:anchor_end(prompt_ids)]`` (default: the whole first prompt, which for
-    most harnesses is system prompt + first user turn + the assistant header; pass
-    :func:`first_user_turn_end` for the exact DESIGN.md rule). A call of the rollout whose
-    prompt does not start with the anchor is a side path.
+    call's ``prompt_ids[:anchor_end(prompt_ids)]``; pass :func:`first_user_turn_end` for the
+    exact DESIGN.md rule (the cut needs the chat template's marker ids). Without it
+    (tokenizer-free default) the anchor is the main prompt's longest common prefix with a
+    later prompt of the same session (the whole prompt if there is none): the main
+    conversation's next call repeats the first prompt except, with some templates, the
+    generation header (REFERENCE.md failure class 1), so it is never flagged, while subagents
+    and compactions share less. The default under-flags (never over-flags) when the main call
+    has no continuation. A call of the rollout whose prompt does not start with the anchor is
+    a side path.
 
     Raises:
         UnknownCallError: a ``main_calls`` entry names a call not in that rollout.
@@ -187,7 +192,10 @@ def tag_side_paths(
                 continue
             main = cands[0]
         prompt = tree.get_call(main).prompt_ids
-        n = int(prompt.shape[0]) if anchor_end is None else int(anchor_end(prompt))
+        if anchor_end is not None:
+            n = int(anchor_end(prompt))
+        else:
+            n = _default_anchor_len(tree, main, prompt, cids)
         if not 1 <= n <= prompt.shape[0]:
             raise InvalidCallError(f"anchor_end returned {n} for a {prompt.shape[0]}-token prompt")
         # the tree node holding the anchor's last token; a call contains the anchor iff its
@@ -208,6 +216,21 @@ def tag_side_paths(
                 tree.flag_call(cid, SIDE_PATH_FLAG)
                 newly.append(cid)
     return tuple(newly)
+
+
+def _default_anchor_len(tree: PrefixTree, main: str, prompt: np.ndarray, cids: list[str]) -> int:
+    """Longest common prefix of the main prompt with a later prompt of its session."""
+    me = tree._calls[main]
+    best = -1
+    for cid in cids:
+        e = tree._calls[cid]
+        if cid == main or e.session_id != me.session_id or e.order_key <= me.order_key:
+            continue
+        other = tree.get_call(cid).prompt_ids
+        m = min(other.shape[0], prompt.shape[0])
+        ne = other[:m] != prompt[:m]
+        best = max(best, int(ne.argmax()) if ne.any() else m)
+    return int(prompt.shape[0]) if best < 1 else best
 
 
 def apply_filters(

@@ -377,6 +377,10 @@ def test_generate_body_maps_sampling_params() -> None:
         "stream": True,
     }
     assert "sampling_seed" not in b.build_generate_body(req([1]))["sampling_params"]
+    b2 = SGLangBackend(
+        "http://x", vocab_size=VOCAB, max_context=100, extra_sampling_params={"ignore_eos": True}
+    )
+    assert b2.build_generate_body(req([1]))["sampling_params"]["ignore_eos"] is True
 
 
 @pytest.mark.parametrize(

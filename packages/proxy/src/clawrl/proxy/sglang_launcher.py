@@ -28,11 +28,13 @@ group — SGLang forks a scheduler and a detokenizer — and kills it after a gr
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import weakref
@@ -85,6 +87,12 @@ def _free_port(host: str) -> int:
         s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
 
 
 def _has_nvidia_gpu() -> bool:
@@ -171,6 +179,7 @@ def launch_sglang(
     log_path: str | os.PathLike[str] | None = None,
     startup_timeout_s: float = 900.0,
     progress: bool = True,
+    die_with_parent: bool = True,
 ) -> SGLangServer:
     """Start ``python -m sglang.launch_server`` for ``model_dir`` and wait until its
     ``/health`` answers 200.
@@ -190,6 +199,10 @@ def launch_sglang(
         log_path: file for the server's output (default: a new temporary file).
         startup_timeout_s: give up (and kill the server) after this many seconds.
         progress: show a rich status line with the elapsed time and the last log line.
+        die_with_parent: on Linux, have the kernel send SIGTERM to the server when the
+            thread that launched it exits (``prctl(PR_SET_PDEATHSIG)``), so a killed test
+            run or CI job never leaves SGLang behind. Launch from a long-lived thread
+            (the main thread) or pass False.
 
     Returns:
         The running :class:`SGLangServer` (use as a context manager, or call ``stop()``).
@@ -247,6 +260,7 @@ def launch_sglang(
             stdin=subprocess.DEVNULL,
             env=child_env,
             start_new_session=True,  # own process group: stop() kills the whole tree
+            preexec_fn=_set_parent_death_signal if die_with_parent else None,
         )
     url = f"http://{host}:{port}"
     server = SGLangServer(url=url, process=proc, log_path=log_file, command=cmd)

@@ -136,6 +136,9 @@ class SGLangBackend(InferenceBackend):
             stops; requests keep their KV cache) or ``"abort"`` (running requests end with
             finish reason "aborted").
         api_key: SGLang's ``--api-key`` / ``--admin-api-key``, sent as a bearer token.
+        extra_sampling_params: more SGLang ``sampling_params`` merged into every request
+            (e.g. ``{"ignore_eos": True}`` for benchmarks; it also disables
+            ``stop_token_ids``). They override the mapped values.
 
     Raises:
         ValueError: bad arguments.
@@ -155,6 +158,7 @@ class SGLangBackend(InferenceBackend):
         connect_timeout: float = 5.0,
         pause_mode: PauseMode = "retract",
         api_key: str | None = None,
+        extra_sampling_params: Mapping[str, Any] | None = None,
     ):
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
@@ -175,6 +179,7 @@ class SGLangBackend(InferenceBackend):
         self._connect_retries = connect_retries
         self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._extra_sampling = dict(extra_sampling_params or {})
         self._client: httpx.AsyncClient | None = None
         self._aborted: set[str] = set()
         self._running: set[str] = set()
@@ -344,6 +349,7 @@ class SGLangBackend(InferenceBackend):
         }
         if sp.seed is not None:
             sampling["sampling_seed"] = int(sp.seed)
+        sampling.update(self._extra_sampling)
         return {
             "rid": request.request_id,
             "input_ids": prompt,

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -18,6 +18,9 @@ from .sandbox import _EXEC_TAG, Sandbox
 from .spec import WORKSPACE, SandboxSpec
 
 __all__ = ["PoolMetrics", "SandboxPool"]
+
+#: Seconds a failed warm creation waits before the pool tries that spec again.
+WARM_RETRY_S = 1.0
 
 # Kills every process started through exec (all carry the CLAWRL_EXEC_ID tag; the forwarder's
 # tag is "forwarder" and survives), then empties the writable places.
@@ -96,6 +99,9 @@ class SandboxPool:
         run_id: run id the pool's sandboxes are labelled with (default: the process's).
         gc_on_start: reap dead runs' containers in :meth:`start`.
         create_timeout: seconds allowed for one sandbox creation.
+        factory: how the pool creates a sandbox (default: :meth:`Sandbox.create` with the
+            pool's podman, run identity and ``create_timeout``); e.g. to spread sandboxes over
+            several podman hosts. It must raise :class:`SandboxError` on failure.
     """
 
     def __init__(
@@ -108,6 +114,7 @@ class SandboxPool:
         run_id: str | None = None,
         gc_on_start: bool = True,
         create_timeout: float = 60.0,
+        factory: Callable[[SandboxSpec], Awaitable[Sandbox]] | None = None,
     ) -> None:
         if not isinstance(max_sandboxes, int) or max_sandboxes < 1:
             raise SandboxSpecError(f"max_sandboxes must be an int >= 1, got {max_sandboxes!r}")
@@ -115,6 +122,7 @@ class SandboxPool:
         self.reuse = reuse
         self.create_timeout = create_timeout
         self.gc_on_start = gc_on_start
+        self._factory = factory
         self._podman = podman or shared_podman()
         ident = current_identity()
         self._identity: RunIdentity = ident.with_run_id(run_id) if run_id else ident
@@ -215,6 +223,11 @@ class SandboxPool:
         self._specs.setdefault(key, spec)
         fut: asyncio.Future[Sandbox] = asyncio.get_running_loop().create_future()
         w = _Waiter(key, spec, fut)
+        q = self._idle.get(key)
+        if q and not self._waiters:  # fast path: a warm sandbox and nobody ahead in the queue
+            self._hand(w, q.popleft())
+            self._dispatch()  # top the warm set up again
+            return fut.result()
         self._waiters.append(w)
         self._dispatch()
         try:
@@ -350,9 +363,12 @@ class SandboxPool:
     async def _new(self, spec: SandboxSpec) -> Sandbox | None:
         self._creating += 1
         try:
-            sb = await Sandbox.create(
-                spec, podman=self._podman, identity=self._identity, timeout=self.create_timeout
-            )
+            if self._factory is not None:
+                sb = await self._factory(spec)
+            else:
+                sb = await Sandbox.create(
+                    spec, podman=self._podman, identity=self._identity, timeout=self.create_timeout
+                )
         except SandboxError:
             self._n["failed"] += 1
             self._live -= 1
@@ -384,7 +400,7 @@ class SandboxPool:
             sb = await self._new(self._specs[key])
         except SandboxError:
             self._creating_warm[key] -= 1
-            await asyncio.sleep(1.0)  # don't spin on a spec that cannot be created
+            await asyncio.sleep(WARM_RETRY_S)  # don't spin on a spec that cannot be created
             self._dispatch()
             return
         self._creating_warm[key] -= 1

@@ -149,3 +149,50 @@ def toy_rollouts(model: Any, n_tasks: int, group_size: int, step: int,
 @pytest.fixture(scope="session")
 def toy_task() -> Callable[..., tuple[list[Any], dict[str, float]]]:
     return toy_rollouts
+
+
+# ---------------------------------------------------------------- a tiny chat tokenizer
+CHATML_TEMPLATE = (
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for m in messages -%}{%- if m.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if tools -%}<|im_start|>system\n# Tools\n{%- for t in tools %}\n{{ t | tojson }}"
+    "{%- endfor %}<|im_end|>\n{%- endif -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'system' or m.role == 'user' -%}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{%- elif m.role == 'assistant' -%}<|im_start|>assistant\n"
+    "{%- if m.reasoning_content and loop.index0 > ns.last_user -%}"
+    "<think>\n{{ m.reasoning_content }}\n</think>\n\n{%- endif -%}"
+    "{{ m.content or '' }}"
+    "{%- for tc in (m.tool_calls or []) -%}\n<tool_call>\n{{ tc.function | tojson }}\n"
+    "</tool_call>{%- endfor -%}<|im_end|>\n"
+    "{%- elif m.role == 'tool' -%}"
+    "<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+)
+
+
+def make_byte_chat_tokenizer() -> Any:
+    """256 byte tokens + ChatML/think/tool special tokens, with a Qwen3-like chat template
+    (drops reasoning of assistant turns before the last user message)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    b2c = bytes_to_unicode()
+    backend = Tokenizer(models.BPE(vocab={b2c[b]: b for b in range(256)}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (
+        "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>",
+        "</tool_call>", "<tool_response>", "</tool_response>")])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>", chat_template=CHATML_TEMPLATE,
+                                   clean_up_tokenization_spaces=False)
+
+
+@pytest.fixture(scope="session")
+def chat_tokenizer() -> Any:
+    return make_byte_chat_tokenizer()

@@ -55,6 +55,7 @@ from clawrl.rl_core.packing import (
     validate_packed_tree,
 )
 from clawrl.rl_core.sampling import Completion, sample_completions
+from clawrl.rl_core.sft import pack_sft_trajectories, read_trajectories, render_sft_sequences
 from clawrl.rl_core.step import (
     OldPass,
     PreparedRL,
@@ -105,11 +106,14 @@ __all__ = [
     "kl_k3",
     "loss_backward",
     "old_pass",
+    "pack_sft_trajectories",
     "pack_token_sequences",
     "prepare_rl",
     "prepare_sft",
     "ratio_mask",
+    "read_trajectories",
     "reference_kl_loss",
+    "render_sft_sequences",
     "sample_completions",
     "scatter_to_tokens",
     "seed_everything",

@@ -1,0 +1,123 @@
+"""SFT on multi-turn chat trajectories (DESIGN.md "Trajectory" format), tree-packed.
+
+A trajectory is a JSON object with ``messages`` (OpenAI chat: system / user / assistant with
+``content``, ``reasoning_content``, ``tool_calls`` / tool with ``tool_call_id``) and ``tools``
+(function schemas). For every assistant message k we render, with the tokenizer's own chat
+template, the prompt ``messages[:k]`` (with the generation prompt) and the conversation
+``messages[:k+1]``; the tokens after the prompt are that turn's assistant tokens (trainable),
+everything before is context. The per-turn sequences go into one prefix tree: where the
+template only appends, consecutive turns lie on one path and each shared token is computed
+once; where it rewrites history (e.g. Qwen3 drops earlier ``reasoning_content``) the next turn
+branches off, exactly like the rollouts the proxy records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from clawrl.prefixtree.pack import PackedTree
+from clawrl.rl_core.errors import SFTDataError
+from clawrl.rl_core.packing import TokenSequence, pack_token_sequences
+
+__all__ = ["pack_sft_trajectories", "read_trajectories", "render_sft_sequences"]
+
+
+def read_trajectories(path: str | Path) -> list[dict[str, Any]]:
+    """Read a trajectory JSONL file (one JSON object per line; blank lines skipped).
+
+    Raises:
+        SFTDataError: unreadable file, a line that is not a JSON object with ``messages``.
+    """
+    out: list[dict[str, Any]] = []
+    try:
+        lines = Path(path).read_bytes().splitlines()
+    except OSError as exc:
+        raise SFTDataError(f"cannot read {path}: {exc}") from exc
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise SFTDataError(f"{path}:{n}: invalid JSON: {exc}") from exc
+        if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
+            raise SFTDataError(f"{path}:{n}: expected an object with a 'messages' list")
+        out.append(obj)
+    return out
+
+
+def _ids(rendered: Any) -> list[int]:
+    # transformers 5 returns a BatchEncoding from apply_chat_template(tokenize=True)
+    if isinstance(rendered, Mapping):
+        rendered = rendered["input_ids"]
+    return [int(t) for t in rendered]
+
+
+def _render(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Any,
+            generation_prompt: bool) -> list[int]:
+    return _ids(tokenizer.apply_chat_template(
+        list(messages), tools=tools or None, add_generation_prompt=generation_prompt,
+        tokenize=True))
+
+
+def render_sft_sequences(
+    trajectory: Mapping[str, Any], tokenizer: Any, *, trajectory_id: str = "",
+) -> list[TokenSequence]:
+    """One :class:`TokenSequence` per assistant message (its tokens trainable, the rest not).
+
+    Args:
+        trajectory: ``{"messages": [...], "tools": [...], ...}``.
+        tokenizer: any HF tokenizer with a chat template.
+        trajectory_id: becomes the sequences' ``rollout_id``.
+
+    Raises:
+        SFTDataError: no chat template, no assistant message, a message that is not a dict
+            with a role, or a template whose rendering of a turn does not extend its prompt.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise SFTDataError("the tokenizer has no chat template")
+    messages = trajectory.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise SFTDataError(f"trajectory {trajectory_id!r} has no messages")
+    for k, m in enumerate(messages):
+        if not isinstance(m, Mapping) or "role" not in m:
+            raise SFTDataError(f"trajectory {trajectory_id!r}: message {k} has no role")
+    tools = trajectory.get("tools")
+    seqs: list[TokenSequence] = []
+    for k, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        prompt = _render(tokenizer, messages[:k], tools, True)
+        full = _render(tokenizer, messages[:k + 1], tools, False)
+        if full[:len(prompt)] != prompt or len(full) == len(prompt):
+            raise SFTDataError(
+                f"trajectory {trajectory_id!r}: the template's rendering of assistant message "
+                f"{k} does not extend its prompt")
+        seqs.append(TokenSequence(
+            token_ids=full, trainable=[False] * len(prompt) + [True] * (len(full) - len(prompt)),
+            rollout_id=trajectory_id, call_id=f"{trajectory_id}#{k}",
+            metadata={"group_id": trajectory_id}))
+    if not seqs:
+        raise SFTDataError(f"trajectory {trajectory_id!r} has no assistant message")
+    return seqs
+
+
+def pack_sft_trajectories(
+    trajectories: Iterable[Mapping[str, Any]], tokenizer: Any,
+) -> PackedTree:
+    """Render every trajectory (:func:`render_sft_sequences`) and pack all of them into one
+    prefix tree (conversations sharing a prefix — a system prompt, a first turn — share
+    tokens). Trajectory ids: the ``id`` field if present, else the position.
+
+    Raises:
+        SFTDataError: as :func:`render_sft_sequences`, or no trajectory at all.
+    """
+    seqs: list[TokenSequence] = []
+    for i, tr in enumerate(trajectories):
+        seqs.extend(render_sft_sequences(tr, tokenizer, trajectory_id=str(tr.get("id", i))))
+    if not seqs:
+        raise SFTDataError("no trajectories to pack")
+    return pack_token_sequences(seqs)

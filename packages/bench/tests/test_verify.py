@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -131,15 +132,9 @@ def test_garbled_rewards_fail(
 
 @settings(max_examples=200, deadline=None)
 @given(value=st.floats(allow_nan=True, allow_infinity=True))
-def test_reward_txt_accepts_exactly_unit_interval(value: float) -> None:
-    import tempfile
-
+def test_reward_txt_accepts_exactly_unit_interval(task: Task, value: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        task_root = Path(tmp) / "task"
-        ws = Path(tmp) / "ws"
-        ws.mkdir()
-        t = make_task(task_root, "pass\n")
-        r = verify(t, ws, FakeRewardExecutor({"reward.txt": repr(value)}))
+        r = verify(task, Path(tmp), FakeRewardExecutor({"reward.txt": repr(value)}))
     if math.isfinite(value) and 0.0 <= value <= 1.0:
         assert r.ok and r.reward == value
     else:

@@ -115,3 +115,24 @@ def test_filters() -> None:
     easy_software = load_builtin_suite(categories=["software"], difficulties=["easy"])
     assert easy_software
     assert all(t.category == "software" and t.difficulty == "easy" for t in easy_software)
+
+
+def test_every_task_file_is_tracked_by_git() -> None:
+    """Ignore rules (e.g. ``*.log``) must not drop task inputs from a fresh clone."""
+    import subprocess
+
+    root = builtin_suite_dir()
+    probe = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        pytest.skip("not a git checkout (installed package)")
+    ignored = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "--others", "--ignored", "--exclude-standard", "."],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert [p for p in ignored if "__pycache__" not in p] == []

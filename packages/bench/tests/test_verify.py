@@ -322,3 +322,11 @@ def test_escaping_symlinks_are_dropped(tmp_path: Path) -> None:
     assert r.ok, r.reason
     assert r.subscores == {"escaping_abs": 0.0, "escaping_rel": 0.0, "internal": 1.0}
     assert (ws / "out" / "abs").is_symlink()  # the agent's workspace itself is not modified
+
+
+def test_fifo_in_workspace_does_not_break_verification(tmp_path: Path) -> None:
+    task = load_task(builtin_suite_dir() / "todo_mark_done")
+    ws = prepare_workspace(task, tmp_path / "ws")
+    os.mkfifo(ws / "trap")
+    r = verify(task, ws)
+    assert r.ok and r.reward == 0.0

@@ -4,7 +4,8 @@ Verification never trusts the agent's workspace beyond its plain files:
 
 1. the workspace is copied to a private scratch directory (the verifier may write freely
    without changing the rollout's workspace diff); symlinks that point outside the
-   workspace are dropped from the copy, so an output cannot alias a trusted file;
+   workspace are dropped from the copy, so an output cannot alias a trusted file, and
+   FIFOs, sockets and device files are not copied;
 2. a fresh copy of the task's trusted verifier files is placed at the verifier's mount
    path — any same-named path the agent created (a fake ``reward/`` directory, a modified
    ``check.py``) is deleted first;
@@ -151,7 +152,7 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
     with tempfile.TemporaryDirectory(prefix="clawrl-verify-") as scratch_name:
         scratch = Path(scratch_name)
         ws = scratch / "workspace"
-        shutil.copytree(source, ws, symlinks=True)
+        shutil.copytree(source, ws, symlinks=True, ignore=_special_files)
         _drop_escaping_symlinks(ws, PurePosixPath(task.workspace_path))
         trusted = scratch / "trusted"
         rel_in_ws = _relative_to(PurePosixPath(task.verifier.mount_path), task.workspace_path)
@@ -224,6 +225,18 @@ def _relative_to(path: PurePosixPath, root: str) -> PurePosixPath | None:
     if path != base and base in path.parents:
         return path.relative_to(base)
     return None
+
+
+def _special_files(directory: str, names: list[str]) -> set[str]:
+    """Names that are neither directories, regular files nor symlinks (FIFOs, sockets,
+    devices): never copied — shutil refuses named pipes, and an agent must not be able to
+    break verification by leaving one."""
+    skip = set()
+    for name in names:
+        path = Path(directory) / name
+        if not (path.is_symlink() or path.is_dir() or path.is_file()):
+            skip.add(name)
+    return skip
 
 
 def _remove(path: Path) -> None:

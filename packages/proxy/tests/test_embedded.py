@@ -352,3 +352,23 @@ async def test_long_prompts_are_admitted_in_bounded_groups(byte_dir: Path) -> No
         await be.close()
     assert be.stats["prefills"] == 3  # 2 x 200 > 300: one prompt per prefill
     assert all(r.finish_reason == "length" for _, r in results)
+
+
+def test_sampling_frequencies_follow_the_distribution() -> None:
+    """Inverse-CDF sampling: empirical frequencies match softmax(logits / T); tokens outside
+    the top-k set are never drawn."""
+    logits = torch.tensor([1.0, 0.0, -1.0, 2.0, float("-inf"), 0.5])
+    gen = torch.Generator().manual_seed(123)
+    n = 20000
+    sp = SamplingParams(max_tokens=1, temperature=0.8)
+    counts = torch.zeros(6)
+    for _ in range(n):
+        counts[sample_token(logits, sp, gen)[0]] += 1
+    expected = torch.softmax(logits / 0.8, -1)
+    assert counts[4] == 0
+    # 5 sigma of a binomial proportion
+    sigma = (expected * (1 - expected) / n).sqrt()
+    assert ((counts / n - expected).abs() <= 5 * sigma + 1e-9).all(), (counts / n, expected)
+    top2 = SamplingParams(max_tokens=1, top_k=2)
+    drawn = {sample_token(logits, top2, gen)[0] for _ in range(500)}
+    assert drawn == {0, 3}

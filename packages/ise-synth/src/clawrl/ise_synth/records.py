@@ -1,0 +1,133 @@
+"""Intent records (the output of stage 1) and their JSONL files.
+
+A record holds the fields of an ISE intent: ``id``, the natural-language ``intent``, the
+``persona`` (name, role, industry, expertise, experience_level, communication_style,
+work_context), the ``domains`` with 1–3 selected ``tasks`` each (first = primary), the ``tools``
+and ``skills`` used, and the ``complexity``; plus provenance: ``renderer`` (``"template"`` or
+``"llm:<model>"``), ``seed`` and ``index`` of the draw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from clawrl.ise_synth.errors import IseSynthError
+from clawrl.ise_synth.sampling import IntentSpec
+
+__all__ = ["IntentRecord", "read_intents", "write_intents"]
+
+
+@dataclass
+class IntentRecord:
+    """One rendered intent (see the module docstring for the fields)."""
+
+    id: str
+    intent: str
+    persona: dict[str, str]
+    domains: list[dict[str, Any]]
+    tools: list[str]
+    skills: list[str]
+    complexity: str
+    renderer: str
+    seed: int
+    index: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def primary_domain(self) -> str:
+        """Id of the first domain (the dedup group)."""
+        return str(self.domains[0]["domain"])
+
+    @classmethod
+    def from_spec(cls, spec: IntentSpec, intent: str, renderer: str) -> IntentRecord:
+        """A record for ``spec`` rendered as ``intent``; the id hashes seed, index, text."""
+        digest = hashlib.sha1(f"{spec.seed}\0{spec.index}\0{intent}".encode()).hexdigest()[:12]
+        return cls(
+            id=f"intent-{spec.index:06d}-{digest}",
+            intent=intent,
+            persona=spec.persona.to_dict(),
+            domains=[
+                {
+                    "domain": sel.domain.id,
+                    "name": sel.domain.name,
+                    "tasks": [t.task for t in sel.tasks],
+                }
+                for sel in spec.domains
+            ],
+            tools=list(spec.tools),
+            skills=list(spec.skills),
+            complexity=spec.complexity,
+            renderer=renderer,
+            seed=spec.seed,
+            index=spec.index,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "id": self.id,
+            "intent": self.intent,
+            "persona": self.persona,
+            "domains": self.domains,
+            "tools": self.tools,
+            "skills": self.skills,
+            "complexity": self.complexity,
+            "renderer": self.renderer,
+            "seed": self.seed,
+            "index": self.index,
+        }
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> IntentRecord:
+        """Raises IseSynthError when a required field is missing."""
+        names = ("id", "intent", "persona", "domains", "tools", "skills", "complexity")
+        missing = [k for k in names if k not in d]
+        if missing:
+            raise IseSynthError(f"intent record lacks {missing}")
+        known = {*names, "renderer", "seed", "index"}
+        return cls(
+            id=d["id"],
+            intent=d["intent"],
+            persona=d["persona"],
+            domains=d["domains"],
+            tools=d["tools"],
+            skills=d["skills"],
+            complexity=d["complexity"],
+            renderer=d.get("renderer", "unknown"),
+            seed=int(d.get("seed", 0)),
+            index=int(d.get("index", 0)),
+            extra={k: v for k, v in d.items() if k not in known},
+        )
+
+
+def write_intents(path: Path, records: Iterable[IntentRecord]) -> int:
+    """Write records as JSONL (one object per line); returns how many were written."""
+    n = 0
+    with path.open("wb") as fh:
+        for rec in records:
+            fh.write(orjson.dumps(rec.to_dict()) + b"\n")
+            n += 1
+    return n
+
+
+def read_intents(path: Path) -> Iterator[IntentRecord]:
+    """Read a JSONL file of records. A half-written last line (no newline) is skipped; any
+    other malformed line raises IseSynthError naming the line."""
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if lineno == len(lines):  # last line without newline: interrupted write
+                return
+            raise IseSynthError(f"{path}:{lineno}: not JSON: {exc}") from exc
+        yield IntentRecord.from_dict(obj)

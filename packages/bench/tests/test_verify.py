@@ -97,6 +97,19 @@ def test_explicit_reward_key(task: Task, workspace: Path) -> None:
     assert r.ok and r.reward == 0.25 and r.subscores == {"x": 1.0}
 
 
+def test_reward_txt_wins_over_free_form_json(task: Task, workspace: Path) -> None:
+    files = {
+        "reward.txt": "0.5",
+        "reward.json": '{"reward": 0.9, "tests_passed": 12, "frac": 0.25}',
+    }
+    r = verify(task, workspace, FakeRewardExecutor(files))
+    assert r.ok and r.reward == 0.5 and r.subscores == {"frac": 0.25}
+    garbled = {"reward.txt": "0.5", "reward.json": "{oops"}
+    assert verify(task, workspace, FakeRewardExecutor(garbled)).subscores == {}
+    bad_txt = {"reward.txt": "2", "reward.json": '{"reward": 1}'}
+    assert verify(task, workspace, FakeRewardExecutor(bad_txt)).status is VerifierStatus.ERROR
+
+
 def test_reward_txt(task: Task, workspace: Path) -> None:
     r = verify(task, workspace, FakeRewardExecutor({"reward.txt": " 0.75\n"}))
     assert r.ok and r.reward == 0.75 and r.subscores == {}

@@ -102,8 +102,9 @@ class VerifierSpec(_Frozen):
         mount_path: in-sandbox path where a fresh copy of ``files_dir`` is placed at
             verification time (``/tests``; ClawGym: ``<input_mount_dir>/reward``).
         command: argv run with the workspace as working directory (in-sandbox paths).
-        reward_channel: ``"file"``: the verifier writes ``reward.json`` (an object of
-            named scores) or ``reward.txt`` (one number) into :data:`REWARD_MOUNT`;
+        reward_channel: ``"file"``: the verifier writes ``reward.txt`` (one number; wins
+            when present) and/or ``reward.json`` (an object: ``reward`` plus sub-scores, or
+            only sub-scores whose mean is the reward) into :data:`REWARD_MOUNT`;
             ``"stdout"``: the last stdout line is the reward and the last stdout line that
             is a JSON object holds the sub-scores (ClawGym's ``reward.sh``).
         env: extra environment variables (in-sandbox paths).

@@ -307,10 +307,37 @@ def _ok(result: ExecResult, reward: float, subscores: dict[str, float]) -> Verif
     )
 
 
-def _from_reward_dir(result: ExecResult, reward_dir: Path) -> VerifierResult:
-    json_path, txt_path = reward_dir / "reward.json", reward_dir / "reward.txt"
+def _lenient_subscores(path: Path) -> dict[str, float]:
+    """Sub-scores from a free-form reward.json next to a reward.txt: the entries that are
+    scores in [0, 1] (other entries are metadata, e.g. test counts); {} if unreadable."""
     try:
-        if json_path.is_file() and not json_path.is_symlink():
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError, UnicodeDecodeError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    subs: dict[str, float] = {}
+    for key, value in data.items():
+        if key == "reward":
+            continue
+        try:
+            subs[str(key)] = _score(value, key)
+        except ValueError:
+            continue
+    return subs
+
+
+def _from_reward_dir(result: ExecResult, reward_dir: Path) -> VerifierResult:
+    """Harbor's rule: ``reward.txt`` (one number) is the reward when present — a
+    ``reward.json`` beside it only adds the sub-scores it holds; otherwise ``reward.json``
+    must be an object with a ``reward`` entry or only sub-scores (reward = their mean)."""
+    json_path, txt_path = reward_dir / "reward.json", reward_dir / "reward.txt"
+    has_json = json_path.is_file() and not json_path.is_symlink()
+    try:
+        if txt_path.is_file() and not txt_path.is_symlink():
+            reward = _score(txt_path.read_text(encoding="utf-8").strip(), "reward")
+            return _ok(result, reward, _lenient_subscores(json_path) if has_json else {})
+        if has_json:
             data = json.loads(json_path.read_text(encoding="utf-8"))
             if not isinstance(data, dict) or not data:
                 raise ValueError("reward.json is not a non-empty JSON object")
@@ -321,8 +348,6 @@ def _from_reward_dir(result: ExecResult, reward_dir: Path) -> VerifierResult:
                 subs = _subscores(data)
                 reward = sum(subs.values()) / len(subs)
             return _ok(result, min(1.0, reward), subs)
-        if txt_path.is_file() and not txt_path.is_symlink():
-            return _ok(result, _score(txt_path.read_text(encoding="utf-8").strip(), "reward"), {})
     except (ValueError, OSError, UnicodeDecodeError) as exc:
         return _failure(result, VerifierStatus.ERROR, f"bad reward: {exc}")
     return _failure(

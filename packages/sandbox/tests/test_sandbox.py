@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -198,3 +199,16 @@ async def test_non_root_user_owns_workspace() -> None:
         ], r
         r = await sb.exec("touch /etc/x")
         assert not r.ok
+
+
+def test_normal_exit_without_destroy_leaves_nothing() -> None:
+    script = (
+        "import asyncio\n"
+        "from clawrl.sandbox import Sandbox, SandboxSpec\n"
+        "async def main():\n"
+        "    sb = await Sandbox.create(SandboxSpec(), run_id='t-atexit')\n"
+        "    assert (await sb.exec('true')).ok\n"
+        "asyncio.run(main())\n"  # exits without destroy(): the atexit hook removes it
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    assert containers_of_run("t-atexit") == []

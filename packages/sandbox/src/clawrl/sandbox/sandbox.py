@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import inspect
 import io
 import os
 import resource
 import shlex
+import subprocess
 import tarfile
 import time
 import uuid
@@ -56,6 +58,31 @@ _EXEC_TAG = "CLAWRL_EXEC_ID"
 _KILL_GRACE_S = 5.0
 _NPROC = 4096
 _GONE_MARKERS = ("no such container", "container state improper", "is not running")
+
+
+# Containers this process created and has not destroyed: removed at interpreter exit, so a
+# normal exit (even without closing pools) leaves nothing; SIGKILL is the reaper's job.
+_LIVE: dict[str, Podman] = {}
+_EXIT_HOOK: list[bool] = []
+
+
+def _register_exit_cleanup(pm: Podman) -> None:
+    if _EXIT_HOOK:
+        return
+    _EXIT_HOOK.append(True)
+
+    def cleanup() -> None:
+        if _LIVE:
+            ids = list(_LIVE)
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run(
+                    _LIVE[ids[0]].argv("rm", "-f", "--ignore", "-t", "0", *ids),
+                    capture_output=True,
+                    timeout=120,
+                    check=False,
+                )
+
+    atexit.register(cleanup)
 
 
 def _host_hard_limit(which: int, fallback: int) -> int:
@@ -268,6 +295,9 @@ class Sandbox:
             # A half-created container (e.g. a timeout) must not outlive the failure.
             await pm.run("rm", "-f", "--ignore", "-t", "0", name, check=False)
             raise SandboxCreateError(f"cannot create sandbox: {e.stderr}") from e
+        except BaseException:  # cancelled mid-creation
+            await asyncio.shield(pm.run("rm", "-f", "--ignore", "-t", "0", name, check=False))
+            raise
         sb = cls(
             container_id=res.stdout.decode().strip(),
             name=name,
@@ -275,6 +305,8 @@ class Sandbox:
             podman=pm,
             run_id=ident.run_id,
         )
+        _register_exit_cleanup(pm)
+        _LIVE[sb.id] = pm
         try:
             if spec.model_socket is not None and spec.forwarder:
                 await sb.start_forwarder()
@@ -641,6 +673,7 @@ class Sandbox:
             return
         self._closed = True
         await self._podman.run("rm", "-f", "--ignore", "-t", "0", self.id, check=False, timeout=60)
+        _LIVE.pop(self.id, None)
 
     async def __aenter__(self) -> Sandbox:
         return self

@@ -1,0 +1,258 @@
+"""Benchmark what the proxy adds per model call, with the NullBackend benchmark fixture.
+
+The proxy (``proxy serve --backend null``: every generation returns a fixed 64-token
+completion at once) runs in its own process pinned to one CPU core, serving the Chat
+Completions API on a unix socket with capture to JSONL enabled. Clients (httpx, async, over
+the socket, in this process on the other core(s)) send non-streamed requests whose prompt is
+a system message plus a ~2,000-token user message that is new on every call (so rendering and
+tokenization are always paid), 1 and 16 clients at once; every client starts a new session
+every 50 calls (a rollout-sized conversation). Reported per case: latency percentiles, calls/s,
+and the *added latency* = proxy p50 - p50 of calling ``NullBackend.generate`` directly
+in-process (the backend's own cost).
+
+Goals (issue 4): added p50 <= 2 ms at 1 client; >= 300 calls/s on one core at 16 clients.
+
+Run: ``uv run python tools/perf/bench_proxy.py`` (writes ``tools/perf/results/proxy.json``;
+about a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import signal
+import statistics
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from clawrl.proxy import AdminClient, ChatRenderer, NullBackend
+from clawrl.proxy.backends.base import GenerationRequest, SamplingParams
+from clawrl.proxy.model_kit import build_default_model
+
+RESULTS = Path(__file__).parent / "results" / "proxy.json"
+
+
+def _cpu_s(pid: int) -> float:
+    """user + system CPU seconds of a process (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def _user_text(rng: random.Random, renderer: ChatRenderer, tokens: int) -> str:
+    words = []
+    n = 0
+    while n < tokens:
+        w = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 9))) + " "
+        words.append(w)
+        n += len(renderer.encode(w))
+    return "".join(words)
+
+
+async def direct_latency(renderer: ChatRenderer, completion: list[int], n: int) -> list[float]:
+    backend = NullBackend(completion, vocab_size=renderer.vocab_size)
+    prompt = renderer.encode("x" * 2000)
+    out = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        req = GenerationRequest(str(i), prompt, SamplingParams(max_tokens=64))
+        async for _ in backend.generate(req):
+            pass
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+async def run_clients(
+    sock: str,
+    admin_sock: str,
+    renderer: ChatRenderer,
+    clients: int,
+    calls: int,
+    prompt_tokens: int,
+    pid: int,
+) -> dict[str, Any]:
+    rng = random.Random(clients)
+    texts = [_user_text(rng, renderer, prompt_tokens) for _ in range(64)]
+    lat: list[float] = []
+    prompt_lens: list[int] = []
+    admin = AdminClient(socket=admin_sock)
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(uds=sock, limits=limits), timeout=60
+    ) as http:
+
+        async def one_client(k: int, n: int) -> None:
+            s = None
+            for i in range(n):
+                if i % 50 == 0:
+                    s = await asyncio.to_thread(admin.create_session, run_id="bench")
+                assert s is not None
+                text = f"{k}-{i} " + texts[(k * 7 + i) % len(texts)]
+                body = {
+                    "model": "m",
+                    "messages": [
+                        {"role": "system", "content": "You are a benchmark."},
+                        {"role": "user", "content": text},
+                    ],
+                    "max_completion_tokens": 64,
+                }
+                t0 = time.perf_counter()
+                r = await http.post(
+                    f"http://proxy/s/{s.session_id}/v1/chat/completions",
+                    json=body,
+                    headers={"authorization": f"Bearer {s.api_key}"},
+                )
+                lat.append(time.perf_counter() - t0)
+                r.raise_for_status()
+                u = r.json()["usage"]
+                assert u["completion_tokens"] == 64, u
+                prompt_lens.append(u["prompt_tokens"])
+
+        # warm-up
+        await one_client(999, 20)
+        lat.clear()
+        prompt_lens.clear()
+        per = calls // clients
+        cpu0 = _cpu_s(pid)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one_client(k, per) for k in range(clients)))
+        wall = time.perf_counter() - t0
+        cpu = _cpu_s(pid) - cpu0
+    admin.close()
+    return {
+        "clients": clients,
+        "calls": len(lat),
+        "wall_s": wall,
+        "calls_per_s": len(lat) / wall,
+        "proxy_cpu_ms_per_call": 1e3 * cpu / len(lat),
+        "calls_per_cpu_s": len(lat) / cpu if cpu > 0 else None,
+        "latency_ms": {
+            "p50": 1e3 * statistics.median(lat),
+            "p90": 1e3 * _pct(lat, 0.9),
+            "p99": 1e3 * _pct(lat, 0.99),
+            "mean": 1e3 * statistics.fmean(lat),
+        },
+        "prompt_tokens_mean": statistics.fmean(prompt_lens),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokenizer", choices=["byte", "qwen3"], default="byte")
+    ap.add_argument("--prompt-tokens", type=int, default=2000)
+    ap.add_argument("--calls", type=int, default=800, help="calls per case")
+    ap.add_argument("--core", type=int, default=0, help="CPU core the proxy is pinned to")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+
+    model_dir = build_default_model(args.tokenizer)
+    renderer = ChatRenderer.from_model_dir(model_dir)
+    completion = [*renderer.encode("a") * 63, renderer.stop_token_ids[0]]
+    direct = asyncio.run(direct_latency(renderer, completion, 2000))
+    direct_p50_ms = 1e3 * statistics.median(direct)
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-", dir="/tmp"))
+    sock, admin_sock = str(tmp / "m.sock"), str(tmp / "a.sock")
+    cmd = [
+        sys.executable,
+        "-m",
+        "clawrl.proxy.cli",
+        "serve",
+        "--model",
+        str(model_dir),
+        "--backend",
+        "null",
+        "--null-tokens",
+        "64",
+        "--socket",
+        sock,
+        "--admin-socket",
+        admin_sock,
+        "--capture-dir",
+        str(tmp / "capture"),
+    ]
+    core = args.core if args.core in os.sched_getaffinity(0) else min(os.sched_getaffinity(0))
+    proc = subprocess.Popen(
+        cmd, preexec_fn=lambda: os.sched_setaffinity(0, {core}), start_new_session=True
+    )
+    others = os.sched_getaffinity(0) - {core}
+    if others:
+        os.sched_setaffinity(0, others)
+    try:
+        deadline = time.time() + 120
+        while not os.path.exists(admin_sock):
+            if proc.poll() is not None or time.time() > deadline:
+                raise SystemExit("the proxy did not start")
+            time.sleep(0.1)
+        cases = []
+        for clients in (1, 16):
+            c = asyncio.run(
+                run_clients(
+                    sock, admin_sock, renderer, clients, args.calls, args.prompt_tokens, proc.pid
+                )
+            )
+            c["added_latency_p50_ms"] = c["latency_ms"]["p50"] - direct_p50_ms
+            cases.append(c)
+            print(
+                f"{clients:>2} clients: p50 {c['latency_ms']['p50']:.2f} ms "
+                f"(added {c['added_latency_p50_ms']:.2f} ms), p99 {c['latency_ms']['p99']:.2f} ms, "
+                f"{c['calls_per_s']:.0f} calls/s; proxy CPU {c['proxy_cpu_ms_per_call']:.2f} ms/call"
+            )
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    one, sixteen = cases
+    result = {
+        "benchmark": "proxy added latency and throughput (NullBackend fixture)",
+        "command": "uv run python tools/perf/bench_proxy.py",
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "proxy_pinned_to_core": core,
+            "python": platform.python_version(),
+            "load_avg_at_start": os.getloadavg(),
+        },
+        "settings": {
+            "tokenizer": args.tokenizer,
+            "prompt_tokens": args.prompt_tokens,
+            "completion_tokens": 64,
+            "calls_per_case": args.calls,
+            "capture": "on (orjson JSONL)",
+            "stream": False,
+        },
+        "direct_null_backend_p50_ms": direct_p50_ms,
+        "cases": cases,
+        "goals": {
+            "added_latency_p50_ms": {
+                "goal": 2.0,
+                "measured": one["added_latency_p50_ms"],
+                "met": one["added_latency_p50_ms"] <= 2.0,
+            },
+            "calls_per_s_one_core": {
+                "goal": 300,
+                "measured": sixteen["calls_per_s"],
+                "met": sixteen["calls_per_s"] >= 300,
+                "cpu_bound_estimate": sixteen["calls_per_cpu_s"],
+            },
+        },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -57,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
         "--token-delay", type=float, default=0.0, help="scripted backend: seconds between tokens"
     )
     s.add_argument("--device", default="cpu", help="embedded backend: torch device")
+    s.add_argument(
+        "--null-tokens",
+        type=int,
+        default=64,
+        help="null backend (benchmark fixture): completion length in tokens",
+    )
     s.add_argument("--log-level", default="warning")
     return p
 
@@ -83,9 +89,8 @@ def _backend(
     if args.backend == "null":
         from clawrl.proxy.backends.null import NullBackend
 
-        return NullBackend(
-            renderer.encode("ok") + [renderer.stop_token_ids[0]], vocab_size=renderer.vocab_size
-        )
+        ids = (renderer.encode("a") * max(0, args.null_tokens - 1))[: args.null_tokens - 1]
+        return NullBackend([*ids, renderer.stop_token_ids[0]], vocab_size=renderer.vocab_size)
     if args.backend == "sglang":
         from clawrl.proxy.backends.sglang import SGLangBackend
 

@@ -11,7 +11,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -190,8 +190,14 @@ class ProxyCore:
             stop_token_ids=self.renderer.stop_token_ids,
             seed=call.seed,
         )
-        rec = asdict(params)
-        rec["stop_token_ids"] = list(params.stop_token_ids)
+        rec: dict[str, Any] = {
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k,
+            "stop_token_ids": list(params.stop_token_ids),
+            "seed": params.seed,
+        }
         rec.update(
             mode=mode,
             backend=self.backend.name,
@@ -223,8 +229,9 @@ class ProxyCore:
         """
         build = self.build_prompt(session, call)
         prompt_ids = build.ids
-        bad = [t for t in prompt_ids if not 0 <= t < self.backend.vocab_size]
-        if bad:
+        vocab = self.backend.vocab_size
+        if prompt_ids and (min(prompt_ids) < 0 or max(prompt_ids) >= vocab):
+            bad = [t for t in prompt_ids if not 0 <= t < vocab]
             raise ProxyRequestError(
                 f"the prompt has token ids outside the backend's vocabulary: {bad[:3]}"
             )

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import orjson
 from clawrl.proxy.errors import ProxyRequestError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -104,6 +105,10 @@ class ChatRenderer:
         #: Text the template appends as the generation prompt, e.g. "<|im_start|>assistant\n".
         self.generation_prompt: str = with_gp[len(without) :]
         self.generation_prompt_ids: list[int] = self.encode(self.generation_prompt)
+        self._unit_cache: dict[bytes, str] = {}
+        self._encode_cache: dict[str, list[int]] = {}
+        #: True when units may be rendered alone (see :meth:`segments`).
+        self.segmentable: bool = self._probe_segmentable()
 
     @classmethod
     def from_hf_tokenizer(cls, tokenizer: Any, stop_token_ids: Sequence[int]) -> ChatRenderer:
@@ -160,6 +165,16 @@ class ChatRenderer:
         """Token ids of ``text`` (special tokens in the text are recognised, none added)."""
         return list(self._backend.encode(text, add_special_tokens=False).ids)
 
+    def encode_cached(self, text: str) -> list[int]:
+        """:meth:`encode` with a bounded cache (unit texts recur across a session's calls)."""
+        hit = self._encode_cache.get(text)
+        if hit is None:
+            hit = self.encode(text)
+            if len(self._encode_cache) >= 2048:
+                self._encode_cache.clear()
+            self._encode_cache[text] = hit
+        return list(hit)
+
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, special tokens kept."""
         return str(self._backend.decode(list(ids), skip_special_tokens=False))
@@ -199,50 +214,113 @@ class ChatRenderer:
         Returns units whose texts concatenate to the full render; each unit is one message or
         one run of consecutive tool messages, the leading system message carries the tools
         block, and the last unit is the generation prompt (``first == len(messages)``).
-        Falls back to a single unit when the template is not segmentable.
+
+        When the template passed the segmentation probe at construction (its render of a
+        conversation equals the concatenation of its units rendered alone, for every kind of
+        turn), units are rendered alone and cached; otherwise the split is computed from
+        prefix renders and checked, falling back to a single unit (no splicing).
         """
+        if self.segmentable:
+            units = self._unit_pieces(messages, tools, cache=True)
+            return [u for u in units if u.text]
         full = self.render_text(messages, tools, add_generation_prompt=True)
-        groups = _unit_groups(messages)
-        units: list[RenderUnit] = []
-        # Fast path: render each unit on its own (the leading system message with the tools),
-        # then check that the pieces concatenate to the full render.
-        pieces: list[str] = []
-        for gi, (a, b) in enumerate(groups):
-            unit_msgs = messages[a : b + 1]
-            with_tools = tools if (gi == 0 and a == 0) else None
-            if gi == 0 and tools and messages[0].get("role") != "system":
-                # the tools-only system block precedes the first message
-                head = self.render_text([], tools, add_generation_prompt=False)
-                pieces.append(head)
-                units.append(RenderUnit(-1, -1, head))
-                with_tools = None
-            if a > 0 and messages[a].get("role") == "system":
-                # a mid-conversation system message must not become the leading one
-                text = self._render_mid_system(messages, a)
-            else:
-                text = self.render_text(unit_msgs, with_tools, add_generation_prompt=False)
-            pieces.append(text)
-            units.append(RenderUnit(a, b, text))
-        gp = self.generation_prompt
-        pieces.append(gp)
-        units.append(RenderUnit(len(messages), len(messages), gp))
-        if "".join(pieces) == full:
+        units = self._unit_pieces(messages, tools, cache=False)
+        if "".join(u.text for u in units) == full:
             return [u for u in units if u.text]
         # Slow path: differences of prefix renders.
         units = []
         prev = ""
-        ok = True
-        for a, b in groups:
+        for a, b in _unit_groups(messages):
             text = self.render_text(messages[: b + 1], tools, add_generation_prompt=False)
             if not text.startswith(prev):
-                ok = False
-                break
+                return [RenderUnit(0, len(messages), full)]
             units.append(RenderUnit(a, b, text[len(prev) :]))
             prev = text
-        if ok and full.startswith(prev):
-            units.append(RenderUnit(len(messages), len(messages), full[len(prev) :]))
-            return [u for u in units if u.text]
-        return [RenderUnit(0, len(messages), full)]
+        if not full.startswith(prev):
+            return [RenderUnit(0, len(messages), full)]
+        units.append(RenderUnit(len(messages), len(messages), full[len(prev) :]))
+        return [u for u in units if u.text]
+
+    def _unit_pieces(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, cache: bool
+    ) -> list[RenderUnit]:
+        units: list[RenderUnit] = []
+        for gi, (a, b) in enumerate(_unit_groups(messages)):
+            with_tools = tools if (gi == 0 and a == 0) else None
+            if gi == 0 and tools and messages[0].get("role") != "system":
+                # the tools-only system block precedes the first message
+                units.append(RenderUnit(-1, -1, self._render_unit([], tools, "head", cache)))
+                with_tools = None
+            kind = "mid-system" if a > 0 and messages[a].get("role") == "system" else "unit"
+            units.append(
+                RenderUnit(a, b, self._render_unit(messages[a : b + 1], with_tools, kind, cache))
+            )
+        units.append(RenderUnit(len(messages), len(messages), self.generation_prompt))
+        return units
+
+    def _render_unit(
+        self, msgs: list[dict[str, Any]], tools: list[dict[str, Any]] | None, kind: str, cache: bool
+    ) -> str:
+        key = b""
+        if cache:
+            try:
+                key = orjson.dumps([kind, msgs, tools])
+            except (TypeError, orjson.JSONEncodeError):
+                key = b""
+            hit = self._unit_cache.get(key) if key else None
+            if hit is not None:
+                return hit
+        if kind == "mid-system":
+            text = self._render_mid_system(msgs, 0)
+        else:
+            text = self.render_text(msgs, tools, add_generation_prompt=False)
+        if key:
+            if len(self._unit_cache) >= 2048:
+                self._unit_cache.clear()
+            self._unit_cache[key] = text
+        return text
+
+    def _probe_segmentable(self) -> bool:
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+        call = {"id": "1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+        convs: list[list[dict[str, Any]]] = [
+            [
+                {"role": "system", "content": "S"},
+                {"role": "user", "content": "U"},
+                {
+                    "role": "assistant",
+                    "content": "A",
+                    "reasoning_content": "R",
+                    "tool_calls": [call],
+                },
+                {"role": "tool", "content": "T1"},
+                {"role": "tool", "content": "T2"},
+                {"role": "assistant", "content": "", "tool_calls": [call, call]},
+                {"role": "tool", "content": "T3"},
+                {"role": "system", "content": "S2"},
+                {"role": "user", "content": "U2"},
+                {"role": "assistant", "content": "B"},
+                {"role": "assistant", "content": "", "reasoning_content": "R2"},
+                {"role": "user", "content": "U3"},
+            ],
+            [
+                {"role": "user", "content": "U"},
+                {"role": "assistant", "content": "A"},
+                {"role": "user", "content": "U2"},
+            ],
+        ]
+        try:
+            for conv in convs:
+                for t in (tools, None):
+                    for end in range(1, len(conv) + 1):
+                        msgs = conv[:end]
+                        full = self.render_text(msgs, t, add_generation_prompt=True)
+                        pieces = self._unit_pieces(msgs, t, cache=False)
+                        if "".join(u.text for u in pieces) != full:
+                            return False
+        except ProxyRequestError:
+            return False
+        return True
 
     def _render_mid_system(self, messages: list[dict[str, Any]], index: int) -> str:
         # Render [dummy user, system] and drop the dummy's text.

@@ -167,7 +167,7 @@ class ProxyServer:
             s.should_exit = True
 
     def run(self) -> None:
-        """Serve until SIGINT / SIGTERM."""
+        """Serve until SIGINT / SIGTERM (on uvloop when installed)."""
         import signal
 
         async def main() -> None:
@@ -176,4 +176,9 @@ class ProxyServer:
                 loop.add_signal_handler(sig, self.stop)
             await self.serve()
 
-        asyncio.run(main())
+        try:
+            import uvloop
+        except ImportError:
+            asyncio.run(main())
+        else:
+            uvloop.run(main())

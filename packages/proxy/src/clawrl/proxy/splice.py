@@ -23,6 +23,7 @@ tree turns into a branch.
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,8 +151,8 @@ def build_prompt(
                 if not comp or comp[-1] not in stops:
                     comp.append(stops[0])  # a length-truncated turn, closed as the template does
                 trailer = u.text[idx + len(end_text) :]
-                new = renderer.generation_prompt_ids + comp + _encode_cached(renderer, trailer)
-                plain = _encode_cached(renderer, u.text)
+                new = renderer.generation_prompt_ids + comp + renderer.encode_cached(trailer)
+                plain = renderer.encode_cached(u.text)
                 info = {"message_index": u.first, "call_id": gen.call_id}
                 out.matched.append(info)
                 if new != plain:
@@ -159,23 +160,9 @@ def build_prompt(
                 out.ids.extend(new)
                 out.unit_ends.append((len(out.ids), role))
                 continue
-        out.ids.extend(_encode_cached(renderer, u.text))
+        out.ids.extend(renderer.encode_cached(u.text))
         out.unit_ends.append((len(out.ids), role))
     return out
-
-
-def _encode_cached(renderer: ChatRenderer, text: str) -> list[int]:
-    cache: dict[str, list[int]] | None = getattr(renderer, "_unit_cache", None)
-    if cache is None:
-        cache = {}
-        renderer._unit_cache = cache  # type: ignore[attr-defined]
-    hit = cache.get(text)
-    if hit is None:
-        hit = renderer.encode(text)
-        if len(cache) > 8192:
-            cache.clear()
-        cache[text] = hit
-    return list(hit)
 
 
 class CallHistory:
@@ -189,27 +176,38 @@ class CallHistory:
         return len(self._calls)
 
     def add(self, call_id: str, prompt_ids: list[int], completion_ids: list[int]) -> None:
-        self._calls.append((call_id, np.asarray(prompt_ids + completion_ids, dtype=np.int64)))
+        seq = np.frombuffer(array("q", prompt_ids + completion_ids), dtype=np.int64)
+        self._calls.append((call_id, seq))
 
     def relation(self, prompt_ids: list[int], spliced: bool) -> dict[str, Any]:
-        """``{kind, parent_call_id, diverged_at}`` of a new prompt (see module docstring)."""
+        """``{kind, parent_call_id, diverged_at}`` of a new prompt (see module docstring).
+
+        The parent is the longest earlier call contained in the prompt (ties: the latest);
+        when none is contained, the call sharing the longest prefix (ties: the latest).
+        Cost: O(total tokens of earlier calls) vectorised; O(prompt) when the latest
+        longest call is contained (the usual case of an appending harness).
+        """
         if not self._calls:
             return {"kind": "first", "parent_call_id": None, "diverged_at": None}
-        new = np.asarray(prompt_ids, dtype=np.int64)
-        best_contained: tuple[int, str] | None = None
-        best_lcp: tuple[int, str] = (-1, "")
-        for call_id, seq in self._calls:
-            n = min(len(seq), len(new))
-            diff = np.flatnonzero(seq[:n] != new[:n])
-            lcp = int(diff[0]) if diff.size else n
-            if lcp == len(seq) and (best_contained is None or lcp >= best_contained[0]):
-                best_contained = (lcp, call_id)
-            if lcp >= best_lcp[0]:
-                best_lcp = (lcp, call_id)
-        if best_contained is not None:
-            return {
-                "kind": "spliced" if spliced else "extends",
-                "parent_call_id": best_contained[1],
-                "diverged_at": None,
-            }
-        return {"kind": "diverged", "parent_call_id": best_lcp[1], "diverged_at": best_lcp[0]}
+        new = np.frombuffer(array("q", prompt_ids), dtype=np.int64)
+        m = len(new)
+        # Longest contained call: visit calls by decreasing length (latest first on ties).
+        order = sorted(
+            range(len(self._calls)), key=lambda i: (len(self._calls[i][1]), i), reverse=True
+        )
+        best_lcp, best_id, best_idx = -1, "", -1
+        for i in order:
+            call_id, seq = self._calls[i]
+            n = min(len(seq), m)
+            neq = seq[:n] != new[:n]
+            j = int(neq.argmax()) if n else 0
+            lcp = j if n and neq[j] else n
+            if lcp == len(seq):
+                return {
+                    "kind": "spliced" if spliced else "extends",
+                    "parent_call_id": call_id,
+                    "diverged_at": None,
+                }
+            if lcp > best_lcp or (lcp == best_lcp and i > best_idx):
+                best_lcp, best_id, best_idx = lcp, call_id, i
+        return {"kind": "diverged", "parent_call_id": best_id, "diverged_at": best_lcp}

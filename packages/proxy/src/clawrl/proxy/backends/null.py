@@ -54,9 +54,7 @@ class NullBackend(InferenceBackend):
     ) -> AsyncIterator[TokenDelta | GenerationResult]:
         ids = self.completion_ids[: request.sampling.max_tokens]
         lps = [0.0] * len(ids)
-        finish: BackendFinishReason = (
-            "stop" if len(ids) == len(self.completion_ids) else "length"
-        )
+        finish: BackendFinishReason = "stop" if len(ids) == len(self.completion_ids) else "length"
         yield TokenDelta(ids, lps)
         yield GenerationResult(ids, lps, finish, self._version, self._version)
 

@@ -99,6 +99,16 @@ async def test_timeout_kills_and_reports_timed_out() -> None:
         # A command that traps SIGTERM and exits 0 still counts as a timeout.
         r = await sb.exec("trap '' TERM; sleep 5; exit 0", timeout=0.5)
         assert r.timed_out and not r.ok
+        # A failing output callback aborts the exec and kills the command's processes.
+        def boom(stream: str, data: bytes) -> None:
+            raise RuntimeError("consumer failed")
+
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match="consumer failed"):
+            await sb.exec("echo first; sleep 77", on_output=boom)
+        assert time.monotonic() - t0 < 20
+        ps = await sb.exec("ps -eo args")
+        assert b"sleep 77" not in ps.stdout, ps.stdout
         # A command finishing in time is not a timeout.
         r = await sb.exec("sleep 0.1", timeout=20)
         assert r.ok and not r.timed_out

@@ -266,13 +266,17 @@ class SandboxPool:
     async def sandbox(
         self, spec: SandboxSpec | None = None, timeout: float | None = None
     ) -> AsyncIterator[Sandbox]:
-        """``async with pool.sandbox(spec) as sb:`` — acquire, then always release."""
+        """``async with pool.sandbox(spec) as sb:`` — acquire, then always release (an
+        exception escaping the block releases it as ``broken``: destroyed, never reused)."""
         sb = await self.acquire(spec, timeout)
         try:
             yield sb
-        finally:
-            if sb in self._in_use:
-                await self.release(sb)
+        except BaseException:
+            if sb in self._in_use:  # never reuse a sandbox whose rollout blew up
+                await self.release(sb, broken=True)
+            raise
+        if sb in self._in_use:
+            await self.release(sb)
 
     def metrics(self) -> PoolMetrics:
         """Current counters (:class:`PoolMetrics`)."""

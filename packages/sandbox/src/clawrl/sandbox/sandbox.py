@@ -502,11 +502,13 @@ class Sandbox:
                     await work
                 else:
                     await work
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled, or an on_output callback raised
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await asyncio.shield(self._kill_tagged(tag))
             work.cancel()
+            with contextlib.suppress(BaseException):
+                await work
             raise
         duration = time.monotonic() - start
         rc = proc.returncode if proc.returncode is not None else -1

@@ -11,6 +11,7 @@ from clawrl.proxy.backends.base import (
 )
 from clawrl.proxy.backends.null import NullBackend
 from clawrl.proxy.backends.scripted import ScriptedBackend, ScriptedCompletion
+from clawrl.proxy.backends.sglang import SGLangBackend
 from clawrl.proxy.capture import CaptureWriter, iter_records, read_records, session_capture_path
 from clawrl.proxy.client import AdminClient, AsyncAdminClient, SessionInfo
 from clawrl.proxy.core import ChatCall, ProxyCore, TrainingSampling
@@ -28,6 +29,7 @@ from clawrl.proxy.errors import (
     SessionNotFoundError,
     UnsupportedParameterError,
 )
+from clawrl.proxy.model_kit import build_default_model
 from clawrl.proxy.parse import (
     ParsedCompletion,
     ParsedToolCall,
@@ -37,8 +39,19 @@ from clawrl.proxy.parse import (
 from clawrl.proxy.render import ChatRenderer
 from clawrl.proxy.server import ProxyServer, ServerConfig, build_proxy_app
 from clawrl.proxy.session import Session, SessionManager
+from clawrl.proxy.sglang_launcher import SGLangServer, launch_sglang
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # EmbeddedBackend imports torch: loaded on first use, not with the package.
+    if name == "EmbeddedBackend":
+        from clawrl.proxy.backends.embedded import EmbeddedBackend
+
+        return EmbeddedBackend
+    raise AttributeError(f"module 'clawrl.proxy' has no attribute {name!r}")
+
 
 __all__ = [
     "AdminClient",
@@ -51,6 +64,7 @@ __all__ = [
     "ChatCall",
     "ChatRenderer",
     "ContextLengthExceededError",
+    "EmbeddedBackend",
     "GenerationRequest",
     "GenerationResult",
     "InferenceBackend",
@@ -65,6 +79,8 @@ __all__ = [
     "ProxyError",
     "ProxyRequestError",
     "ProxyServer",
+    "SGLangBackend",
+    "SGLangServer",
     "SamplingParams",
     "ScriptedBackend",
     "ScriptedCompletion",
@@ -78,9 +94,11 @@ __all__ = [
     "TrainingSampling",
     "UnsupportedParameterError",
     "__version__",
+    "build_default_model",
     "build_proxy_app",
     "format_assistant_text",
     "iter_records",
+    "launch_sglang",
     "parse_completion",
     "read_records",
     "session_capture_path",

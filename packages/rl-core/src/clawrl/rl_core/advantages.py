@@ -22,7 +22,8 @@ def grpo_advantages(
         Â_i = (R_i − mean_{j∈g(i)} R_j) / (std_{j∈g(i)} R_j + ε)     (scale_by_std)
         Â_i =  R_i − mean_{j∈g(i)} R_j                                (no-std, Dr. GRPO)
 
-    std is the sample standard deviation (ddof = 1); a group of one rollout gets Â = 0.
+    std is the sample standard deviation (ddof = 1); a group of one rollout, or of equal
+    rewards, gets Â = 0.
     Every retained trajectory of a rollout then takes the rollout's Â.
 
     Args:
@@ -50,7 +51,9 @@ def grpo_advantages(
     if not scale_by_std:
         return centred
     var = np.bincount(gid, weights=centred**2) / np.maximum(n_g - 1, 1)
-    return centred / (np.sqrt(var)[gid] + eps)
+    denom = np.sqrt(var)[gid] + eps
+    # a group with identical rewards has centred == 0: its Â is 0 even when eps == 0
+    return np.divide(centred, denom, out=np.zeros_like(centred), where=denom > 0)
 
 
 def gae_along_paths(

@@ -186,7 +186,8 @@ def validate_packed_tree(tree: PackedTree) -> None:
 
     Checks: 1-D arrays of equal length N ≥ 1 (M for memberships); ``parent_index[i] < i``
     (-1 only at depth 0); ``position_ids[i] = position_ids[parent]+1``;
-    ``i < subtree_end[i] <= subtree_end[parent]``; memberships point at trainable, non-root
+    ``i < subtree_end[i] <= subtree_end[parent]`` and ``subtree_end[i] = i + |subtree(i)|``
+    (contiguous DFS subtrees); memberships point at trainable, non-root
     tokens and existing trajectories.
 
     Raises:
@@ -218,6 +219,12 @@ def validate_packed_tree(tree: PackedTree) -> None:
         raise PackingError("subtree_end[i] must be in (i, N]")
     if np.any(end[~root] > end[par[~root]]) or np.any(idx[~root] >= end[par[~root]]):
         raise PackingError("a token's subtree must lie inside its parent's subtree")
+    size = np.ones(n, dtype=np.int64)
+    for i in range(n - 1, 0, -1):  # parents precede children: accumulate subtree sizes
+        if par[i] >= 0:
+            size[par[i]] += size[i]
+    if np.any(end != idx + size):
+        raise PackingError("subtree_end must be i + (size of i's subtree) in DFS order")
     mt = np.asarray(tree.mem_token, dtype=np.int64)
     if mt.size:
         if mt.min() < 0 or mt.max() >= n:

@@ -1,0 +1,161 @@
+"""Advantages, aggregation weights, losses and corrections against hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+from clawrl.rl_core import (
+    ConfigError,
+    aggregation_weights,
+    clipped_surrogate_loss,
+    correction_metrics,
+    gae_along_paths,
+    geometric_sequence_mask,
+    grpo_advantages,
+    kl_k3,
+    ratio_mask,
+    truncated_importance_weights,
+    value_loss,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+def test_grpo_hand_computed() -> None:
+    r = np.array([1.0, 0.0, 0.5, 0.2, 0.2])
+    g = ["a", "a", "a", "b", "b"]
+    adv = grpo_advantages(r, g, eps=0.0)
+    # group a: mean 0.5, sample std 0.5 -> (1, -1, 0); group b: std 0 -> 0/0+eps... eps=0
+    np.testing.assert_allclose(adv[:3], [1.0, -1.0, 0.0])
+    adv_b = grpo_advantages(r, g, eps=1e-6)
+    np.testing.assert_allclose(adv_b[3:], [0.0, 0.0])
+    np.testing.assert_allclose(grpo_advantages(r, g, scale_by_std=False),
+                               [0.5, -0.5, 0.0, 0.0, 0.0])
+    assert grpo_advantages(np.array([0.7]), ["x"]) == pytest.approx([0.0])
+    with pytest.raises(ConfigError):
+        grpo_advantages(np.array([1.0, math.nan]), ["a", "a"])
+    with pytest.raises(ConfigError):
+        grpo_advantages(np.array([1.0]), ["a", "b"])
+
+
+def _gae_loop(values: list[float], reward: float, gamma: float, lam: float) -> list[float]:
+    adv, nxt_adv, nxt_v = [0.0] * len(values), 0.0, 0.0
+    for k in reversed(range(len(values))):
+        r = reward if k == len(values) - 1 else 0.0
+        delta = r + gamma * nxt_v - values[k]
+        nxt_adv = delta + gamma * lam * nxt_adv
+        adv[k] = nxt_adv
+        nxt_v = values[k]
+    return adv
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 10**6), gamma=st.floats(0, 1), lam=st.floats(0, 1))
+def test_gae_matches_per_path_loop(seed: int, gamma: float, lam: float) -> None:
+    rng = random.Random(seed)
+    n_traj = rng.randint(1, 4)
+    rows = []  # (traj, depth, value)
+    for t in range(n_traj):
+        depths = sorted(rng.sample(range(1, 30), rng.randint(1, 8)))
+        rows += [(t, d, rng.uniform(-1, 1)) for d in depths]
+    rng.shuffle(rows)  # membership order is arbitrary
+    tr = np.array([r[0] for r in rows])
+    dep = np.array([r[1] for r in rows])
+    val = np.array([r[2] for r in rows])
+    rew = np.array([rng.uniform(0, 1) for _ in range(n_traj)])
+    adv, ret = gae_along_paths(val, rew, tr, dep, gamma=gamma, lam=lam)
+    for t in range(n_traj):
+        idx = [i for i in np.argsort(dep) if tr[i] == t]
+        ref = _gae_loop([val[i] for i in idx], rew[t], gamma, lam)
+        np.testing.assert_allclose(adv[idx], ref, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(ret[idx], np.asarray(ref) + val[idx], atol=1e-12)
+    if gamma == 1.0 and lam == 1.0:
+        np.testing.assert_allclose(adv, rew[tr] - val)
+
+
+def test_aggregation_weights_hand_computed() -> None:
+    # token 5 shared by trajectories 0 and 1; trajectory 2 is its own group
+    tok = np.array([5, 6, 5, 7, 8, 9])
+    trj = np.array([0, 0, 1, 1, 1, 2])
+    groups = ["g", "g", "h"]
+    np.testing.assert_allclose(aggregation_weights("token_mean", tok, trj), [1 / 6] * 6)
+    np.testing.assert_allclose(aggregation_weights("sequence_mean", tok, trj),
+                               [1 / 6, 1 / 6, 1 / 9, 1 / 9, 1 / 9, 1 / 3])
+    np.testing.assert_allclose(aggregation_weights("prompt_mean", tok, trj, None, groups),
+                               [1 / 10] * 5 + [1 / 2])
+    # unique tokens {5,6,7,8,9}: token 5 split between its two observations
+    np.testing.assert_allclose(aggregation_weights("unique_token_mean", tok, trj),
+                               [1 / 10, 1 / 5, 1 / 10, 1 / 5, 1 / 5, 1 / 5])
+    inc = np.array([True, True, True, True, True, False])
+    w = aggregation_weights("sequence_mean", tok, trj, inc)
+    np.testing.assert_allclose(w, [1 / 4, 1 / 4, 1 / 6, 1 / 6, 1 / 6, 0])
+    assert aggregation_weights("token_mean", tok, trj, np.zeros(6, bool)).sum() == 0
+    with pytest.raises(ConfigError):
+        aggregation_weights("prompt_mean", tok, trj)
+
+
+def test_clipped_surrogate_hand_computed() -> None:
+    lp = torch.log(torch.tensor([1.5, 0.5, 1.1], dtype=torch.float64)).requires_grad_()
+    old = torch.zeros(3, dtype=torch.float64)
+    # token 0: A=+2 (r=1.5 > 1+0.3 -> clipped at 1.3, no grad); token 1: A=-1 (r=0.5 <
+    # 1-0.2 -> clipped at 0.8, no grad); token 2: A=+1 and A=-1 from two trajectories
+    c_pos = torch.tensor([2.0, 0.0, 1.0], dtype=torch.float64)
+    c_neg = torch.tensor([0.0, 1.0, 1.0], dtype=torch.float64)
+    loss = clipped_surrogate_loss(lp, old, c_pos, c_neg, eps_low=0.2, eps_high=0.3)
+    assert float(loss.detach()) == pytest.approx(-2 * 1.3 + 1 * 0.8 + (-1.1 + 1.1))
+    loss.backward()
+    assert lp.grad is not None
+    np.testing.assert_allclose(lp.grad.numpy(), [0.0, 0.0, 0.0], atol=1e-15)
+    lp2 = torch.log(torch.tensor([1.1], dtype=torch.float64)).requires_grad_()
+    clipped_surrogate_loss(lp2, torch.zeros(1, dtype=torch.float64),
+                           torch.tensor([3.0], dtype=torch.float64),
+                           torch.zeros(1, dtype=torch.float64), 0.2, 0.3).backward()
+    assert lp2.grad is not None and float(lp2.grad[0]) == pytest.approx(-3 * 1.1)
+
+
+def test_value_loss_and_kl_hand_computed() -> None:
+    v = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    old = torch.tensor([0.5, 0.0], dtype=torch.float64)
+    g = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    w = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    # m0: (1-0)^2=1 vs clipped 0.5+0.2=0.7 -> 0.49, max 1; m1: 1 vs 1 -> 1
+    assert float(value_loss(v, old, g, w, clip=0.2)) == pytest.approx(0.5 * (1 + 2))
+    assert float(value_loss(v, old, g, w)) == pytest.approx(0.5 * (1 + 2))
+    v2 = torch.tensor([0.0], dtype=torch.float64)
+    # V moved from 1.0 to 0 towards target -1: clipped V = 0.8, (0.8+1)^2=3.24 > 1
+    assert float(value_loss(v2, torch.tensor([1.0], dtype=torch.float64),
+                            torch.tensor([-1.0], dtype=torch.float64),
+                            torch.tensor([1.0], dtype=torch.float64), clip=0.2)) \
+        == pytest.approx(0.5 * 3.24)
+    k3 = kl_k3(torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)]))
+    assert float(k3) == pytest.approx(0.5 - math.log(0.5) - 1)
+    assert float(kl_k3(torch.tensor([-1.0]), torch.tensor([-1.0]))) == 0.0
+
+
+def test_corrections_hand_computed() -> None:
+    log_ratio = np.log(np.array([0.25, 1.0, 3.0, 0.5]))
+    np.testing.assert_allclose(truncated_importance_weights(log_ratio, 2.0),
+                               [0.25, 1.0, 2.0, 0.5])
+    np.testing.assert_array_equal(ratio_mask(log_ratio, 0.5, 2.0), [False, True, False, True])
+    np.testing.assert_array_equal(ratio_mask(log_ratio, None, 2.0), [True, True, False, True])
+    traj = np.array([0, 0, 1, 1])
+    # geometric means: traj0 sqrt(0.25*1)=0.5, traj1 sqrt(3*0.5)=1.2247
+    np.testing.assert_array_equal(geometric_sequence_mask(log_ratio, traj, 0.6, 1.5),
+                                  [False, False, True, True])
+    np.testing.assert_array_equal(geometric_sequence_mask(log_ratio, traj, 0.4, 1.2),
+                                  [True, True, False, False])
+    keep = ratio_mask(log_ratio, 0.5, 2.0)
+    m = correction_metrics(log_ratio, keep, np.array([3, 4, 4, 2]), current_version=5)
+    assert m["mean_abs_logprob_diff"] == pytest.approx(np.mean(np.abs(log_ratio)))
+    assert m["max_abs_logprob_diff"] == pytest.approx(math.log(4))
+    assert m["fraction_masked"] == pytest.approx(0.5)
+    assert m["staleness_mean"] == pytest.approx(1.75) and m["staleness_max"] == 3
+    assert m["ratio_p50"] == pytest.approx(0.75)
+    assert correction_metrics(np.array([]), np.array([], bool), np.array([]), 0)[
+        "fraction_masked"] == 0.0
+    with pytest.raises(ConfigError):
+        truncated_importance_weights(log_ratio, 0.0)

@@ -99,6 +99,7 @@ async def test_timeout_kills_and_reports_timed_out() -> None:
         # A command that traps SIGTERM and exits 0 still counts as a timeout.
         r = await sb.exec("trap '' TERM; sleep 5; exit 0", timeout=0.5)
         assert r.timed_out and not r.ok
+
         # A failing output callback aborts the exec and kills the command's processes.
         def boom(stream: str, data: bytes) -> None:
             raise RuntimeError("consumer failed")

@@ -41,13 +41,20 @@ async def _doctor() -> int:
         )
         return 1
     pm = Podman()
-    r = await pm.run("version", "--format", "{{.Client.Version}}", check=False)
+    r = await Podman(runtime="").run("version", "--format", "{{.Client.Version}}", check=False)
     _ok("podman", f"{pm.executable} version {r.stdout.decode().strip()}")
     mode = cgroup_mode()
     if pm.runtime is None:
         _ok("runtime", f"podman's default (cgroups: {mode})")
     else:
         _ok("runtime", f"{pm.runtime} (cgroups: {mode}; CLAWRL_SANDBOX_RUNTIME overrides)")
+    if pm.runtime is not None and shutil.which(pm.runtime) is None:
+        _fail(
+            "runtime",
+            f"OCI runtime {pm.runtime!r} is not installed",
+            f"apt-get install -y {pm.runtime}, or unset/change CLAWRL_SANDBOX_RUNTIME",
+        )
+        return 1
     if mode != "unified" and shutil.which("runc") is None:
         failed += 1
         _fail(
@@ -79,9 +86,15 @@ async def _doctor() -> int:
         _ok("nofile", f"host hard limit {hard}; sandboxes get --ulimit nofile=1024:1024 by default")
     t0 = time.monotonic()
     try:
-        sb = await Sandbox.create(SandboxSpec(limits=Limits(memory="128m")))
+        sb = await Sandbox.create(SandboxSpec(limits=Limits(memory="128m", pids=100)))
         try:
             res = await sb.exec("echo ok; test ! -e /root/.cache && test ! -e /work", timeout=30)
+            lim = await sb.exec(
+                "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+                "cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
+                "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max",
+                timeout=30,
+            )
         finally:
             await sb.destroy()
         if res.ok and res.stdout.strip() == b"ok":
@@ -91,11 +104,24 @@ async def _doctor() -> int:
             _fail(
                 "sandbox", f"exec returned {res.exit_code}: {res.stderr!r}", "see the error above"
             )
+        seen = lim.stdout.split()
+        if seen == [str(128 << 20).encode(), b"100"]:
+            _ok("limits", "memory and pids limits applied inside the sandbox's cgroup")
+        else:
+            failed += 1
+            _fail(
+                "limits",
+                f"expected memory {128 << 20} and pids 100 in the sandbox cgroup, saw {seen}",
+                "enable the memory and pids cgroup controllers (rootless: delegate them via "
+                "systemd, see podman's rootless tutorial)",
+            )
     except SandboxError as e:
         failed += 1
         msg = str(e)
         fix = "check `podman run` by hand with the printed error"
-        if "hybrid" in msg:
+        if "OCI runtime" in msg and "not found" in msg:
+            fix = "install the runtime (apt-get install -y runc) or set CLAWRL_SANDBOX_RUNTIME"
+        elif "hybrid" in msg:
             fix = "cgroups are hybrid: install runc or set CLAWRL_SANDBOX_RUNTIME=runc"
         elif "setrlimit" in msg or "rlimit" in msg:
             fix = "host limits are lower than requested: lower Limits.nofile"
@@ -107,7 +133,12 @@ async def _doctor() -> int:
             "[warn] debootstrap: missing; only needed for `sandbox build-image` "
             "(fix: apt-get install -y debootstrap)"
         )
-    dead = [c for c in await list_containers(pm) if c.owner_alive() is False]
+    try:
+        dead = [c for c in await list_containers(pm) if c.owner_alive() is False]
+    except SandboxError as e:
+        failed += 1
+        _fail("podman ps", str(e), "see the error above")
+        dead = []
     if dead:
         print(f"[warn] {len(dead)} container(s) of dead runs left over (fix: sandbox gc)")
     else:

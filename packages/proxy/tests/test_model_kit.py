@@ -166,15 +166,21 @@ def test_build_is_deterministic_and_seeded(tmp_path: Path, byte_dir: Path) -> No
     assert _sha(other / "model.safetensors") != _sha(again / "model.safetensors")
 
 
-def test_concurrent_builds_publish_one_directory(tmp_path: Path) -> None:
-    with ThreadPoolExecutor(max_workers=3) as pool:
+def test_concurrent_builds_publish_one_directory_per_spec(tmp_path: Path) -> None:
+    """Threads building the same spec get one directory; threads building different specs
+    at the same time get the same bytes as sequential builds."""
+    seeds = [7, 7, 8, 7, 8]
+    with ThreadPoolExecutor(max_workers=len(seeds)) as pool:
         dirs = list(
-            pool.map(lambda _: build_default_model("byte", cache_dir=tmp_path, seed=7), range(3))
+            pool.map(lambda s: build_default_model("byte", cache_dir=tmp_path / "c", seed=s), seeds)
         )
-    assert len(set(dirs)) == 1
-    built = [p for p in tmp_path.iterdir() if not p.name.endswith(".lock")]
-    assert built == [dirs[0]]
-    assert (dirs[0] / "model.safetensors").is_file()
+    assert len(set(dirs)) == 2
+    assert dirs[0] == dirs[1] == dirs[3] and dirs[2] == dirs[4]
+    built = sorted(p for p in (tmp_path / "c").iterdir() if not p.name.endswith(".lock"))
+    assert built == sorted(set(dirs))
+    for seed, concurrent in ((7, dirs[0]), (8, dirs[2])):
+        sequential = build_default_model("byte", cache_dir=tmp_path / "s", seed=seed)
+        assert _sha(sequential / "model.safetensors") == _sha(concurrent / "model.safetensors")
 
 
 def test_rebuild_replaces_entry(tmp_path: Path) -> None:

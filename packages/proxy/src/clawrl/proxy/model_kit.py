@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,12 +39,17 @@ from typing import Any, Literal
 
 __all__ = [
     "CHAT_TEMPLATE_PATH",
+    "KIT_VERSION",
+    "QWEN2_PRETOKENIZE_REGEX",
     "QWEN3_ADDED_TOKENS",
     "DefaultModelSpec",
     "ModelKitError",
+    "TokenizerKind",
     "build_default_model",
+    "build_tokenizer",
     "chat_template",
     "default_cache_dir",
+    "qwen_tiktoken_path",
 ]
 
 TokenizerKind = Literal["byte", "qwen3"]
@@ -253,6 +259,7 @@ def build_default_model(
 
 
 _COMPLETE_MARKER = "clawrl_model_kit.json"
+_INIT_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -423,7 +430,9 @@ def _save_model(spec: DefaultModelSpec, vocab_size: int, out: Path, tok: Any) ->
         max_window_layers=spec.num_hidden_layers,
         use_sliding_window=False,
     )
-    with torch.random.fork_rng(devices=[]):
+    # transformers initialises from torch's global RNG: serialise builds of this process so
+    # that two threads building different specs cannot interleave their draws
+    with _INIT_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = Qwen3ForCausalLM(config)
     if model.dtype != torch.float32:

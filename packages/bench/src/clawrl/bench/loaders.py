@@ -413,6 +413,7 @@ def _load_harbor(root: Path) -> Task:
             mount_path=TESTS_MOUNT,
             command=("bash", f"{TESTS_MOUNT}/test.sh"),
             reward_channel="file",
+            env={"TEST_DIR": TESTS_MOUNT},  # Terminal-Bench's test scripts use $TEST_DIR
         ),
         solution=_solution(root, ("bash", f"{SOLUTION_MOUNT}/solve.sh")),
         image=parsed["image"],

@@ -4,8 +4,11 @@ The real SGLang start is covered by test_sglang_real.py (slow)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -144,3 +147,30 @@ def test_missing_interpreter_or_model(tmp_path: Path, fake_env: dict) -> None:
         launch_sglang(fake_env["model"], python=tmp_path / "nope" / "python", progress=False)
     with pytest.raises(FileNotFoundError):
         launch_sglang(tmp_path / "no-model", python=sys.executable, progress=False)
+
+
+def test_server_dies_with_a_killed_parent(fake_env: dict) -> None:
+    """SIGKILL of the process that launched the server (a killed CI job) still ends it."""
+    script = (
+        "import sys, time\n"
+        "from clawrl.proxy.sglang_launcher import launch_sglang\n"
+        f"launch_sglang({str(fake_env['model'])!r}, python=sys.executable, device='cpu',\n"
+        f"              env={fake_env['env']!r}, progress=False)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None
+        assert parent.stdout.readline() == b"up\n"
+        info = json.loads(Path(fake_env["out"]).read_text())
+        parent.kill()
+        parent.wait(timeout=30)
+        assert _gone(info["pid"])
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+        if parent.stdout is not None:
+            parent.stdout.close()
+        with contextlib.suppress(ProcessLookupError, NameError):
+            os.killpg(info["pid"], signal.SIGKILL)  # the fake's own child

@@ -36,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
@@ -199,10 +200,10 @@ def launch_sglang(
         log_path: file for the server's output (default: a new temporary file).
         startup_timeout_s: give up (and kill the server) after this many seconds.
         progress: show a rich status line with the elapsed time and the last log line.
-        die_with_parent: on Linux, have the kernel send SIGTERM to the server when the
-            thread that launched it exits (``prctl(PR_SET_PDEATHSIG)``), so a killed test
-            run or CI job never leaves SGLang behind. Launch from a long-lived thread
-            (the main thread) or pass False.
+        die_with_parent: on Linux, have the kernel send SIGTERM to the server when this
+            process dies (``prctl(PR_SET_PDEATHSIG)``), so a killed test run or CI job never
+            leaves SGLang behind. Applied only when called from the main thread (the signal
+            fires when the *launching thread* exits).
 
     Returns:
         The running :class:`SGLangServer` (use as a context manager, or call ``stop()``).
@@ -252,6 +253,7 @@ def launch_sglang(
     else:
         log_file = Path(log_path)
         log_file.parent.mkdir(parents=True, exist_ok=True)
+    pdeathsig = die_with_parent and threading.current_thread() is threading.main_thread()
     with open(log_file, "wb") as out:
         proc = subprocess.Popen(
             cmd,
@@ -260,7 +262,7 @@ def launch_sglang(
             stdin=subprocess.DEVNULL,
             env=child_env,
             start_new_session=True,  # own process group: stop() kills the whole tree
-            preexec_fn=_set_parent_death_signal if die_with_parent else None,
+            preexec_fn=_set_parent_death_signal if pdeathsig else None,
         )
     url = f"http://{host}:{port}"
     server = SGLangServer(url=url, process=proc, log_path=log_file, command=cmd)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
+
 import orjson
 import pytest
 from clawrl.sandbox import SandboxSpec, SyncSandbox
 from clawrl.sandbox.cli import main
+
+RUN_CLI_LS = f"t-cli-ls-{uuid.uuid4().hex[:6]}"
 
 
 def test_doctor_passes_here(capsys: pytest.CaptureFixture[str]) -> None:
@@ -16,19 +20,19 @@ def test_doctor_passes_here(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_sync_wrapper_and_ls(capsys: pytest.CaptureFixture[str]) -> None:
-    with SyncSandbox(SandboxSpec(files={"a.txt": "A"}), run_id="t-cli-ls") as sb:
+    with SyncSandbox(SandboxSpec(files={"a.txt": "A"}), run_id=RUN_CLI_LS) as sb:
         r = sb.exec("cat a.txt")
         assert r.ok and r.stdout == b"A"
         sb.put_file("b.txt", "B")
         assert sb.get_file("b.txt") == b"B"
         assert main(["ls", "--json"]) == 0
         rows = orjson.loads(capsys.readouterr().out)
-        mine = [row for row in rows if row["run_id"] == "t-cli-ls"]
+        mine = [row for row in rows if row["run_id"] == RUN_CLI_LS]
         assert len(mine) == 1 and mine[0]["owner"] == "alive" and mine[0]["state"] == "running"
         assert main(["ls"]) == 0
-        assert "t-cli-ls" in capsys.readouterr().out
+        assert RUN_CLI_LS in capsys.readouterr().out
     assert main(["ls", "--json"]) == 0
-    assert not [r for r in orjson.loads(capsys.readouterr().out) if r["run_id"] == "t-cli-ls"]
+    assert not [r for r in orjson.loads(capsys.readouterr().out) if r["run_id"] == RUN_CLI_LS]
 
 
 def test_run_one_off(capsys: pytest.CaptureFixture[str]) -> None:

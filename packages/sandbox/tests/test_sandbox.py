@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,14 +21,19 @@ from clawrl.sandbox import (
 
 from .conftest import containers_of_run
 
+RUN_FUNCTIONAL = f"t-functional-{uuid.uuid4().hex[:6]}"
+RUN_16 = f"t-16-{uuid.uuid4().hex[:6]}"
+RUN_WALL = f"t-wall-{uuid.uuid4().hex[:6]}"
+RUN_ATEXIT = f"t-atexit-{uuid.uuid4().hex[:6]}"
+
 
 async def test_create_exec_files_destroy(tmp_path: Path) -> None:
     host_dir = tmp_path / "proj"
     (host_dir / "pkg").mkdir(parents=True)
     (host_dir / "pkg" / "mod.py").write_text("X = 42\n")
     spec = SandboxSpec(files={"task.txt": "do it", "bin/run.sh": b"#!/bin/sh\necho ran\n"})
-    sb = await Sandbox.create(spec, run_id="t-functional")
-    assert containers_of_run("t-functional") == [sb.name]
+    sb = await Sandbox.create(spec, run_id=RUN_FUNCTIONAL)
+    assert containers_of_run(RUN_FUNCTIONAL) == [sb.name]
     async with sb:
         r = await sb.exec("cat task.txt; pwd; id -u")
         assert r.ok and r.stdout == b"do it/workspace\n0\n" and r.stderr == b""
@@ -61,7 +67,7 @@ async def test_create_exec_files_destroy(tmp_path: Path) -> None:
         assert b"".join(d for s, d, _ in chunks if s == "stdout") == b"1\n2\n3\n"
         assert chunks[-1][2] - chunks[0][2] > 0.3  # delivered as produced, not at the end
     assert sb.closed
-    assert containers_of_run("t-functional") == []
+    assert containers_of_run(RUN_FUNCTIONAL) == []
     with pytest.raises(SandboxClosedError):
         await sb.exec("true")
     await sb.destroy()  # idempotent
@@ -70,9 +76,9 @@ async def test_create_exec_files_destroy(tmp_path: Path) -> None:
 async def test_sixteen_sandboxes_execute_at_once() -> None:
     n = 16
     spec = SandboxSpec(limits=Limits(memory="128m", cpus=0.5))
-    sandboxes = await asyncio.gather(*(Sandbox.create(spec, run_id="t-16") for _ in range(n)))
+    sandboxes = await asyncio.gather(*(Sandbox.create(spec, run_id=RUN_16) for _ in range(n)))
     try:
-        assert len(set(containers_of_run("t-16"))) == n
+        assert len(set(containers_of_run(RUN_16))) == n
         # Each command records its start and end on the host clock (same kernel clock).
         cmd = "date +%s.%N; sleep 5; date +%s.%N"
         results = await asyncio.gather(*(sb.exec(cmd, timeout=60) for sb in sandboxes))
@@ -83,7 +89,7 @@ async def test_sixteen_sandboxes_execute_at_once() -> None:
         assert latest_start < earliest_end, windows  # all 16 windows share a common instant
     finally:
         await asyncio.gather(*(sb.destroy() for sb in sandboxes))
-    assert containers_of_run("t-16") == []
+    assert containers_of_run(RUN_16) == []
 
 
 async def test_timeout_kills_and_reports_timed_out() -> None:
@@ -179,14 +185,14 @@ async def test_workspace_fill_stops_at_limit() -> None:
 
 
 async def test_wall_clock_removes_sandbox() -> None:
-    sb = await Sandbox.create(SandboxSpec(limits=Limits(wall_clock_s=2)), run_id="t-wall")
+    sb = await Sandbox.create(SandboxSpec(limits=Limits(wall_clock_s=2)), run_id=RUN_WALL)
     try:
         assert (await sb.exec("true")).ok
         for _ in range(100):
-            if not containers_of_run("t-wall"):
+            if not containers_of_run(RUN_WALL):
                 break
             await asyncio.sleep(0.2)
-        assert containers_of_run("t-wall") == []
+        assert containers_of_run(RUN_WALL) == []
         with pytest.raises(SandboxGoneError):
             await sb.exec("true")
     finally:
@@ -217,9 +223,9 @@ def test_normal_exit_without_destroy_leaves_nothing() -> None:
         "import asyncio\n"
         "from clawrl.sandbox import Sandbox, SandboxSpec\n"
         "async def main():\n"
-        "    sb = await Sandbox.create(SandboxSpec(), run_id='t-atexit')\n"
+        f"    sb = await Sandbox.create(SandboxSpec(), run_id={RUN_ATEXIT!r})\n"
         "    assert (await sb.exec('true')).ok\n"
         "asyncio.run(main())\n"  # exits without destroy(): the atexit hook removes it
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
-    assert containers_of_run("t-atexit") == []
+    assert containers_of_run(RUN_ATEXIT) == []

@@ -53,7 +53,10 @@ async def test_create_exec_files_destroy(tmp_path: Path) -> None:
         await sb.put_dir(host_dir, "/workspace/proj")
         r = await sb.exec("cd proj && /usr/bin/python3 -c 'from pkg.mod import X; print(X)'")
         assert r.stdout == b"42\n", r
+        await sb.exec("ln -s /etc/passwd /workspace/escape; ln -s ../../outside /workspace/up")
         out = await sb.get_dir("/workspace", tmp_path / "back")
+        assert not (tmp_path / "outside").exists()
+        assert not (out / "escape").is_symlink() and not (out / "up").is_symlink()  # skipped
         assert (out / "proj" / "pkg" / "mod.py").read_text() == "X = 42\n"
         assert (out / "task.txt").read_text() == "do it"
         with pytest.raises(SandboxFileNotFoundError):

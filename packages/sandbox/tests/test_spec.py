@@ -148,3 +148,21 @@ def test_identity_and_liveness() -> None:
     assert ContainerInfo("id", "n", "running", rebooted, 0.0).owner_alive() is False
     foreign = dict(labels, **{"clawrl.owner_host": "some-other-host"})
     assert ContainerInfo("id", "n", "running", foreign, 0.0).owner_alive() is None
+
+
+def test_safe_members_drop_escapes() -> None:
+    from clawrl.sandbox.sandbox import _safe_members
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name in ("ok.txt", "../evil.txt", "/abs.txt", "d/../../evil2"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+        link = tarfile.TarInfo("link")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        tar.addfile(link)
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tar:
+        assert [m.name for m in _safe_members(tar)] == ["ok.txt"]

@@ -15,7 +15,7 @@ import tarfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Literal
 
@@ -150,6 +150,26 @@ def _build_tar(files: Mapping[str, FileContent], uid: int, gid: int) -> bytes:
                 data = content.encode() if isinstance(content, str) else content
                 _add_bytes(tar, name, data, uid, gid, 0o644)
     return buf.getvalue()
+
+
+def _skip_unsafe(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's ``data`` filter, skipping (not failing on) members it rejects."""
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
+
+
+def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """Members that stay inside the destination (fallback for tarfile without filters)."""
+    out = []
+    for m in tar.getmembers():
+        p = PurePosixPath(m.name)
+        if p.is_absolute() or ".." in p.parts or not (m.isfile() or m.isdir()):
+            continue  # links, devices and escaping paths are dropped
+        m.mode &= 0o755
+        out.append(m)
+    return out
 
 
 class _Collector:
@@ -630,8 +650,9 @@ class Sandbox:
     async def get_dir(self, path: str, host_dest: Path | str, max_bytes: int = 1 << 30) -> Path:
         """Copy the sandbox directory ``path`` recursively into the host directory ``host_dest``.
 
-        The archive is extracted with tarfile's ``data`` filter: no absolute paths, no ``..``,
-        no links pointing outside ``host_dest``, no device files.
+        The archive is extracted with tarfile's ``data`` filter; members it rejects are skipped:
+        absolute paths, ``..``, links pointing outside ``host_dest`` (e.g. a venv's absolute
+        ``python3`` link), device files.
 
         Returns:
             ``host_dest`` as a :class:`~pathlib.Path`.
@@ -655,7 +676,10 @@ class Sandbox:
         dest = Path(host_dest)
         dest.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(r.stdout), mode="r:") as tar:
-            tar.extractall(dest, filter="data")
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
+                tar.extractall(dest, filter=_skip_unsafe)
+            else:
+                tar.extractall(dest, members=_safe_members(tar))
         return dest
 
     # ------------------------------------------------------------------ lifetime

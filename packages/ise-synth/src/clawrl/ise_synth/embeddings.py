@@ -93,7 +93,11 @@ class SentenceTransformerEmbedder:
             )
             if progress:
                 progress(len(batch))
-        dim = self.model.get_sentence_embedding_dimension() or 0
+        get_dim = (
+            getattr(self.model, "get_embedding_dimension", None)
+            or self.model.get_sentence_embedding_dimension
+        )
+        dim = int(get_dim() or 0)
         return np.concatenate(out) if out else np.empty((0, dim), np.float32)
 
 

@@ -33,11 +33,11 @@ def _first_name(name: str) -> str:
     return parts[0] if parts else name
 
 
-_AN = re.compile(r"\b([Aa]) (?=[aeioAEIO]|[uU](?!ni|se|su))")
+_AN = re.compile(r"\b([Aa]) (?=[aeiAEI]|[oO](?!ne|nce)|[uU](?!ni|se|su))")
 
 
 def _articles(text: str) -> str:
-    """ "a expert" -> "an expert" (not before "unit", "user", "usual")."""
+    """ "a expert" -> "an expert" (not before "one", "unit", "user", "usual")."""
     return _AN.sub(lambda m: m.group(1) + "n ", text)
 
 

@@ -188,3 +188,78 @@ async def test_qwen3_vocabulary_model_matches_full_forward(
         expected = recompute(reference, request.prompt_ids, result.completion_ids, request.sampling)
         diff = (torch.tensor(result.completion_logprobs) - expected).abs().max().item()
         assert diff <= TOL, (request.request_id, diff)
+
+
+async def test_prefix_cache_reuse_matches_full_forward(
+    reference_model: Any, byte_dir: Path
+) -> None:
+    """Multi-turn conversations: each call's prompt extends the previous call's prompt +
+    completion, so its prefix KV is reused; two conversations run concurrently with a
+    no-hit request (rows with different reused lengths share one padded prefill). Every
+    token still matches the full forward."""
+    rng = random.Random(7)
+    backend = EmbeddedBackend(byte_dir, seed=11, prefill_chunk=32)
+    system = [rng.randrange(256) for _ in range(60)]
+    histories = {"a": [*system, 1, 2, 3], "b": [*system, 4, 5]}
+    checked = 0
+    try:
+        for turn in range(3):
+            requests = [
+                GenerationRequest(
+                    f"{name}{turn}",
+                    list(history),
+                    SamplingParams(
+                        max_tokens=10 + 3 * turn, temperature=0.9, stop_token_ids=(258,)
+                    ),
+                )
+                for name, history in histories.items()
+            ]
+            requests.append(
+                GenerationRequest(
+                    f"fresh{turn}",
+                    [rng.randrange(256) for _ in range(rng.randint(2, 40))],
+                    SamplingParams(max_tokens=5),
+                )
+            )
+            outs = await asyncio.gather(*(run_request(backend, r) for r in requests))
+            for request, result, _ in outs:
+                expected = recompute(
+                    reference_model, request.prompt_ids, result.completion_ids, request.sampling
+                )
+                diff = (torch.tensor(result.completion_logprobs) - expected).abs().max().item()
+                assert diff <= TOL, (request.request_id, diff)
+                checked += len(result.completion_ids)
+                name = request.request_id[:-1]
+                if name in histories:  # the harness appends the answer and a new user turn
+                    tool_result = [rng.randrange(256) for _ in range(rng.randint(1, 50))]
+                    histories[name] = request.prompt_ids + result.completion_ids + tool_result
+    finally:
+        await backend.close()
+    # turns 1 and 2 of both conversations reused at least the previous prompt
+    assert backend.stats["prefix_hit_tokens"] >= 4 * 60
+    assert checked > 50
+
+
+async def test_prefix_cache_is_dropped_on_weight_change(
+    reference_model: Any, byte_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    other = build_default_model("byte", cache_dir=byte_dir.parent, seed=1)
+    backend = EmbeddedBackend(byte_dir, seed=0)
+    prompt = list(range(30, 90))
+    try:
+        _, first, _ = await run_request(
+            backend, GenerationRequest("x", prompt, SamplingParams(max_tokens=8))
+        )
+        follow = prompt + first.completion_ids + [5, 6, 7]
+        await backend.update_weights(str(other), 1)
+        hits = backend.stats["prefix_hit_tokens"]
+        request = GenerationRequest("y", follow, SamplingParams(max_tokens=8))
+        _, second, _ = await run_request(backend, request)
+        assert backend.stats["prefix_hit_tokens"] == hits  # nothing reused across versions
+    finally:
+        await backend.close()
+    new_model = AutoModelForCausalLM.from_pretrained(str(other), dtype=torch.float32)
+    expected = recompute(new_model, follow, second.completion_ids, request.sampling)
+    assert (torch.tensor(second.completion_logprobs) - expected).abs().max().item() <= TOL

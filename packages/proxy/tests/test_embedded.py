@@ -42,7 +42,9 @@ def other_dir(byte_dir: Path) -> Path:
 
 @pytest.fixture
 async def backend(byte_dir: Path) -> AsyncIterator[EmbeddedBackend]:
-    be = EmbeddedBackend(byte_dir, seed=0, max_context=512)
+    # no prefix cache: reused KV differs from recomputed KV in the last bits, and several
+    # tests compare logprobs bit for bit
+    be = EmbeddedBackend(byte_dir, seed=0, max_context=512, prefix_cache_bytes=0)
     await be.start()
     yield be
     await be.close()
@@ -87,6 +89,7 @@ async def test_length_stop_and_streaming(backend: EmbeddedBackend) -> None:
 
 async def test_seeded_sampling_is_reproducible(backend: EmbeddedBackend) -> None:
     a = (await collect(backend, req("a", max_tokens=12, seed=42)))[1]
+    # (the fixture's backend has no prefix cache: a reused KV prefix may change last bits)
     b = (await collect(backend, req("b", max_tokens=12, seed=42)))[1]
     c = (await collect(backend, req("c", max_tokens=12, seed=43)))[1]
     assert a.completion_ids == b.completion_ids
@@ -372,3 +375,23 @@ def test_sampling_frequencies_follow_the_distribution() -> None:
     top2 = SamplingParams(max_tokens=1, top_k=2)
     drawn = {sample_token(logits, top2, gen)[0] for _ in range(500)}
     assert drawn == {0, 3}
+
+
+async def test_prefix_cache_reuses_and_evicts_lru(byte_dir: Path) -> None:
+    per_token = 2 * 2 * 2 * 32 * 4  # layers x (K, V) x kv heads x head_dim x float32
+    be = EmbeddedBackend(byte_dir, seed=0, prefix_cache_bytes=100 * per_token)
+    a = list(range(1, 61))
+    b = list(range(100, 160))
+    try:
+        _, ra = await collect(be, req("a", prompt=a, max_tokens=4))
+        _, rb = await collect(be, req("b", prompt=b, max_tokens=4))  # evicts a (2 x 63 > 100)
+        assert be.stats["prefix_hit_tokens"] == 0
+        await collect(be, req("b2", prompt=[*b, *rb.completion_ids, 7], max_tokens=4))
+        assert be.stats["prefix_hit_tokens"] == 63  # b's prompt + 3 fed completion tokens
+        await collect(be, req("a2", prompt=[*a, *ra.completion_ids, 7], max_tokens=4))
+        assert be.stats["prefix_hit_tokens"] == 63  # a was evicted
+        # same prompt again: all but its last token reused
+        await collect(be, req("a3", prompt=[*a, *ra.completion_ids, 7], max_tokens=4))
+        assert be.stats["prefix_hit_tokens"] == 63 + 64
+    finally:
+        await be.close()

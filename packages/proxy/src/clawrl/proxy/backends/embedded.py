@@ -159,6 +159,7 @@ class _Seq:
     pending: int = -1  # sampled token not yet fed to the model
     done: bool = False
     aborted: bool = False
+    finish: str = ""
     started: float = 0.0
     first_token: float = 0.0
 
@@ -174,6 +175,20 @@ class _Batch:
     seqs: list[_Seq]
     cache: Any  # transformers DynamicCache; per layer keys/values (B, kv_heads, L, head_dim)
     valid: torch.Tensor  # (B, L) bool: column holds a real token of that row
+
+
+@dataclass(eq=False)
+class _PrefixEntry:
+    """KV of one finished sequence: ``tokens`` (n,) and per layer (kv_heads, n, head_dim)."""
+
+    tokens: torch.Tensor
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    last_used: float
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
 
 def _cache_from(keys: list[torch.Tensor], values: list[torch.Tensor]) -> Any:
@@ -217,6 +232,9 @@ class EmbeddedBackend(InferenceBackend):
         prefill_chunk: prompt tokens per prefill forward (bounds attention memory).
         max_prefill_tokens: padded prompt tokens (rows x longest prompt) prefilled together
             in one step; a longer single prompt is still admitted alone.
+        prefix_cache_bytes: bytes of KV kept from finished generations (LRU); a prompt
+            that starts with a kept sequence (the next call of a conversation, a rollout of
+            the same task) prefills only the rest. 0 disables. Cleared on weight changes.
         attn_implementation: transformers attention (``"sdpa"`` or ``"eager"``).
         seed: seeds the generators of requests that give no ``sampling.seed``.
         policy_version: version of the initial weights.
@@ -235,6 +253,7 @@ class EmbeddedBackend(InferenceBackend):
         max_context: int | None = None,
         prefill_chunk: int = 1024,
         max_prefill_tokens: int = 8192,
+        prefix_cache_bytes: int = 256 * 2**20,
         attn_implementation: str = "sdpa",
         seed: int | None = None,
         policy_version: int = 0,
@@ -276,7 +295,16 @@ class EmbeddedBackend(InferenceBackend):
         self._waiting: list[_Seq] = []  # worker-thread only
         self._batch: _Batch | None = None  # worker-thread only
         self._lock = threading.Lock()  # guards _inflight
-        self.stats = {"steps": 0, "prefills": 0, "max_running": 0, "tokens": 0}
+        self.prefix_cache_bytes = int(prefix_cache_bytes)
+        self._prefix_entries: list[_PrefixEntry] = []  # worker-thread only
+        self.stats = {
+            "steps": 0,
+            "prefills": 0,
+            "max_running": 0,
+            "tokens": 0,
+            "prefill_tokens": 0,
+            "prefix_hit_tokens": 0,
+        }
 
     # -- properties --------------------------------------------------------------------------
 
@@ -556,6 +584,7 @@ class EmbeddedBackend(InferenceBackend):
             done.set_exception(WeightLoadError(f"cannot load weights: {exc}"))
             return
         self._version = version
+        self._prefix_entries.clear()  # KV computed with the old weights
         done.set_result(None)
 
     # one scheduler step: retire, admit (prefill), decode
@@ -598,6 +627,9 @@ class EmbeddedBackend(InferenceBackend):
         keep = [i for i, s in enumerate(batch.seqs) if not s.done]
         if len(keep) == len(batch.seqs):
             return
+        for row, seq in enumerate(batch.seqs):
+            if seq.done and seq.finish in ("stop", "length"):
+                self._prefix_store(seq, row, batch)
         if not keep:
             self._batch = None
             return
@@ -634,39 +666,144 @@ class EmbeddedBackend(InferenceBackend):
         return out.logits[:, -1, :].float()
 
     def _admit(self, seqs: list[_Seq]) -> None:
-        """Prefill ``seqs`` together (left-padded, chunked) and merge them into the batch."""
+        """Prefill ``seqs`` together and merge them into the running batch.
+
+        Column layout of the new rows' cache: ``[H prefix columns | W suffix columns]``.
+        Row r's reused prefix (``h_r`` tokens from the prefix cache) is right-aligned in the
+        prefix region and the rest of its prompt right-aligned in the suffix region; the
+        columns in between are padding (masked). Suffix positions continue at ``h_r``.
+        """
         now = time.time()
         for seq in seqs:
             seq.version_start = self._version
             seq.started = now
-        lengths = [len(s.request.prompt_ids) for s in seqs]
-        width = max(lengths)
         dev = self.device
-        tokens = torch.zeros((len(seqs), width), dtype=torch.long, device=dev)
+        hits = [self._prefix_lookup(s.request.prompt_ids) for s in seqs]
+        prefix_lens = [h[0] for h in hits]
+        big_h = max(prefix_lens)
+        lengths = [len(s.request.prompt_ids) for s in seqs]
+        suffix_lens = [n - h for n, h in zip(lengths, prefix_lens, strict=True)]
+        width = max(suffix_lens)
+        g = len(seqs)
+        tokens = torch.zeros((g, width), dtype=torch.long, device=dev)
         for row, seq in enumerate(seqs):
-            tokens[row, width - lengths[row] :] = torch.tensor(seq.request.prompt_ids, device=dev)
-        pad = torch.tensor([width - n for n in lengths], device=dev)
+            suffix = seq.request.prompt_ids[prefix_lens[row] :]
+            tokens[row, width - suffix_lens[row] :] = torch.tensor(suffix, device=dev)
+        pad = torch.tensor([width - n for n in suffix_lens], device=dev)
+        offset = torch.tensor(prefix_lens, device=dev)
         cols = torch.arange(width, device=dev)
-        valid = cols[None, :] >= pad[:, None]  # (G, W)
-        positions = (cols[None, :] - pad[:, None]).clamp(min=0)
-        cache = _cache_from([], [])
+        valid_suffix = cols[None, :] >= pad[:, None]  # (G, W)
+        positions = (cols[None, :] - pad[:, None]).clamp(min=0) + offset[:, None]
+        if big_h:
+            prefix_cols = torch.arange(big_h, device=dev)
+            valid_prefix = prefix_cols[None, :] >= (big_h - offset)[:, None]  # (G, H)
+            keys, values = self._prefix_tensors(hits, big_h)
+            cache = _cache_from(keys, values)
+        else:
+            valid_prefix = torch.zeros((g, 0), dtype=torch.bool, device=dev)
+            cache = _cache_from([], [])
+        valid = torch.cat([valid_prefix, valid_suffix], dim=1)  # (G, H + W)
+        all_cols = torch.arange(big_h + width, device=dev)
         logits = torch.empty(0)
         for start in range(0, width, self.prefill_chunk):
             end = min(start + self.prefill_chunk, width)
-            q = cols[start:end]
-            causal = cols[None, :end] <= q[:, None]  # (Q, K)
-            mask = valid[:, None, :end] & causal[None]  # (G, Q, K)
+            q = all_cols[big_h + start : big_h + end]  # absolute columns of the queries
+            k = all_cols[: big_h + end]
+            causal = k[None, :] <= q[:, None]  # (Q, K)
+            mask = valid[:, None, : big_h + end] & causal[None]  # (G, Q, K)
             # padded query rows attend to themselves only (no empty attention row)
-            selfonly = (~valid[:, start:end])[:, :, None] & (
-                cols[None, None, :end] == q[None, :, None]
+            selfonly = (~valid_suffix[:, start:end])[:, :, None] & (
+                k[None, None, :] == q[None, :, None]
             )
             mask = (mask | selfonly)[:, None]  # (G, 1, Q, K)
             logits = self._forward(cache, tokens[:, start:end], positions[:, start:end], mask)
         self.stats["prefills"] += 1
+        self.stats["prefix_hit_tokens"] += sum(prefix_lens)
+        self.stats["prefill_tokens"] += sum(suffix_lens)
         for row, seq in enumerate(seqs):
             seq.n_cached = lengths[row]
             self._sample(seq, logits[row])
         self._merge(_Batch(seqs=seqs, cache=cache, valid=valid))
+
+    # -- prefix cache (KV of finished sequences, reused by prompts that extend them) ---------
+
+    def _prefix_lookup(self, prompt: list[int]) -> tuple[int, _PrefixEntry | None]:
+        """Longest cached prefix of ``prompt`` (at most ``len(prompt) - 1`` tokens: the last
+        prompt token is always computed, it yields the first logits)."""
+        if not self._prefix_entries:
+            return 0, None
+        ids = torch.tensor(prompt[:-1], dtype=torch.long)
+        best: tuple[int, _PrefixEntry | None] = (0, None)
+        for entry in self._prefix_entries:
+            n = min(len(ids), entry.tokens.shape[0])
+            if n <= best[0]:
+                continue
+            differ = torch.nonzero(ids[:n] != entry.tokens[:n])
+            common = int(differ[0].item()) if differ.numel() else n
+            if common > best[0]:
+                best = (common, entry)
+        if best[1] is not None:
+            best[1].last_used = time.monotonic()
+        return best
+
+    def _prefix_tensors(
+        self, hits: list[tuple[int, _PrefixEntry | None]], big_h: int
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per layer ``(G, kv_heads, big_h, head_dim)`` K/V, each row's prefix right-aligned."""
+        template = next(e for _, e in hits if e is not None)
+        keys: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
+        for layer in range(len(template.keys)):
+            ref = template.keys[layer]
+            shape = (len(hits), ref.shape[0], big_h, ref.shape[2])
+            k = ref.new_zeros(shape)
+            v = ref.new_zeros(shape)
+            for row, (h, entry) in enumerate(hits):
+                if entry is not None and h:
+                    k[row, :, big_h - h :] = entry.keys[layer][:, :h]
+                    v[row, :, big_h - h :] = entry.values[layer][:, :h]
+            keys.append(k)
+            values.append(v)
+        return keys, values
+
+    def _prefix_store(self, seq: _Seq, row: int, batch: _Batch) -> None:
+        """Keep the KV of a finished row (all of it computed with the current weights)."""
+        if self.prefix_cache_bytes <= 0 or seq.version_start != self._version:
+            return
+        fed = (seq.request.prompt_ids + seq.completion)[: seq.n_cached]
+        if len(fed) < 2:
+            return
+        cols = torch.nonzero(batch.valid[row])[:, 0]
+        if cols.numel() != len(fed):  # pragma: no cover - bookkeeping invariant
+            log.warning(
+                "prefix cache: row has %d cached columns, expected %d", cols.numel(), len(fed)
+            )
+            return
+        keys, values = _cache_tensors(batch.cache)
+        tokens = torch.tensor(fed, dtype=torch.long)
+        entry = _PrefixEntry(
+            tokens=tokens,
+            keys=[k[row].index_select(1, cols).clone() for k in keys],
+            values=[v[row].index_select(1, cols).clone() for v in values],
+            last_used=time.monotonic(),
+        )
+        if entry.nbytes > self.prefix_cache_bytes:
+            return
+        # an entry that is a prefix of the new one is redundant
+        self._prefix_entries = [
+            e
+            for e in self._prefix_entries
+            if not (
+                e.tokens.shape[0] <= tokens.shape[0]
+                and torch.equal(e.tokens, tokens[: e.tokens.shape[0]])
+            )
+        ]
+        self._prefix_entries.append(entry)
+        total = sum(e.nbytes for e in self._prefix_entries)
+        while total > self.prefix_cache_bytes:
+            oldest = min(self._prefix_entries, key=lambda e: e.last_used)
+            self._prefix_entries.remove(oldest)
+            total -= oldest.nbytes
 
     def _merge(self, new: _Batch) -> None:
         old = self._batch
@@ -734,6 +871,7 @@ class EmbeddedBackend(InferenceBackend):
         if seq.done:
             return
         seq.done = True
+        seq.finish = str(reason)
         with self._lock:
             self._inflight.pop(seq.request.request_id, None)
         start = seq.version_start if seq.version_start >= 0 else self._version

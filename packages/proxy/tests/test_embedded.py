@@ -25,6 +25,8 @@ from clawrl.proxy.backends.embedded import (
     sample_token,
 )
 from clawrl.proxy.model_kit import build_default_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 PROMPT = [256 + 1, *b"user\nhello", 256 + 2, 10, 256 + 1, *b"assistant\n"]
 
@@ -395,3 +397,36 @@ async def test_prefix_cache_reuses_and_evicts_lru(byte_dir: Path) -> None:
         assert be.stats["prefix_hit_tokens"] == 63 + 64
     finally:
         await be.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    logits=st.lists(st.floats(-20, 20), min_size=1, max_size=40),
+    top_p=st.floats(0.01, 1.0),
+    top_k=st.integers(-1, 45).filter(lambda k: k != 0),
+)
+def test_truncation_keeps_the_minimal_nucleus(
+    logits: list[float], top_p: float, top_k: int
+) -> None:
+    from clawrl.proxy.backends.embedded import _truncate
+
+    x = torch.tensor(logits)
+    kept = torch.isfinite(_truncate(x, top_k, top_p))
+    assert kept.any()
+    # the argmax always survives
+    assert kept[int(torch.argmax(x))]
+    after_k = (
+        x
+        if top_k < 1 or top_k >= len(logits)
+        else x.masked_fill(x < torch.topk(x, top_k).values[-1], float("-inf"))
+    )
+    probs = torch.softmax(after_k, -1)
+    mass = probs[kept].sum().item()
+    if top_p < 1.0:
+        # enough mass, and dropping the least likely kept token would leave too little
+        assert mass >= top_p - 1e-5 or kept.sum() == torch.isfinite(after_k).sum()
+        smallest = probs[kept].min().item()
+        assert mass - smallest < top_p + 1e-5 or kept.sum() == 1
+    # kept tokens are the most likely ones: every kept logit >= every dropped logit
+    if (~kept).any():
+        assert x[kept].min() >= x[~kept].max()

@@ -15,6 +15,7 @@ from clawrl.proxy.model_kit import (
     DefaultModelSpec,
     ModelKitError,
     build_default_model,
+    default_cache_dir,
     qwen_tiktoken_path,
 )
 from hypothesis import HealthCheck, given, settings
@@ -192,6 +193,29 @@ def test_rebuild_replaces_entry(tmp_path: Path) -> None:
     )
     assert again == first
     assert _sha(again / "model.safetensors") == digest
+
+
+def test_crashed_build_leftovers_are_cleaned(tmp_path: Path) -> None:
+    name = DefaultModelSpec(seed=3).name
+    leftover = tmp_path / f".{name}.abc123"
+    leftover.mkdir(parents=True)
+    (leftover / "model.safetensors").write_bytes(b"half")
+    built = build_default_model("byte", cache_dir=tmp_path, seed=3)
+    assert not leftover.exists()
+    assert (built / "model.safetensors").stat().st_size > 1000
+
+
+def test_default_cache_dir_honours_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("CLAWRL_MODEL_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "clawrl" / "models"
+    monkeypatch.setenv("CLAWRL_MODEL_CACHE", str(tmp_path / "explicit"))
+    assert default_cache_dir() == tmp_path / "explicit"
+    monkeypatch.delenv("CLAWRL_MODEL_CACHE")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert default_cache_dir() == Path.home() / ".cache" / "clawrl" / "models"
 
 
 @pytest.mark.parametrize(

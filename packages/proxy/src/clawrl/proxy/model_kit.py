@@ -243,6 +243,10 @@ def build_default_model(
     with _exclusive_lock(root / f".{spec.name}.lock"):
         if marker.exists() and not rebuild:
             return target
+        # temporary directories left by builds that crashed (we hold the lock: none is live)
+        for stale in root.glob(f".{spec.name}.*"):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=root))
         try:
             _build_into(spec, tmp)

@@ -49,6 +49,7 @@ class LiveProxy:
     def __init__(self, app: Any, config: Any):
         import asyncio
         import threading
+        import time
 
         from clawrl.proxy import ProxyServer
 
@@ -59,8 +60,13 @@ class LiveProxy:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
-        fut = asyncio.run_coroutine_threadsafe(self.server.started.wait(), self._loop)
-        fut.result(timeout=30)
+        deadline = time.time() + 120
+        while not self.server.started.is_set():
+            if not self._thread.is_alive():
+                raise RuntimeError("the proxy server failed to start")
+            if time.time() > deadline:
+                raise TimeoutError("the proxy server did not start")
+            time.sleep(0.02)
 
     def _run(self) -> None:
         import asyncio
@@ -92,7 +98,8 @@ class LiveProxy:
             c.close()
         self._loop.call_soon_threadsafe(self.server.stop)
         self._thread.join(timeout=30)
-        self._loop.close()
+        if not self._loop.is_closed():
+            self._loop.close()
 
 
 @pytest.fixture

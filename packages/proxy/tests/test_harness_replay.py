@@ -5,6 +5,7 @@ backend answers what the recording endpoint answered, the echoed history splices
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,7 +151,7 @@ def test_harness_echo_relations(inproc: Any, renderer: Any, folder: str) -> None
     if folder.startswith("openclaw"):
         # OpenClaw moves its internal-context user message to the end every turn: a real
         # history change, so the prompt diverges exactly where that message used to be.
-        for prev, rec in zip(recs, recs[1:], strict=False):
+        for prev, rec in itertools.pairwise(recs):
             at = rec["prompt_relation"]["diverged_at"]
             assert rec["prompt_relation"]["kind"] == "diverged"
             moved = renderer.decode((prev["prompt_ids"] + prev["completion_ids"])[at:])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -26,12 +27,31 @@ TOOLS = [
 
 
 @pytest.fixture(scope="module")
-def embedded(model_dir: Any) -> Any:
+def embedded_live(
+    renderer: Any, model_dir: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """One live proxy on one EmbeddedBackend for the module (the backend binds to the
+    server's event loop)."""
+    import shutil
+    import tempfile
+
     import torch
-    from clawrl.proxy.backends.embedded import EmbeddedBackend
+    from clawrl.proxy import EmbeddedBackend, ServerConfig, build_proxy_app
+
+    from .conftest import LiveProxy
 
     torch.set_num_threads(1)
-    return EmbeddedBackend(model_dir, seed=0)
+    backend = EmbeddedBackend(model_dir, seed=0)
+    sockdir = tempfile.mkdtemp(prefix="clawrl-emb-", dir="/tmp")
+    cfg = ServerConfig(
+        socket=f"{sockdir}/m.sock",
+        admin_socket=f"{sockdir}/a.sock",
+        capture_dir=str(tmp_path_factory.mktemp("cap")),
+    )
+    live = LiveProxy(build_proxy_app(renderer, backend, cfg), cfg)
+    yield live, backend
+    live.stop()
+    shutil.rmtree(sockdir, ignore_errors=True)
 
 
 def _expected(renderer: Any, rec: dict[str, Any]) -> Any:
@@ -48,10 +68,8 @@ def _check(rec: dict[str, Any], version: int) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-def test_openai_sdk_on_embedded(
-    live_factory: Any, embedded: Any, renderer: Any, stream: bool
-) -> None:
-    live = live_factory(embedded)
+def test_openai_sdk_on_embedded(embedded_live: Any, renderer: Any, stream: bool) -> None:
+    live, embedded = embedded_live
     with live.admin() as admin:
         s = admin.create_session(run_id="emb", harness="openai-sdk")
     client = openai.OpenAI(
@@ -88,10 +106,8 @@ def test_openai_sdk_on_embedded(
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-def test_anthropic_sdk_on_embedded(
-    live_factory: Any, embedded: Any, renderer: Any, stream: bool
-) -> None:
-    live = live_factory(embedded)
+def test_anthropic_sdk_on_embedded(embedded_live: Any, renderer: Any, stream: bool) -> None:
+    live, embedded = embedded_live
     with live.admin() as admin:
         s = admin.create_session(run_id="emb", harness="anthropic-sdk")
     client = anthropic.Anthropic(

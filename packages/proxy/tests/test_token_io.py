@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
@@ -80,12 +81,12 @@ def _run_conversation(
 
 
 def test_ten_turn_reserialised_conversation_never_diverges(inproc: Any) -> None:
-    sid, recs = _run_conversation(inproc, 10, keep_reasoning=True)
+    _sid, recs = _run_conversation(inproc, 10, keep_reasoning=True)
     assert len(recs) == 10
     assert recs[0]["prompt_relation"]["kind"] == "first"
     kinds = [r["prompt_relation"]["kind"] for r in recs[1:]]
     assert set(kinds) <= {"extends", "spliced"} and "spliced" in kinds
-    for prev, rec in zip(recs, recs[1:], strict=False):
+    for prev, rec in itertools.pairwise(recs):
         full = prev["prompt_ids"] + prev["completion_ids"]
         assert rec["prompt_ids"][: len(full)] == full  # the exact generated ids, in place
         assert rec["prompt_relation"]["parent_call_id"] == prev["call_id"]
@@ -97,8 +98,8 @@ def test_ten_turn_reserialised_conversation_never_diverges(inproc: Any) -> None:
 
 
 def test_dropped_reasoning_diverges_at_the_reasoning(inproc: Any, renderer: Any) -> None:
-    sid, recs = _run_conversation(inproc, 4, keep_reasoning=False)
-    for prev, rec in zip(recs, recs[1:], strict=False):
+    _sid, recs = _run_conversation(inproc, 4, keep_reasoning=False)
+    for prev, rec in itertools.pairwise(recs):
         rel = rec["prompt_relation"]
         assert rel["kind"] == "diverged"
         assert rel["parent_call_id"] == prev["call_id"]
@@ -161,7 +162,7 @@ def test_fc3_consecutive_tool_results_are_one_user_turn(inproc: Any, renderer: A
 
 
 def test_fc4_rewritten_history_makes_no_false_fork(inproc: Any) -> None:
-    sid, recs = _run_conversation(inproc, 3, keep_reasoning=True)
+    _sid, recs = _run_conversation(inproc, 3, keep_reasoning=True)
     assert [r["prompt_relation"]["kind"] for r in recs] == ["first", "spliced", "spliced"]
     assert all(not r["flags"] for r in recs)
 
@@ -189,7 +190,7 @@ def test_fc6_streamed_and_plain_calls_record_the_same_ids(inproc: Any, renderer:
     assert (
         r0["completion_ids"]
         == r1["completion_ids"]
-        == renderer.encode(text) + [renderer.stop_token_ids[0]]
+        == [*renderer.encode(text), renderer.stop_token_ids[0]]
     )
     args = "".join(
         tc["function"].get("arguments", "")

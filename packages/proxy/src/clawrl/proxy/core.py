@@ -277,8 +277,6 @@ class ProxyCore:
             "response": None,
             "error": None,
         }
-        await self._gate.wait()
-        record["timing"]["started"] = time.time()
         request = GenerationRequest(
             request_id=call_id,
             prompt_ids=prompt_ids,
@@ -290,6 +288,8 @@ class ProxyCore:
         first: list[float] = []
 
         async def consume() -> GenerationResult:
+            await self._gate.wait()  # paused: wait here (a disconnect still aborts)
+            record["timing"]["started"] = time.time()
             result: GenerationResult | None = None
             async for item in self.backend.generate(request):
                 if isinstance(item, TokenDelta):

@@ -134,7 +134,13 @@ class ProxyServer:
             admin_socks.append(_unix_socket(cfg.admin_socket))
         if cfg.admin_port is not None:
             admin_socks.append(_tcp_socket(cfg.host, cfg.admin_port))
-        await self.app.start()
+        try:
+            await self.app.start()
+        except BaseException:
+            for sock in model_socks + admin_socks:
+                sock.close()
+            self._unlink_sockets()
+            raise
         common: dict[str, Any] = {
             "log_level": cfg.log_level,
             "access_log": False,
@@ -157,10 +163,13 @@ class ProxyServer:
             await asyncio.gather(*tasks)
         finally:
             await self.app.close()
-            for path in (cfg.socket, cfg.admin_socket):
-                if path:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)
+            self._unlink_sockets()
+
+    def _unlink_sockets(self) -> None:
+        for path in (self.config.socket, self.config.admin_socket):
+            if path:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
     def stop(self) -> None:
         for s in self._servers:

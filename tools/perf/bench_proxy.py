@@ -2,8 +2,8 @@
 
 The proxy (``proxy serve --backend null``: every generation returns a fixed 64-token
 completion at once) runs in its own process pinned to one CPU core, serving the Chat
-Completions API on a unix socket with capture to JSONL enabled. Clients (httpx, async, over
-the socket, in this process on the other core(s)) send non-streamed requests whose prompt is
+Completions API on a unix socket with capture to JSONL enabled. Clients (a minimal asyncio
+HTTP/1.1 keep-alive client over the socket, in this process on the other core(s)) send non-streamed requests whose prompt is
 a system message plus a ~2,000-token user message that is new on every call (so rendering and
 tokenization are always paid), 1 and 16 clients at once; every client starts a new session
 every 50 calls (a rollout-sized conversation). Reported per case: latency percentiles, calls/s,
@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 from clawrl.proxy import AdminClient, ChatRenderer, NullBackend
 from clawrl.proxy.backends.base import GenerationRequest, SamplingParams
 from clawrl.proxy.model_kit import build_default_model
@@ -90,48 +89,62 @@ async def run_clients(
     lat: list[float] = []
     prompt_lens: list[int] = []
     admin = AdminClient(socket=admin_sock)
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(
-        transport=httpx.AsyncHTTPTransport(uds=sock, limits=limits), timeout=60
-    ) as http:
 
-        async def one_client(k: int, n: int) -> None:
-            s = None
+    async def one_client(k: int, n: int) -> None:
+        # A minimal HTTP/1.1 keep-alive client over the unix socket: prebuilt request bytes,
+        # Content-Length framed response. Far cheaper than a full client library, so the
+        # figures measure the proxy rather than the load generator.
+        reader, writer = await asyncio.open_unix_connection(sock)
+        s = None
+        try:
             for i in range(n):
                 if i % 50 == 0:
                     s = await asyncio.to_thread(admin.create_session, run_id="bench")
                 assert s is not None
                 text = f"{k}-{i} " + texts[(k * 7 + i) % len(texts)]
-                body = {
-                    "model": "m",
-                    "messages": [
-                        {"role": "system", "content": "You are a benchmark."},
-                        {"role": "user", "content": text},
-                    ],
-                    "max_completion_tokens": 64,
-                }
+                body = json.dumps(
+                    {
+                        "model": "m",
+                        "messages": [
+                            {"role": "system", "content": "You are a benchmark."},
+                            {"role": "user", "content": text},
+                        ],
+                        "max_completion_tokens": 64,
+                    }
+                ).encode()
+                req = (
+                    f"POST /s/{s.session_id}/v1/chat/completions HTTP/1.1\r\nhost: proxy\r\n"
+                    f"authorization: Bearer {s.api_key}\r\ncontent-type: application/json\r\n"
+                    f"content-length: {len(body)}\r\n\r\n"
+                ).encode() + body
                 t0 = time.perf_counter()
-                r = await http.post(
-                    f"http://proxy/s/{s.session_id}/v1/chat/completions",
-                    json=body,
-                    headers={"authorization": f"Bearer {s.api_key}"},
-                )
+                writer.write(req)
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                data = await reader.readexactly(length)
                 lat.append(time.perf_counter() - t0)
-                r.raise_for_status()
-                u = r.json()["usage"]
+                if not head.startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(head.decode() + data.decode())
+                u = json.loads(data)["usage"]
                 assert u["completion_tokens"] == 64, u
                 prompt_lens.append(u["prompt_tokens"])
+        finally:
+            writer.close()
 
-        # warm-up
-        await one_client(999, 20)
-        lat.clear()
-        prompt_lens.clear()
-        per = calls // clients
-        cpu0 = _cpu_s(pid)
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one_client(k, per) for k in range(clients)))
-        wall = time.perf_counter() - t0
-        cpu = _cpu_s(pid) - cpu0
+    # warm-up
+    await one_client(999, 20)
+    lat.clear()
+    prompt_lens.clear()
+    per = calls // clients
+    cpu0 = _cpu_s(pid)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one_client(k, per) for k in range(clients)))
+    wall = time.perf_counter() - t0
+    cpu = _cpu_s(pid) - cpu0
     admin.close()
     return {
         "clients": clients,

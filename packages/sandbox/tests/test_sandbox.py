@@ -17,6 +17,7 @@ from clawrl.sandbox import (
     SandboxFileNotFoundError,
     SandboxGoneError,
     SandboxSpec,
+    default_rootfs,
 )
 
 from .conftest import containers_of_run
@@ -232,3 +233,15 @@ def test_normal_exit_without_destroy_leaves_nothing() -> None:
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     assert containers_of_run(RUN_ATEXIT) == []
+
+
+async def test_extra_mounts_never_touch_the_shared_skeleton(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("mounted")
+    target = f"/extra-{uuid.uuid4().hex[:6]}"
+    spec = SandboxSpec(read_only_mounts={str(tmp_path): target, str(tmp_path / "f.txt"): "/tmp/f"})
+    async with await Sandbox.create(spec) as sb:
+        r = await sb.exec(f"cat {target}/f.txt /tmp/f; touch {target}/x 2>&1")
+        assert r.stdout.startswith(b"mountedmounted") and b"Read-only" in r.stdout
+    assert not (default_rootfs() / target.lstrip("/")).exists()
+    async with await Sandbox.create(SandboxSpec()) as sb:
+        assert not (await sb.exec(["test", "-e", target])).ok

@@ -26,7 +26,7 @@ from pathlib import Path
 
 __all__ = ["ROOTFS_VERSION", "cache_dir", "default_rootfs"]
 
-ROOTFS_VERSION = "1"
+ROOTFS_VERSION = "2"
 
 PASSWD = """\
 root:x:0:0:root:/root:/bin/sh

@@ -90,6 +90,12 @@ def _host_hard_limit(which: int, fallback: int) -> int:
     return fallback if hard == resource.RLIM_INFINITY else int(hard)
 
 
+def _under_tmpfs(path: str, home: str) -> bool:
+    """True if ``path`` lies in a place that is a fresh tmpfs in every sandbox."""
+    p = check_sandbox_path(path)
+    return any(p == t or p.startswith(t + "/") for t in (WORKSPACE, "/tmp", home, "/run", "/dev"))
+
+
 def _uid_gid(user: str) -> tuple[int, int]:
     uid, _, gid = user.partition(":")
     return int(uid), int(gid or uid)
@@ -383,7 +389,14 @@ class Sandbox:
             return [*a, "--rootfs", f"{spec.rootfs.resolve()}:O", *main]
         a += ["-v", "/usr:/usr:ro"]
         root = default_rootfs()
-        return [*a, "--rootfs", str(root) if spec.read_only_root else f"{root}:O", *main]
+        # The skeleton is shared by every sandbox: when the runtime would have to create a
+        # mount point in it (an extra mount outside the tmpfs places), or the root is writable,
+        # give this sandbox a private overlay of it instead.
+        private = not spec.read_only_root or any(
+            not _under_tmpfs(inside, home) and not (root / inside.lstrip("/")).exists()
+            for inside in spec.read_only_mounts.values()
+        )
+        return [*a, "--rootfs", f"{root}:O" if private else str(root), *main]
 
     async def start_forwarder(self, timeout: float = 15.0) -> None:
         """Start the in-sandbox forwarder (``127.0.0.1:port`` → ``/run/clawrl/model.sock``).

@@ -55,7 +55,7 @@ __all__ = [
 TokenizerKind = Literal["byte", "qwen3"]
 
 #: Bump when the artefacts' format changes (it is part of the cache key).
-KIT_VERSION = 1
+KIT_VERSION = 2
 
 CHAT_TEMPLATE_PATH = Path(__file__).parent / "templates" / "qwen3_chatml.jinja"
 
@@ -159,7 +159,7 @@ class DefaultModelSpec:
 
     @property
     def name(self) -> str:
-        """Cache directory name, e.g. ``qwen3-tiny-byte-l2-h128-s0-k1-1a2b3c4d``."""
+        """Cache directory name, e.g. ``qwen3-tiny-byte-l2-h128-s0-k2-1a2b3c4d0e``."""
         digest = hashlib.sha256(
             json.dumps({**asdict(self), "kit": KIT_VERSION}, sort_keys=True).encode()
         ).hexdigest()[:10]
@@ -443,14 +443,12 @@ def _save_model(spec: DefaultModelSpec, vocab_size: int, out: Path, tok: Any) ->
         raise ModelKitError(f"expected a float32 model, got {model.dtype}")
     model.eval()
     model.save_pretrained(str(out), safe_serialization=True)
+    # Only the special ids: no sampling defaults, so that servers that read them (SGLang's
+    # "model" sampling defaults) sample the plain distribution (T = 1, top_p = 1, no top_k).
     generation = GenerationConfig(
         bos_token_id=endoftext,
         eos_token_id=[im_end, endoftext],
         pad_token_id=endoftext,
-        do_sample=True,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
     )
     generation.save_pretrained(str(out))
     # transformers 5 writes rope_parameters; older readers (SGLang's transformers) read

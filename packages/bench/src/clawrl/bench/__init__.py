@@ -1,13 +1,33 @@
 """Tasks, verifiers, harness adapters, rollout runner and pass@k for agent harnesses.
 
-Task side (this module's first half): load a task directory in any supported layout
-(:func:`load_task`), build its workspace (:func:`prepare_workspace`), run its oracle
-(:func:`run_solution`) and score a workspace tamper-proof (:func:`verify`) through an
-:class:`Executor`; aggregate scores with :func:`aggregate` / :func:`pass_at_k`.
+Task side: load a task directory in any supported layout (:func:`load_task`), build its
+workspace (:func:`prepare_workspace`), run its oracle (:func:`run_solution`) and score a
+workspace tamper-proof (:func:`verify`) through an :class:`Executor`.
+
+Rollout side: harness adapters behind one interface (:class:`HarnessAdapter`;
+:class:`ReferenceHarness`, :class:`MiniSweAgentHarness`, :class:`OracleHarness`), the
+rollout runner (:func:`run_rollouts`, :class:`RolloutRunner`: one podman sandbox and one
+proxy session per rollout), metrics (:func:`aggregate`, :func:`pass_at_k`) and reports
+(``bench`` CLI).
 """
 
 from clawrl.bench.errors import BenchError, ExecutorError, TaskLoadError
 from clawrl.bench.executors import ExecResult, ExecSpec, Executor, LocalExecutor, Mount
+from clawrl.bench.harnesses import (
+    HARNESS_LOG_DIR,
+    HarnessAdapter,
+    HarnessContext,
+    HarnessInstallError,
+    HarnessLaunch,
+    HarnessOutcome,
+    MiniSweAgentHarness,
+    OracleHarness,
+    ReferenceHarness,
+    get_harness,
+    harness_cache_dir,
+    harness_names,
+    reference_agent_path,
+)
 from clawrl.bench.learnable import (
     LEARNABLE_WORDS,
     LearnableInstance,
@@ -22,6 +42,19 @@ from clawrl.bench.loaders import (
     load_task,
 )
 from clawrl.bench.metrics import AggregateReport, GroupStats, ScoredRollout, aggregate, pass_at_k
+from clawrl.bench.oracle_script import ORACLE_COPY_DIR, oracle_completions
+from clawrl.bench.runner import (
+    ModelEndpoint,
+    RolloutEvent,
+    RolloutOptions,
+    RolloutResult,
+    RolloutRunner,
+    RolloutSpec,
+    RolloutStatus,
+    local_proxy,
+    plan_rollouts,
+    run_rollouts,
+)
 from clawrl.bench.sandbox_executor import SandboxExecutor
 from clawrl.bench.task import (
     CATEGORIES,
@@ -42,25 +75,44 @@ from clawrl.bench.verify import (
     verify,
     verify_sandbox,
 )
+from clawrl.bench.workspace_diff import FileChange, workspace_diff
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CATEGORIES",
     "DIFFICULTIES",
+    "HARNESS_LOG_DIR",
     "LEARNABLE_WORDS",
+    "ORACLE_COPY_DIR",
     "AggregateReport",
     "BenchError",
     "ExecResult",
     "ExecSpec",
     "Executor",
     "ExecutorError",
+    "FileChange",
     "GroupStats",
+    "HarnessAdapter",
+    "HarnessContext",
+    "HarnessInstallError",
+    "HarnessLaunch",
+    "HarnessOutcome",
     "Layout",
     "LearnableInstance",
     "Limits",
     "LocalExecutor",
+    "MiniSweAgentHarness",
+    "ModelEndpoint",
     "Mount",
+    "OracleHarness",
+    "ReferenceHarness",
+    "RolloutEvent",
+    "RolloutOptions",
+    "RolloutResult",
+    "RolloutRunner",
+    "RolloutSpec",
+    "RolloutStatus",
     "SandboxExecutor",
     "ScoredRollout",
     "SolutionSpec",
@@ -76,13 +128,22 @@ __all__ = [
     "builtin_suite_dir",
     "detect_layout",
     "generate_learnable_tasks",
+    "get_harness",
+    "harness_cache_dir",
+    "harness_names",
     "learnable_instances",
     "load_builtin_suite",
     "load_suite",
     "load_task",
+    "local_proxy",
+    "oracle_completions",
     "pass_at_k",
+    "plan_rollouts",
     "prepare_workspace",
+    "reference_agent_path",
+    "run_rollouts",
     "run_solution",
     "verify",
     "verify_sandbox",
+    "workspace_diff",
 ]

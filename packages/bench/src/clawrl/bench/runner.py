@@ -1,0 +1,642 @@
+"""The rollout runner: tasks × samples × harnesses, one sandbox and one proxy session each.
+
+A *rollout* is one harness run on one task against the model, scored by the task's
+verifier. For each rollout the runner
+
+1. builds the task's initial workspace on the host (:func:`~clawrl.bench.prepare_workspace`);
+2. opens a proxy session through the admin API with the metadata ``run_id``, ``task_id``,
+   ``harness``, ``group_id`` (one GRPO group = the samples of one task through one harness)
+   and ``sample_index``, ``attempt``, ``rollout_id``, ``category``;
+3. creates a podman sandbox (clawrl.sandbox) holding the workspace at the task's
+   ``workspace_path``, the harness runtime mounted read-only, the proxy's model socket at
+   ``/run/clawrl/model.sock`` and the forwarder on ``127.0.0.1:8000``, sized from the task's
+   limits, ``--network none``;
+4. lets the adapter write its config files, starts the harness with the task's agent
+   timeout, collects the harness's own logs and copies the final workspace out;
+5. destroys the sandbox, verifies the workspace in a fresh sandbox (tamper-proof, see
+   :func:`~clawrl.bench.verify`), computes the workspace diff, reads the session's call
+   records and closes the session.
+
+Statuses: ``ok`` (the harness ended by itself or at its turn limit, and the verifier gave
+a reward), ``timeout`` (the harness was killed at the agent timeout; still verified),
+``harness-error`` (the harness failed; still verified), ``verifier-error`` (a missing or
+garbled reward, or a verifier timeout; reward 0), ``infra-error`` (sandbox, proxy or
+runtime failure: retried up to ``retries`` times with a new sandbox and session, then
+reported and excluded from scores).
+
+Use :func:`run_rollouts` for one batch, or keep a :class:`RolloutRunner` (the RL loop's
+path: one runner, many batches). :func:`local_proxy` starts an in-process proxy with any
+backend; an already-running proxy is reached with :class:`ModelEndpoint`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from clawrl.bench.errors import BenchError
+from clawrl.bench.executors import Executor
+from clawrl.bench.harnesses import (
+    HARNESS_LOG_DIR,
+    HarnessAdapter,
+    HarnessContext,
+    HarnessInstallError,
+    get_harness,
+)
+from clawrl.bench.metrics import ScoredRollout
+from clawrl.bench.task import Task
+from clawrl.bench.verify import VerifierResult, VerifierStatus, prepare_workspace, verify
+from clawrl.bench.workspace_diff import FileChange, workspace_diff
+from clawrl.proxy import AsyncAdminClient, ProxyError, SessionInfo
+from clawrl.sandbox import Limits, Sandbox, SandboxError, SandboxSpec
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ModelEndpoint",
+    "RolloutEvent",
+    "RolloutOptions",
+    "RolloutResult",
+    "RolloutRunner",
+    "RolloutSpec",
+    "RolloutStatus",
+    "local_proxy",
+    "plan_rollouts",
+    "run_rollouts",
+]
+
+_WRITABLE_ROOTS = ("/workspace", "/tmp", "/root")
+
+
+class RolloutStatus(StrEnum):
+    """How a rollout ended (see the module docstring)."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"
+    HARNESS_ERROR = "harness-error"
+    VERIFIER_ERROR = "verifier-error"
+    INFRA_ERROR = "infra-error"
+
+
+class RolloutOptions(BaseModel):
+    """Knobs of a batch of rollouts (every value has a default).
+
+    Attributes:
+        max_turns: the harness's turn / step limit.
+        max_tokens: per-call output cap the harness requests (``None``: its default; the
+            proxy clamps to the context window).
+        agent_timeout_s: wall-clock limit of the harness process (``None``: the task's
+            ``timeouts.agent_s``).
+        retries: extra attempts after an infrastructure failure (never after any other).
+        model: model name harnesses send.
+        memory_mb: sandbox memory override (``None``: the task's ``limits.memory_mb``);
+            covers processes and the tmpfs workspace.
+        log_cap_bytes: cap per collected harness log and on the harness's stdout/stderr.
+        diff_cap_bytes: text files up to this size get a unified diff.
+        keep_records: include the session's call records in each result.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_turns: int = Field(default=8, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    agent_timeout_s: float | None = Field(default=None, gt=0)
+    retries: int = Field(default=1, ge=0)
+    model: str = "policy"
+    memory_mb: int | None = Field(default=None, ge=64)
+    log_cap_bytes: int = Field(default=256 * 1024, ge=1024)
+    diff_cap_bytes: int = Field(default=64 * 1024, ge=0)
+    keep_records: bool = True
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """One rollout to run: a task, a harness, its sample index and group."""
+
+    task: Task
+    harness: HarnessAdapter
+    sample_index: int = 0
+    group_id: str = ""
+    rollout_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
+class RolloutResult(BaseModel):
+    """Everything recorded about one rollout (JSON-serialisable with ``model_dump``).
+
+    Attributes:
+        rollout_id, task_id, category, difficulty, harness, group_id, sample_index: identity.
+        status: :class:`RolloutStatus` value; ``reason`` says why it is not ``ok``.
+        reward: the verifier's reward in [0, 1] (0 when verification failed or did not run).
+        subscores: the verifier's named sub-scores.
+        verifier: the full verifier result (``None`` if verification did not run).
+        attempts: attempts made (> 1 after infrastructure retries).
+        session_id: the proxy session of the final attempt (``""`` without a model).
+        records: the session's call records (DESIGN.md "Call record"), in order.
+        n_calls: number of call records.
+        end_reason: the harness's end (``final_answer``, ``turn_limit``, ``submitted``, ...).
+        turns: model turns the harness reports.
+        exit_code: the harness process's exit status (``None`` if it did not run / was
+            killed at the timeout).
+        stdout / stderr: the harness's output, capped.
+        logs: the harness's own logs by name (text, capped).
+        workspace_diff: files added / changed / removed vs the initial workspace.
+        timing: seconds per phase (``setup``, ``harness``, ``collect``, ``verify``, ``total``)
+            and ``started`` / ``finished`` (unix time).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    rollout_id: str
+    task_id: str
+    category: str | None = None
+    difficulty: str | None = None
+    harness: str
+    group_id: str
+    sample_index: int
+    status: RolloutStatus
+    reason: str = ""
+    reward: float = Field(default=0.0, ge=0.0, le=1.0)
+    subscores: dict[str, float] = Field(default_factory=dict)
+    verifier: VerifierResult | None = None
+    attempts: int = 1
+    session_id: str = ""
+    records: list[dict[str, Any]] = Field(default_factory=list)
+    n_calls: int = 0
+    end_reason: str = ""
+    turns: int | None = None
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    logs: dict[str, str] = Field(default_factory=dict)
+    workspace_diff: list[FileChange] = Field(default_factory=list)
+    timing: dict[str, float] = Field(default_factory=dict)
+
+    def scored(self) -> ScoredRollout:
+        """The part :func:`~clawrl.bench.aggregate` needs."""
+        return ScoredRollout(
+            task_id=self.task_id,
+            category=self.category,
+            harness=self.harness,
+            reward=self.reward,
+            status=self.status.value,
+        )
+
+
+@dataclass(frozen=True)
+class RolloutEvent:
+    """A progress report: ``kind`` is ``started``, ``retry`` or ``finished``; ``done`` /
+    ``total`` count finished rollouts of the batch; ``result`` is set for ``finished`` (and
+    is the failed attempt for ``retry``)."""
+
+    kind: Literal["started", "retry", "finished", "message"]
+    spec: RolloutSpec | None
+    done: int
+    total: int
+    result: RolloutResult | None = None
+    message: str = ""
+
+
+ProgressCallback = Callable[[RolloutEvent], None]
+SessionHook = Callable[[SessionInfo, RolloutSpec], Awaitable[None]]
+
+
+@dataclass
+class ModelEndpoint:
+    """A running proxy: its admin client and the host path of its model-API unix socket
+    (mounted into every sandbox that needs the model)."""
+
+    admin: AsyncAdminClient
+    model_socket: Path
+
+
+@contextlib.asynccontextmanager
+async def local_proxy(
+    backend: Any,
+    model_dir: Path | str,
+    *,
+    capture_dir: Path | str | None = None,
+    socket_dir: Path | str | None = None,
+) -> AsyncIterator[ModelEndpoint]:
+    """Serve ``backend`` (any clawrl.proxy ``InferenceBackend``) in this event loop.
+
+    The model API listens on ``<socket_dir>/model.sock`` and the admin API on
+    ``admin.sock`` (default: a fresh temporary directory); call records go to
+    ``capture_dir`` (default: a temporary directory). The backend is started and closed
+    with the server. ``model_dir`` provides the chat template and tokenizer.
+    """
+    from clawrl.proxy import ChatRenderer, ProxyServer, ServerConfig, build_proxy_app
+
+    with contextlib.ExitStack() as stack:
+        sock_root = Path(
+            socket_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="clawrl-px-"))
+        )
+        cap = capture_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="clawrl-cap-"))
+        config = ServerConfig(
+            socket=str(sock_root / "model.sock"),
+            admin_socket=str(sock_root / "admin.sock"),
+            capture_dir=str(cap),
+        )
+        renderer = await asyncio.to_thread(ChatRenderer.from_model_dir, Path(model_dir))
+        server = ProxyServer(build_proxy_app(renderer, backend, config), config)
+        serving = asyncio.ensure_future(server.serve())
+        started = asyncio.ensure_future(server.started.wait())
+        await asyncio.wait({serving, started}, return_when=asyncio.FIRST_COMPLETED)
+        if serving.done():
+            started.cancel()
+            serving.result()  # raises the start-up error
+            raise BenchError("the proxy stopped during start-up")
+        admin = AsyncAdminClient(socket=config.admin_socket)
+        try:
+            yield ModelEndpoint(admin=admin, model_socket=Path(config.socket or ""))
+        finally:
+            await admin.close()
+            server.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+
+
+def plan_rollouts(
+    tasks: Sequence[Task],
+    harnesses: Sequence[HarnessAdapter | str],
+    samples: int = 1,
+    group_prefix: str = "",
+) -> list[RolloutSpec]:
+    """The rollouts of tasks × harnesses × samples, grouped per (task, harness).
+
+    Group id: ``<group_prefix><task id>/<harness>``. Order: task-major, so that the samples
+    of one group run close together.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    adapters = [get_harness(h) for h in harnesses]
+    return [
+        RolloutSpec(task=t, harness=h, sample_index=i, group_id=f"{group_prefix}{t.id}/{h.name}")
+        for t, h, i in itertools.product(tasks, adapters, range(samples))
+    ]
+
+
+class RolloutRunner:
+    """Runs rollouts with a concurrency limit (one sandbox + one proxy session each).
+
+    Args:
+        endpoint: the proxy (``None`` is allowed only for harnesses without a model, e.g.
+            the oracle).
+        options: :class:`RolloutOptions`.
+        concurrency: rollouts in flight at once (sandboxes alive at once).
+        run_id: run id of the proxy sessions and sandbox labels (default: random).
+        progress: called with every :class:`RolloutEvent` (from the event loop).
+        session_hook: awaited after each session is created, before the harness starts
+            (e.g. to script a ScriptedBackend session).
+        verify_executor: executor of the verifier (default: a fresh podman sandbox per
+            verification, :class:`~clawrl.bench.SandboxExecutor`).
+        sandbox_image: podman image of agent sandboxes (default: the host-``/usr`` root).
+    """
+
+    def __init__(
+        self,
+        endpoint: ModelEndpoint | None = None,
+        options: RolloutOptions | None = None,
+        *,
+        concurrency: int = 4,
+        run_id: str | None = None,
+        progress: ProgressCallback | None = None,
+        session_hook: SessionHook | None = None,
+        verify_executor: Executor | None = None,
+        sandbox_image: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.endpoint = endpoint
+        self.options = options or RolloutOptions()
+        self.concurrency = concurrency
+        self.run_id = run_id or f"bench-{uuid.uuid4().hex[:8]}"
+        self.progress = progress
+        self.session_hook = session_hook
+        self.sandbox_image = sandbox_image
+        if verify_executor is None:
+            from clawrl.bench.sandbox_executor import SandboxExecutor
+
+            verify_executor = SandboxExecutor(run_id=self.run_id)
+        self.verify_executor = verify_executor
+        self._prepared: dict[int, str | None] = {}  # id(adapter) -> install error or None
+
+    def _emit(self, event: RolloutEvent) -> None:
+        if self.progress is not None:
+            self.progress(event)
+
+    async def prepare(self, harnesses: Sequence[HarnessAdapter]) -> None:
+        """Install / locate every harness runtime once (errors are remembered: those
+        rollouts become ``infra-error``)."""
+        for h in harnesses:
+            if id(h) in self._prepared:
+                continue
+
+            def say(line: str, name: str = h.name) -> None:
+                self._emit(RolloutEvent("message", None, 0, 0, message=f"[{name}] {line}"))
+
+            try:
+                await asyncio.to_thread(h.prepare, say)
+                self._prepared[id(h)] = None
+            except HarnessInstallError as exc:
+                self._prepared[id(h)] = str(exc)
+
+    async def run(self, specs: Sequence[RolloutSpec]) -> list[RolloutResult]:
+        """Run ``specs`` (at most ``concurrency`` at once); results in the order of ``specs``."""
+        unique = {id(s.harness): s.harness for s in specs}
+        await self.prepare(list(unique.values()))
+        if self.endpoint is None and any(s.harness.needs_model for s in specs):
+            raise ValueError("harnesses that need a model need a ModelEndpoint")
+        gate = asyncio.Semaphore(self.concurrency)
+        total, done = len(specs), 0
+
+        async def one(spec: RolloutSpec) -> RolloutResult:
+            nonlocal done
+            async with gate:
+                self._emit(RolloutEvent("started", spec, done, total))
+                result = await self.run_one(spec, _events=(done, total))
+                done += 1
+                self._emit(RolloutEvent("finished", spec, done, total, result=result))
+                return result
+
+        return list(await asyncio.gather(*(one(s) for s in specs)))
+
+    async def run_one(self, spec: RolloutSpec, _events: tuple[int, int] = (0, 1)) -> RolloutResult:
+        """One rollout, retried on infrastructure failures only."""
+        result: RolloutResult | None = None
+        for attempt in range(self.options.retries + 1):
+            result = await self._attempt(spec, attempt)
+            if result.status is not RolloutStatus.INFRA_ERROR:
+                break
+            if attempt < self.options.retries:
+                self._emit(RolloutEvent("retry", spec, *_events, result=result))
+        assert result is not None
+        return result
+
+    # ----------------------------------------------------------------- one attempt
+
+    def _sandbox_spec(self, spec: RolloutSpec, workspace: Path) -> SandboxSpec:
+        task, h = spec.task, spec.harness
+        memory = self.options.memory_mb or task.limits.memory_mb
+        ws_path = PurePosixPath(task.workspace_path)
+        writable = any(
+            ws_path == PurePosixPath(r) or PurePosixPath(r) in ws_path.parents
+            for r in _WRITABLE_ROOTS
+        )
+        return SandboxSpec(
+            image=self.sandbox_image,
+            files={task.workspace_path: workspace},
+            env=dict(task.env),
+            limits=Limits(
+                memory=f"{memory}m",
+                cpus=task.limits.cpus,
+                pids=max(64, task.limits.pids),
+                workspace_size=f"{min(task.limits.storage_mb, memory)}m",
+            ),
+            model_socket=(self.endpoint.model_socket if h.needs_model and self.endpoint else None),
+            read_only_mounts=h.mounts(task),
+            read_only_root=writable,
+            labels={"clawrl-bench.task": task.id[:60], "clawrl-bench.harness": h.name},
+        )
+
+    async def _attempt(self, spec: RolloutSpec, attempt: int) -> RolloutResult:
+        task, h, opts = spec.task, spec.harness, self.options
+        t_start = time.time()
+        timing: dict[str, float] = {"started": t_start}
+        base: dict[str, Any] = {
+            "rollout_id": spec.rollout_id,
+            "task_id": task.id,
+            "category": task.category,
+            "difficulty": task.difficulty,
+            "harness": h.name,
+            "group_id": spec.group_id,
+            "sample_index": spec.sample_index,
+            "attempts": attempt + 1,
+        }
+
+        def infra(reason: str, **extra: Any) -> RolloutResult:
+            timing["finished"] = time.time()
+            timing["total"] = timing["finished"] - t_start
+            return RolloutResult(
+                **base,
+                status=RolloutStatus.INFRA_ERROR,
+                reason=reason,
+                timing=timing,
+                **extra,
+            )
+
+        install_error = self._prepared.get(id(h))
+        if install_error:
+            return infra(f"harness runtime: {install_error}")
+        session: SessionInfo | None = None
+        admin = self.endpoint.admin if self.endpoint else None
+        with tempfile.TemporaryDirectory(prefix="clawrl-rollout-") as tmp_name:
+            tmp = Path(tmp_name)
+            initial = prepare_workspace(task, tmp / "initial")
+            final = tmp / "final"
+            try:
+                if h.needs_model:
+                    assert admin is not None
+                    session = await admin.create_session(
+                        run_id=self.run_id,
+                        task_id=task.id,
+                        harness=h.name,
+                        group_id=spec.group_id,
+                        metadata={
+                            "sample_index": spec.sample_index,
+                            "attempt": attempt,
+                            "rollout_id": spec.rollout_id,
+                            "category": task.category,
+                        },
+                    )
+                    if self.session_hook is not None:
+                        await self.session_hook(session, spec)
+                sb = await Sandbox.create(self._sandbox_spec(spec, initial), run_id=self.run_id)
+            except (SandboxError, ProxyError, OSError) as exc:
+                if session is not None and admin is not None:
+                    with contextlib.suppress(ProxyError, OSError):
+                        await admin.close_session(session.session_id)
+                return infra(f"setup: {type(exc).__name__}: {exc}")
+            timing["setup"] = time.time() - t_start
+            harness_out: dict[str, Any] = {}
+            try:
+                async with sb:
+                    harness_out = await self._run_harness(spec, sb, session, final, timing)
+            except (SandboxError, OSError) as exc:
+                extra = {"session_id": session.session_id} if session else {}
+                if session is not None and admin is not None:
+                    with contextlib.suppress(ProxyError, OSError):
+                        await admin.close_session(session.session_id)
+                return infra(f"sandbox: {type(exc).__name__}: {exc}", **extra)
+            # records: close first, so that nothing is appended after we read
+            records: list[dict[str, Any]] = []
+            if session is not None and admin is not None:
+                try:
+                    await admin.close_session(session.session_id)
+                    records = await admin.records(session.session_id)
+                except (ProxyError, OSError) as exc:
+                    return infra(f"proxy records: {exc}", session_id=session.session_id)
+            t_verify = time.time()
+            verdict = await asyncio.to_thread(verify, task, final, self.verify_executor)
+            timing["verify"] = time.time() - t_verify
+            diff = workspace_diff(initial, final, opts.diff_cap_bytes)
+        timing["finished"] = time.time()
+        timing["total"] = timing["finished"] - t_start
+        status, reason = harness_out["status"], harness_out["reason"]
+        if verdict.status is VerifierStatus.INFRA_ERROR:
+            status, reason = RolloutStatus.INFRA_ERROR, f"verifier: {verdict.reason}"
+        elif status is RolloutStatus.OK and not verdict.ok:
+            status, reason = RolloutStatus.VERIFIER_ERROR, f"{verdict.status}: {verdict.reason}"
+        return RolloutResult(
+            **base,
+            status=status,
+            reason=reason,
+            reward=verdict.reward,
+            subscores=dict(verdict.subscores),
+            verifier=verdict,
+            session_id=session.session_id if session else "",
+            records=records if opts.keep_records else [],
+            n_calls=len(records),
+            end_reason=harness_out["end_reason"],
+            turns=harness_out["turns"],
+            exit_code=harness_out["exit_code"],
+            stdout=harness_out["stdout"],
+            stderr=harness_out["stderr"],
+            logs=harness_out["logs"],
+            workspace_diff=diff,
+            timing=timing,
+        )
+
+    async def _run_harness(
+        self,
+        spec: RolloutSpec,
+        sb: Sandbox,
+        session: SessionInfo | None,
+        final: Path,
+        timing: dict[str, float],
+    ) -> dict[str, Any]:
+        """Launch, wait (timeout), collect logs and the final workspace. Raises SandboxError
+        on infrastructure failures."""
+        task, h, opts = spec.task, spec.harness, self.options
+        timeout = opts.agent_timeout_s or task.timeouts.agent_s
+        base_url = sb.model_base_url
+        ctx = HarnessContext(
+            task=task,
+            session_id=session.session_id if session else "",
+            api_key=session.api_key if session else "",
+            openai_base_url=f"{base_url}/s/{session.session_id}/v1" if session else "",
+            anthropic_base_url=f"{base_url}/s/{session.session_id}" if session else "",
+            model=opts.model,
+            max_turns=opts.max_turns,
+            max_tokens=opts.max_tokens,
+            timeout_s=timeout,
+            log_dir=HARNESS_LOG_DIR,
+        )
+        launch = h.launch(ctx)
+        await sb.put_files({f"{HARNESS_LOG_DIR}/.keep": b"", **dict(launch.files)})
+        t0 = time.time()
+        res = await sb.exec(
+            list(launch.argv),
+            timeout=timeout,
+            env=dict(launch.env),
+            workdir=launch.workdir,
+            max_output_bytes=opts.log_cap_bytes,
+        )
+        timing["harness"] = time.time() - t0
+        t1 = time.time()
+        logs: dict[str, str] = {}
+        for name, path in launch.log_paths.items():
+            try:
+                data = await sb.get_file(path)
+            except FileNotFoundError:
+                continue
+            logs[name] = _cap(data.decode("utf-8", errors="replace"), opts.log_cap_bytes)
+        await sb.get_dir(task.workspace_path, final)
+        timing["collect"] = time.time() - t1
+        stdout = res.stdout.decode("utf-8", errors="replace")
+        stderr = res.stderr.decode("utf-8", errors="replace")
+        if res.timed_out:
+            status, reason, end, turns = (
+                RolloutStatus.TIMEOUT,
+                f"harness still running at {timeout:g} s",
+                "timeout",
+                None,
+            )
+            exit_code: int | None = None
+        else:
+            verdict = h.outcome(res.exit_code, logs, stdout)
+            status = RolloutStatus.OK if verdict.ok else RolloutStatus.HARNESS_ERROR
+            reason, end, turns = verdict.reason, verdict.end_reason, verdict.turns
+            exit_code = res.exit_code
+        return {
+            "status": status,
+            "reason": reason,
+            "end_reason": end,
+            "turns": turns,
+            "exit_code": exit_code,
+            "stdout": stdout,
+            "stderr": stderr,
+            "logs": logs,
+        }
+
+
+def _cap(text: str, cap: int) -> str:
+    if len(text) <= cap:
+        return text
+    half = cap // 2
+    return text[:half] + f"\n...[{len(text) - cap} characters cut]...\n" + text[-half:]
+
+
+async def run_rollouts(
+    tasks: Sequence[Task],
+    harnesses: Sequence[HarnessAdapter | str],
+    *,
+    samples: int = 1,
+    endpoint: ModelEndpoint | None = None,
+    backend: Any = None,
+    model_dir: Path | str | None = None,
+    options: RolloutOptions | None = None,
+    concurrency: int = 4,
+    run_id: str | None = None,
+    progress: ProgressCallback | None = None,
+    session_hook: SessionHook | None = None,
+    verify_executor: Executor | None = None,
+) -> list[RolloutResult]:
+    """Run tasks × harnesses × samples and return one :class:`RolloutResult` each.
+
+    The model: an already-running proxy (``endpoint``), or a ``backend`` (any clawrl.proxy
+    ``InferenceBackend``) served by an in-process proxy for the duration of the call, with
+    ``model_dir`` (tokenizer + chat template). Neither is needed when every harness runs
+    without a model (the oracle).
+
+    Raises:
+        ValueError: unknown harness name, ``samples`` < 1, or a model harness with neither
+            ``endpoint`` nor ``backend`` + ``model_dir``.
+    """
+    specs = plan_rollouts(tasks, harnesses, samples)
+
+    async def go(ep: ModelEndpoint | None) -> list[RolloutResult]:
+        runner = RolloutRunner(
+            ep,
+            options,
+            concurrency=concurrency,
+            run_id=run_id,
+            progress=progress,
+            session_hook=session_hook,
+            verify_executor=verify_executor,
+        )
+        return await runner.run(specs)
+
+    if endpoint is None and backend is not None:
+        if model_dir is None:
+            raise ValueError("a backend needs model_dir (tokenizer and chat template)")
+        async with local_proxy(backend, model_dir) as ep:
+            return await go(ep)
+    return await go(endpoint)

@@ -97,6 +97,46 @@ def per_path_logprobs(model: Any, ids: np.ndarray, temperature: float = 1.0) -> 
     return torch.cat([got.new_full((1,), float("nan")), got])
 
 
+def flat_loss_oracle(model: Any, batch: Any, prepared: Any, old: Any, mode: str,
+               cfg: Any, ppo: Any, head: Any) -> torch.Tensor:
+    """Oracle: every trajectory forwarded alone (plain causal attention, full softmax), the
+    per-(token, trajectory) loss written directly, summed."""
+    total = torch.zeros((), dtype=torch.float64)
+    for k in range(batch.num_trajectories):
+        path = batch.path(k)
+        x = torch.as_tensor(batch.input_ids[path])[None]
+        hidden = model.model(input_ids=x).last_hidden_state[0]
+        logits = model(input_ids=x).logits[0] / cfg.temperature
+        lp_all = torch.log_softmax(logits, -1)
+        pos_of = {int(t): p for p, t in enumerate(path)}
+        for m in np.nonzero(batch.mem_traj == k)[0]:
+            t = int(batch.mem_token[m])
+            p = pos_of[t]
+            lp = lp_all[p - 1, int(batch.input_ids[t])]
+            w = float(prepared.weight[m])
+            if mode == "sft":
+                total = total - w * lp
+                continue
+            a = float(prepared.advantage[m])
+            r = torch.exp(lp - float(old.logprobs[t]))
+            clipped = torch.clamp(r, 1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high)
+            total = total - w * torch.minimum(r * a, clipped * a)
+            if mode == "ppo" and head is not None:
+                v = head(hidden[p - 1])
+                v_old = float(prepared.old_values[m])
+                g = float(prepared.returns[m])
+                assert ppo.value_clip is not None
+                v_c = v_old + torch.clamp(v - v_old, -ppo.value_clip, ppo.value_clip)
+                err = torch.maximum((v - g) ** 2, (v_c - g) ** 2)
+                total = total + ppo.value_coef * 0.5 * float(prepared.value_weight[m]) * err
+    return total
+
+
+@pytest.fixture(scope="session")
+def flat_loss() -> Callable[..., torch.Tensor]:
+    return flat_loss_oracle
+
+
 @pytest.fixture(scope="session")
 def path_logprobs() -> Callable[..., torch.Tensor]:
     return per_path_logprobs

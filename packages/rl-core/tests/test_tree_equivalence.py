@@ -78,41 +78,6 @@ def test_packed_logprobs_equal_per_path(
         np.testing.assert_allclose(ent_tok[path[1:]], ent, rtol=0, atol=1e-10)
 
 
-def _flat_loss(model: Any, batch: TreeBatch, prepared: Any, old: OldPass, mode: str,
-               cfg: LossConfig, ppo: PPOConfig, head: ValueHead | None) -> torch.Tensor:
-    """Oracle: every trajectory forwarded alone (plain causal attention, full softmax), the
-    per-(token, trajectory) loss written directly, summed."""
-    total = torch.zeros((), dtype=torch.float64)
-    for k in range(batch.num_trajectories):
-        path = batch.path(k)
-        x = torch.as_tensor(batch.input_ids[path])[None]
-        hidden = model.model(input_ids=x).last_hidden_state[0]
-        logits = model(input_ids=x).logits[0] / cfg.temperature
-        lp_all = torch.log_softmax(logits, -1)
-        pos_of = {int(t): p for p, t in enumerate(path)}
-        for m in np.nonzero(batch.mem_traj == k)[0]:
-            t = int(batch.mem_token[m])
-            p = pos_of[t]
-            lp = lp_all[p - 1, int(batch.input_ids[t])]
-            w = float(prepared.weight[m])
-            if mode == "sft":
-                total = total - w * lp
-                continue
-            a = float(prepared.advantage[m])
-            r = torch.exp(lp - float(old.logprobs[t]))
-            clipped = torch.clamp(r, 1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high)
-            total = total - w * torch.minimum(r * a, clipped * a)
-            if mode == "ppo" and head is not None:
-                v = head(hidden[p - 1])
-                v_old = float(prepared.old_values[m])
-                g = float(prepared.returns[m])
-                assert ppo.value_clip is not None
-                v_c = v_old + torch.clamp(v - v_old, -ppo.value_clip, ppo.value_clip)
-                err = torch.maximum((v - g) ** 2, (v_c - g) ** 2)
-                total = total + ppo.value_coef * 0.5 * float(prepared.value_weight[m]) * err
-    return total
-
-
 def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
     out = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
            for p in params]
@@ -128,8 +93,9 @@ def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
                                     "unique_token_mean"]),
        budget=st.sampled_from([None, 14]))
 def test_tree_loss_and_grads_equal_flat(
-    tiny_model_factory: Callable[..., Any], seq_factory: Callable[..., Any], mode: str,
-    seed: int, n_seq: int, aggregation: str, budget: int | None,
+    tiny_model_factory: Callable[..., Any], seq_factory: Callable[..., Any],
+    flat_loss: Callable[..., torch.Tensor], mode: str, seed: int, n_seq: int,
+    aggregation: str, budget: int | None,
 ) -> None:
     rng = random.Random(seed)
     model = tiny_model_factory(seed=seed % 3)
@@ -167,7 +133,7 @@ def test_tree_loss_and_grads_equal_flat(
     stats = loss_backward(model, batch, pieces, prepared, None if mode == "sft" else old,
                           loss_cfg=cfg, ppo_cfg=ppo, value_head=head, chunk_size=4)
     g_tree = _grads(params)
-    flat = _flat_loss(model, batch, prepared, old, mode, cfg, ppo, head)
+    flat = flat_loss(model, batch, prepared, old, mode, cfg, ppo, head)
     flat.backward()
     g_flat = _grads(params)
     assert stats["loss"] == pytest.approx(float(flat.detach()), rel=1e-6, abs=1e-12)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from clawrl.prefixtree.pack import PackedTree, TrajectoryInfo
+from clawrl.prefixtree import PackedTree, TrajectoryInfo
 from clawrl.rl_core.errors import PackingError, TokenBudgetError
 
 __all__ = [

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from clawrl.prefixtree.pack import PackedTree
+from clawrl.prefixtree import PackedTree
 from clawrl.rl_core.errors import SFTDataError
 from clawrl.rl_core.packing import TokenSequence, pack_token_sequences
 

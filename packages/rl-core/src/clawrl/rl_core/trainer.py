@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import Accelerator
-from clawrl.prefixtree.pack import PackedTree
+from clawrl.prefixtree import PackedTree
 from clawrl.rl_core.checkpoint import load_checkpoint, save_checkpoint
 from clawrl.rl_core.config import TrainerConfig
 from clawrl.rl_core.errors import ConfigError

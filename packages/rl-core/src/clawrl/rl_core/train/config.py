@@ -1,0 +1,346 @@
+"""The ``train`` run configuration: one TOML file, every value with a default.
+
+Sections map to the dataclasses below (``[run]``, ``[model]``, ``[backend]``, ``[tasks]``,
+``[rollout]``, ``[algo]``, ``[async]``, ``[cold_start]``, ``[eval]``, ``[logging]``).
+Command-line overrides use dotted keys (``--set algo.lr=1e-4``) whose values are parsed as
+TOML values (falling back to a plain string). The resolved configuration is saved as
+``<run.out>/config.json`` next to the results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from clawrl.rl_core.errors import ConfigError
+
+__all__ = [
+    "AlgoConfig",
+    "AsyncConfig",
+    "BackendConfig",
+    "ColdStartConfig",
+    "EvalConfig",
+    "LoggingConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "TasksConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "load_config",
+]
+
+
+@dataclass
+class RunConfig:
+    """Attributes:
+    out: results directory (JSONL, PNG, checkpoints, capture, resolved config).
+    seed: seeds torch / numpy / random, the task draws and the backend's sampling.
+    steps: RL steps (each: one batch of rollouts, one or more updates, one weight sync).
+    checkpoint_every: write a checkpoint every N RL steps (0: only at the end).
+    keep_checkpoints: how many recent checkpoints to keep.
+    """
+
+    out: str = "runs/train"
+    seed: int = 0
+    steps: int = 10
+    checkpoint_every: int = 2
+    keep_checkpoints: int = 2
+
+
+@dataclass
+class ModelConfig:
+    """The policy. ``path`` = an HF model directory; empty: clawrl-proxy's default tiny
+    Qwen3 model built locally with ``tokenizer`` and the architecture fields."""
+
+    path: str = ""
+    tokenizer: Literal["byte", "qwen3"] = "byte"
+    num_hidden_layers: int = 2
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    init_seed: int = 0
+
+
+@dataclass
+class BackendConfig:
+    """Inference backend behind the proxy.
+
+    kind: ``embedded`` (transformers in this process; weights synced in-process) or
+        ``sglang`` (a running server at ``sglang_url``; weights synced by
+        ``/update_weights_from_disk`` through the proxy's load-weights admin call).
+    max_batch_size: embedded backend's concurrent generations.
+    device: embedded backend's torch device.
+    """
+
+    kind: Literal["embedded", "sglang"] = "embedded"
+    max_batch_size: int = 16
+    device: str = "cpu"
+    sglang_url: str = ""
+
+
+@dataclass
+class TasksConfig:
+    """Where tasks come from.
+
+    family: ``learnable`` (bench's learnable family: train / held-out splits), ``builtin``
+        (bench's built-in suite; held-out = the same tasks), or ``path`` (a suite directory).
+    train_n, heldout_n: instances drawn from the learnable family's splits.
+    tasks_per_step: tasks sampled per RL step (each gets ``rollout.samples`` rollouts per
+        harness).
+    path: the suite directory for ``family = "path"``.
+    """
+
+    family: Literal["learnable", "builtin", "path"] = "learnable"
+    train_n: int = 64
+    heldout_n: int = 16
+    tasks_per_step: int = 4
+    path: str = ""
+
+
+@dataclass
+class RolloutConfig:
+    """Rollouts through bench's runner (podman sandbox + proxy session each).
+
+    harnesses: one or more of bench's harness names (mix-harness when several: advantages
+        per (task, harness) group).
+    samples: rollouts per (task, harness) group (the GRPO group size).
+    temperature: training sampling temperature imposed by the proxy (top_p = 1, no top_k).
+    max_tokens: per-call output cap imposed by the proxy.
+    settle_s: a session's call log must stay unchanged this long before it is read.
+    """
+
+    harnesses: list[str] = field(default_factory=lambda: ["reference"])
+    samples: int = 4
+    max_turns: int = 1
+    max_tokens: int = 96
+    temperature: float = 1.0
+    concurrency: int = 4
+    agent_timeout_s: float = 120.0
+    retries: int = 1
+    settle_s: float = 0.2
+    settle_timeout_s: float = 10.0
+    max_leaves: int = 8
+
+
+@dataclass
+class AlgoConfig:
+    """The update (clawrl.rl_core's TrainerConfig fields, flattened).
+
+    name: ``grpo`` or ``ppo``. updates_per_step: optimiser steps on each batch (the first is
+    on-policy; later ones are corrected by the clipped ratio). drop_zero_std_groups: leave
+    out groups whose rewards are all equal (their GRPO advantage is 0). kl_coef > 0 adds a
+    k3 KL term to a frozen copy of the policy as it was when RL started (after the cold
+    start).
+    """
+
+    name: Literal["grpo", "ppo"] = "grpo"
+    lr: float = 1e-5
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    updates_per_step: int = 1
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.28
+    aggregation: Literal["token_mean", "sequence_mean", "prompt_mean", "unique_token_mean"] = (
+        "token_mean"
+    )
+    scale_by_std: bool = True
+    entropy_coef: float = 0.0
+    kl_coef: float = 0.0
+    tis_cap: float | None = 2.0
+    mask_low: float | None = None
+    mask_high: float | None = None
+    value_coef: float = 0.5
+    value_clip: float | None = 0.2
+    value_warmup_steps: int = 0
+    gamma: float = 1.0
+    lam: float = 1.0
+    token_budget: int | None = 8192
+    chunk_size: int = 1024
+    drop_zero_std_groups: bool = False
+
+
+@dataclass
+class AsyncConfig:
+    """Asynchronous mode: rollouts of the next batches are collected while the trainer
+    updates; a rollout is trained on only if its oldest call's policy version is at most
+    ``max_staleness`` versions behind the trainer (older ones are dropped and counted).
+    The recorded rollout logprobs drive rl-core's corrections (TIS / masks)."""
+
+    enabled: bool = False
+    max_staleness: int = 1
+
+
+@dataclass
+class ColdStartConfig:
+    """Supervised cold start on scripted-policy trajectories captured through the same
+    harness path (the proxy's ScriptedBackend — a test backend — replays the solution as
+    the model's turns), before RL.
+
+    tasks: training tasks whose scripted trajectories are captured.
+    steps: SFT optimiser steps at most; batch_size: trajectories per step.
+    eval_every: evaluate on held-out tasks every N SFT steps (0: only at the end);
+    stop_at_reward: stop the cold start once the held-out eval reward reaches it.
+    """
+
+    enabled: bool = False
+    tasks: int = 32
+    steps: int = 40
+    batch_size: int = 16
+    lr: float = 1e-3
+    eval_every: int = 0
+    stop_at_reward: float = 1.0
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation (training sampling; its rollouts are never trained on).
+    every: evaluate every N RL steps (0: only before RL and at the end)."""
+
+    enabled: bool = True
+    samples: int = 1
+    every: int = 0
+
+
+@dataclass
+class LoggingConfig:
+    """JSONL is always written; ``tensorboard`` needs the tensorboard package."""
+
+    tensorboard: bool = False
+    plot: bool = True
+    progress: bool = True
+
+
+@dataclass
+class TrainConfig:
+    """The whole run (see the module docstring)."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    async_: AsyncConfig = field(default_factory=AsyncConfig)
+    cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ConfigError on values the loop cannot run with."""
+        if self.run.steps < 0 or self.run.checkpoint_every < 0 or self.run.keep_checkpoints < 1:
+            raise ConfigError("need run.steps >= 0, run.checkpoint_every >= 0, keep >= 1")
+        if not self.rollout.harnesses:
+            raise ConfigError("rollout.harnesses is empty")
+        if self.rollout.samples < 1 or self.tasks.tasks_per_step < 1:
+            raise ConfigError("need rollout.samples >= 1 and tasks.tasks_per_step >= 1")
+        if self.algo.name == "grpo" and self.rollout.samples < 2:
+            raise ConfigError("GRPO needs rollout.samples >= 2 (a group)")
+        if self.algo.name not in ("grpo", "ppo"):
+            raise ConfigError(f"algo.name must be 'grpo' or 'ppo', got {self.algo.name!r}")
+        if self.backend.kind not in ("embedded", "sglang"):
+            raise ConfigError("backend.kind must be 'embedded' or 'sglang'")
+        if self.backend.kind == "sglang" and not self.backend.sglang_url:
+            raise ConfigError("backend.kind = 'sglang' needs backend.sglang_url")
+        if self.tasks.family == "path" and not self.tasks.path:
+            raise ConfigError("tasks.family = 'path' needs tasks.path")
+        if self.algo.updates_per_step < 1:
+            raise ConfigError("algo.updates_per_step must be >= 1")
+        if self.async_.max_staleness < 0:
+            raise ConfigError("async.max_staleness must be >= 0")
+        if self.rollout.temperature <= 0:
+            raise ConfigError("rollout.temperature must be > 0 (logprobs at T; see DESIGN.md)")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict with TOML section names (``async`` rather than ``async_``)."""
+        d = dataclasses.asdict(self)
+        d["async"] = d.pop("async_")
+        return d
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
+_SECTIONS: dict[str, type] = {
+    "run": RunConfig,
+    "model": ModelConfig,
+    "backend": BackendConfig,
+    "tasks": TasksConfig,
+    "rollout": RolloutConfig,
+    "algo": AlgoConfig,
+    "async": AsyncConfig,
+    "cold_start": ColdStartConfig,
+    "eval": EvalConfig,
+    "logging": LoggingConfig,
+}
+
+
+def _build(data: dict[str, Any]) -> TrainConfig:
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        cls = _SECTIONS.get(name)
+        if cls is None:
+            raise ConfigError(f"unknown config section [{name}] (known: {sorted(_SECTIONS)})")
+        if not isinstance(value, dict):
+            raise ConfigError(f"[{name}] must be a table")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(value) - known
+        if unknown:
+            raise ConfigError(f"unknown key(s) in [{name}]: {sorted(unknown)} (known: {sorted(known)})")
+        try:
+            section = cls(**value)
+        except TypeError as exc:
+            raise ConfigError(f"[{name}]: {exc}") from exc
+        kwargs["async_" if name == "async" else name] = section
+    return TrainConfig(**kwargs)
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``section.key=value`` overrides (values parsed as TOML) to a raw config dict.
+
+    Raises:
+        ConfigError: an override without ``=`` or without a section.
+    """
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not name:
+            raise ConfigError(f"override {item!r} is not section.key=value")
+        out.setdefault(section, {})[name] = _parse_value(raw.strip())
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a TOML (or a saved ``config.json``) and apply overrides.
+
+    Raises:
+        ConfigError: unreadable file, unknown sections / keys, invalid values.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {p}: {exc}") from exc
+        try:
+            data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{p}: {exc}") from exc
+    return _build(apply_overrides(data, overrides or []))

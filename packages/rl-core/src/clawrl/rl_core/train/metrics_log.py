@@ -1,0 +1,130 @@
+"""Per-step metrics: JSONL (always), TensorBoard (optional), PNG curves (matplotlib)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from clawrl.rl_core.errors import ConfigError
+
+__all__ = ["MetricsLog", "plot_curves", "read_jsonl"]
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file; a torn last line (a killed writer) is skipped."""
+    rows = []
+    p = Path(path)
+    if not p.exists():
+        return rows
+    for line in p.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def _finite(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+class MetricsLog:
+    """Appends one JSON object per line to ``<out>/metrics.jsonl`` (flushed per row) and
+    mirrors numeric values to TensorBoard when ``tensorboard`` is set.
+
+    Raises:
+        ConfigError: TensorBoard requested but the ``tensorboard`` package is missing.
+    """
+
+    def __init__(self, out: str | Path, *, tensorboard: bool = False) -> None:
+        self.path = Path(out) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tb: Any = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:
+                raise ConfigError(
+                    "logging.tensorboard = true needs the tensorboard package"
+                ) from exc
+            self._tb = SummaryWriter(str(Path(out) / "tensorboard"))
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        clean = {k: _finite(v) for k, v in row.items()}
+        with self.path.open("a") as f:
+            f.write(json.dumps(clean, sort_keys=True) + "\n")
+            f.flush()
+        if self._tb is not None:
+            step = int(row.get("step", 0))
+            for k, v in row.items():
+                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                    self._tb.add_scalar(f"{row.get('kind', 'train')}/{k}", v, step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def plot_curves(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    """Draw the run's curves into one PNG: reward per harness and held-out eval reward,
+    pass rate, logprob mismatch, grad norm, entropy / KL, seconds per phase."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [r for r in rows if r.get("kind") == "train"]
+    evals = [r for r in rows if r.get("kind") == "eval"]
+    sft = [r for r in rows if r.get("kind") == "sft"]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    ax = axes[0][0]
+    harnesses = sorted({k.split("/", 1)[1] for r in train for k in r if k.startswith("reward_mean/")})
+    for h in harnesses:
+        xs = [r["step"] for r in train if f"reward_mean/{h}" in r]
+        ax.plot(xs, [r[f"reward_mean/{h}"] for r in train if f"reward_mean/{h}" in r],
+                marker="o", label=f"train reward ({h})")
+    if evals:
+        ax.plot([r["step"] for r in evals], [r["eval_reward"] for r in evals], marker="s",
+                linestyle="--", label="held-out eval reward")
+    ax.set_title("reward")
+    ax.set_xlabel("RL step (0 = after cold start)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.legend(fontsize=8)
+
+    def line(a: Any, key: str, title: str, data: list[dict[str, Any]] = train) -> None:
+        xs = [r["step"] for r in data if r.get(key) is not None]
+        a.plot(xs, [r[key] for r in data if r.get(key) is not None], marker=".", label=key)
+        a.set_title(title)
+        a.set_xlabel("step")
+
+    line(axes[0][1], "pass_rate", "pass rate (reward = 1)")
+    line(axes[0][2], "mean_abs_logprob_diff", "|log π_train − log π_rollout| (mean)")
+    line(axes[1][0], "grad_norm", "grad norm")
+    line(axes[1][1], "entropy", "entropy / KL")
+    line(axes[1][1], "kl", "entropy / KL")
+    axes[1][1].legend(fontsize=8)
+    a = axes[1][2]
+    for ph in ("rollout", "settle", "trees", "update", "sync", "eval"):
+        key = f"time/{ph}"
+        xs = [r["step"] for r in train if key in r]
+        if xs:
+            a.plot(xs, [r[key] for r in train if key in r], marker=".", label=ph)
+    a.set_title("seconds per phase")
+    a.legend(fontsize=8)
+    if sft:
+        axes[1][0].plot([r["sft_step"] for r in sft], [r["loss"] for r in sft], alpha=0.4,
+                        label="cold-start SFT loss (x = SFT step)")
+        axes[1][0].legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out

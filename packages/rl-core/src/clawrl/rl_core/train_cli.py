@@ -1,0 +1,108 @@
+"""``train``: black-box RL of a policy through agent harnesses (see clawrl.rl_core.train).
+
+    uv run train --config examples/quickstart.toml [--algo ppo] [--seed 1] [--steps 8]
+                 [--out runs/x] [--set section.key=value ...] [--resume]
+
+Every configuration value has a default; the resolved configuration is saved as
+``<out>/config.json``. ``--resume`` without ``--config`` continues the run in ``--out``
+with its saved configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="train", description=__doc__.splitlines()[0])
+    p.add_argument("--config", help="TOML run configuration (default: all defaults)")
+    p.add_argument("--algo", choices=("grpo", "ppo"), help="override algo.name")
+    p.add_argument("--seed", type=int, help="override run.seed")
+    p.add_argument("--steps", type=int, help="override run.steps")
+    p.add_argument("--out", help="override run.out (the results directory)")
+    p.add_argument("--set", dest="overrides", action="append", default=[],
+                   metavar="SECTION.KEY=VALUE", help="override any value (TOML syntax)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from <out>/checkpoints/latest")
+    p.add_argument("--no-progress", action="store_true", help="plain log lines")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from clawrl.rl_core.errors import RLCoreError
+    from clawrl.rl_core.train.config import load_config
+
+    overrides = list(args.overrides)
+    for flag, key in ((args.algo, "algo.name"), (args.seed, "run.seed"),
+                      (args.steps, "run.steps"), (args.out, "run.out")):
+        if flag is not None:
+            overrides.append(f"{key}={flag!r}" if isinstance(flag, str) else f"{key}={flag}")
+    config_path = args.config
+    if config_path is None and args.resume and args.out:
+        saved = Path(args.out) / "config.json"
+        if saved.exists():
+            config_path = str(saved)
+    try:
+        cfg = load_config(config_path, overrides)
+    except RLCoreError as exc:
+        print(f"train: config error: {exc}", file=sys.stderr)
+        return 2
+    from rich.console import Console
+
+    console = Console(stderr=False, highlight=False)
+    if args.no_progress or not cfg.logging.progress:
+        say = print
+    else:
+        def say(line: str) -> None:
+            console.log(line)
+
+    import asyncio
+    import json
+
+    from clawrl.rl_core.train.loop import TrainLoop
+
+    loop = TrainLoop(cfg, resume=args.resume, say=say)
+    if cfg.logging.progress and not args.no_progress:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as progress:
+            bar = progress.add_task("rollouts", total=0)
+
+            def on_event(ev: object) -> None:
+                from clawrl.bench import RolloutEvent
+
+                if isinstance(ev, RolloutEvent) and ev.kind in ("started", "finished"):
+                    progress.update(bar, total=ev.total, completed=ev.done)
+                elif isinstance(ev, RolloutEvent) and ev.kind == "message":
+                    console.log(ev.message)
+
+            loop.progress = on_event
+            try:
+                summary = asyncio.run(loop.run())
+            except RLCoreError as exc:
+                console.log(f"train: error: {exc}")
+                return 1
+    else:
+        try:
+            summary = asyncio.run(loop.run())
+        except RLCoreError as exc:
+            print(f"train: error: {exc}", file=sys.stderr)
+            return 1
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

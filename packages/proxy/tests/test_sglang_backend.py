@@ -235,7 +235,7 @@ class _ServerThread:
     def __init__(self, app: Any, port: int | None = None):
         self.port = port or _free_port()
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="error", lifespan="off", ws="none"
+            app, host="127.0.0.1", port=self.port, log_level="critical", lifespan="off", ws="none"
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -323,7 +323,7 @@ async def test_logprob_mismatch_against_transformers(
                 backend,
                 prompt,
                 f"mm-{temperature}-{i}",
-                max_tokens=48,
+                max_tokens=32,
                 temperature=temperature,
                 seed=i,
             )
@@ -351,7 +351,7 @@ async def test_logprob_mismatch_against_transformers(
             "attention_backend": "torch_native",
             "model": model_dir.name,
             "prompts": len(prompts),
-            "max_new_tokens": 48,
+            "max_new_tokens": 32,
             "tokens": len(all_diffs),
             "max_abs": all_diffs[-1],
             "mean_abs": sum(all_diffs) / len(all_diffs),

@@ -16,6 +16,9 @@ command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 # podman --init (the sandboxes' PID 1, reaps orphans) needs catatonit
 [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
+# the SGLang installer (tools/sglang/install.sh) builds a stub libcuda with cc and nm
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v nm >/dev/null 2>&1 || need+=(binutils)
 if [ ${#need[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
     log "installing ${need[*]} (apt-get)"

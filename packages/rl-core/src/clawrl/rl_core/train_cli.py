@@ -55,10 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console(stderr=False, highlight=False)
-    if args.no_progress or not cfg.logging.progress:
-        say = print
-    else:
-        def say(line: str) -> None:
+    plain = args.no_progress or not cfg.logging.progress
+
+    def say(line: str) -> None:
+        if plain:
+            print(line, flush=True)
+        else:
             console.log(line)
 
     import asyncio

@@ -446,9 +446,10 @@ class TrainLoop:
     def _backend(self) -> Any:
         b = self.cfg.backend
         if b.kind == "embedded":
-            from clawrl.proxy import EmbeddedBackend
+            import clawrl.proxy
 
-            return EmbeddedBackend(self.model_dir, device=b.device,
+            embedded: Any = clawrl.proxy.EmbeddedBackend
+            return embedded(self.model_dir, device=b.device,
                                    max_batch_size=b.max_batch_size,
                                    seed=self.cfg.run.seed * 1000 + self.state.next_step,
                                    policy_version=self.state.policy_version)
@@ -599,7 +600,7 @@ class TrainLoop:
         evals = [r for r in rows if r.get("kind") == "eval"]
         first_rl = [e for e in evals if e.get("tag") == "step-0" or
                     str(e.get("tag", "")).startswith("coldstart-")]
-        summary = {
+        summary: dict[str, Any] = {
             "steps": self.state.next_step,
             "policy_version": self.state.policy_version,
             "eval_before_rl": first_rl[-1]["eval_reward"] if first_rl else None,

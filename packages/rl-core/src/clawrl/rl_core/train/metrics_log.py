@@ -15,7 +15,7 @@ __all__ = ["MetricsLog", "plot_curves", "read_jsonl"]
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a JSONL file; a torn last line (a killed writer) is skipped."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     p = Path(path)
     if not p.exists():
         return rows

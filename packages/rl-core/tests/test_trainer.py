@@ -94,3 +94,49 @@ def test_config_errors(tiny_model_factory: Callable[..., Any]) -> None:
         OptimConfig(lr=-1)
     with pytest.raises(ConfigError):
         TrainerConfig(algorithm="dpo")  # type: ignore[arg-type]
+
+
+def test_value_warmup_trains_only_the_value_head(tiny_model_factory: Callable[..., Any],
+                                                 toy_task: Callable[..., Any]) -> None:
+    model = tiny_model_factory(torch.float32, seed=3, vocab=16)
+    cfg = TrainerConfig(algorithm="ppo", optim=OptimConfig(lr=1e-2, weight_decay=0.0),
+                        ppo=PPOConfig(value_warmup_steps=1), token_budget=12)
+    trainer = Trainer(model, cfg)
+    before = {k: v.clone() for k, v in trainer.unwrapped.policy.state_dict().items()}
+    head_before = trainer.unwrapped.value_head.state_dict()["linear.bias"].clone()  # type: ignore[union-attr]
+    trees, rewards = toy_task(model, 4, 1, 0)
+    m = trainer.rl_step(trees, rewards)
+    assert m["num_pieces"] > 1  # the token budget split the batch
+    after = trainer.unwrapped.policy.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert not torch.equal(head_before,
+                           trainer.unwrapped.value_head.state_dict()["linear.bias"])  # type: ignore[union-attr]
+    trees, rewards = toy_task(model, 4, 1, 1)
+    trainer.rl_step(trees, rewards)  # warm-up over: the policy moves
+    after2 = trainer.unwrapped.policy.state_dict()
+    assert not all(torch.equal(before[k], after2[k]) for k in before)
+
+
+def test_separate_critic_and_reference_kl(tiny_model_factory: Callable[..., Any],
+                                          toy_task: Callable[..., Any]) -> None:
+    from clawrl.rl_core import Critic
+
+    model = tiny_model_factory(torch.float32, seed=4, vocab=16)
+    ref = tiny_model_factory(torch.float32, seed=4, vocab=16)
+    critic = Critic(tiny_model_factory(torch.float32, seed=5, vocab=16))
+    cfg = TrainerConfig(algorithm="ppo", optim=OptimConfig(lr=1e-2),
+                        loss=LossConfig(kl_coef=0.1, entropy_coef=0.01))
+    trainer = Trainer(model, cfg, critic=critic, ref_model=ref)
+    assert trainer.unwrapped.value_head is None
+    c_before = critic.head.linear.bias.detach().clone()
+    kls = []
+    for step in range(3):
+        trees, rewards = toy_task(model, 4, 1, step)
+        m = trainer.rl_step(trees, rewards)
+        kls.append(m["kl"])
+        assert m["entropy"] > 0 and m["value_loss"] >= 0
+    assert kls[0] == pytest.approx(0.0, abs=1e-9)  # policy == reference at the start
+    assert kls[-1] > 0
+    assert not torch.equal(c_before, critic.head.linear.bias)
+    # on-policy rollouts from the same weights: trainer and sampler logprobs agree
+    assert m["max_abs_logprob_diff"] < 1e-4

@@ -1,0 +1,362 @@
+"""``bench``: run tasks through agent harnesses against a model, score them, report.
+
+    bench                                   # default slice: 6 built-in tasks (one easy task per
+                                            # category) × {reference harness, oracle}, the
+                                            # embedded tiny model; results in runs/bench-<time>/
+    bench --slice all --harness reference --samples 4 --k 1 2 4
+    bench --task path/to/harbor_task --harness oracle reference
+    bench --model scripted                  # ScriptedBackend: the reference harness is fed each
+                                            # task's oracle as tool calls (a pipeline check)
+    bench --model sglang --sglang-url http://127.0.0.1:30000 --model-dir DIR
+    bench --config bench.toml --concurrency 4
+    bench --list                            # the selected tasks, nothing run
+
+Writes ``results.json`` (summary + every rollout: status, reward, sub-scores, call records,
+workspace diff, harness logs), ``config.json`` (the resolved configuration) and
+``report.html``. Exit codes: 0 done; 2 bad arguments or configuration; 3 every rollout
+failed for infrastructure reasons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from clawrl.bench.config import BenchConfig, ConfigError, load_config
+from clawrl.bench.errors import BenchError
+from clawrl.bench.harnesses import HarnessAdapter, get_harness, harness_names
+from clawrl.bench.loaders import load_builtin_suite, load_suite, load_task
+from clawrl.bench.oracle_script import oracle_completions
+from clawrl.bench.report import summarize, write_results
+from clawrl.bench.runner import (
+    ModelEndpoint,
+    RolloutEvent,
+    RolloutOptions,
+    RolloutResult,
+    RolloutRunner,
+    RolloutSpec,
+    RolloutStatus,
+    local_proxy,
+    plan_rollouts,
+)
+from clawrl.bench.task import CATEGORIES, DIFFICULTIES, Task
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+__all__ = ["main", "select_tasks"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bench",
+        description="Run tasks through agent harnesses in podman sandboxes against a model.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+    )
+    p.add_argument("--config", type=Path, help="TOML file (every key optional)")
+    p.add_argument("--suite", dest="suites", nargs="+", help="'builtin' or suite directories")
+    p.add_argument("--task", dest="tasks", nargs="+", help="task directories (any layout)")
+    p.add_argument("--task-id", dest="task_ids", nargs="+", help="keep only these task ids")
+    p.add_argument(
+        "--slice", choices=["default", "all"], help="default: one easy task per category"
+    )
+    p.add_argument(
+        "--harness", dest="harnesses", nargs="+", help=f"of {', '.join(harness_names())}"
+    )
+    p.add_argument("--model", choices=["embedded", "scripted", "sglang"])
+    p.add_argument("--tokenizer", choices=["byte", "qwen3"], help="default tiny model's tokenizer")
+    p.add_argument("--model-dir", help="HF model directory (default: the tiny default model)")
+    p.add_argument("--sglang-url", help="URL of a running SGLang server (--model sglang)")
+    p.add_argument(
+        "--launch-sglang",
+        action="store_true",
+        default=None,
+        help="start SGLang for the model (--model sglang)",
+    )
+    p.add_argument("--samples", type=int, help="rollouts per task and harness")
+    p.add_argument("--concurrency", type=int, help="rollouts in flight at once")
+    p.add_argument("--max-turns", type=int, help="harness turn limit")
+    p.add_argument("--max-tokens", type=int, help="per-call output cap (0 = none)")
+    p.add_argument("--timeout", dest="agent_timeout_s", type=float, help="agent timeout, s")
+    p.add_argument("--retries", type=int, help="retries after infrastructure failures")
+    p.add_argument("--k", dest="ks", type=int, nargs="+", help="pass@k values")
+    p.add_argument("--output-dir", help="default runs/bench-<timestamp>")
+    p.add_argument("--run-id", help="proxy run id / sandbox label")
+    p.add_argument("--no-html", dest="html", action="store_false", default=None)
+    p.add_argument("--list", action="store_true", help="list the selected tasks and exit")
+    return p
+
+
+def _default_slice(tasks: Sequence[Task]) -> list[Task]:
+    """One task per category: the easiest, then the first id."""
+    rank = {d: i for i, d in enumerate(DIFFICULTIES)}
+    best: dict[str, Task] = {}
+    for t in sorted(tasks, key=lambda t: (rank.get(t.difficulty or "", 9), t.id)):
+        best.setdefault(t.category or "uncategorised", t)
+    order = list(CATEGORIES)
+    return sorted(
+        best.values(), key=lambda t: (order.index(t.category) if t.category in order else 99, t.id)
+    )
+
+
+def select_tasks(cfg: BenchConfig) -> list[Task]:
+    """The tasks a configuration selects: every suite (sliced unless ``task_ids`` are
+    given) plus the explicit task directories, filtered by ``task_ids``.
+
+    Raises:
+        TaskLoadError: a task directory cannot be loaded.
+        ConfigError: a requested task id is not found, or nothing is selected.
+    """
+    selected: list[Task] = []
+    for suite in cfg.suites:
+        loaded = load_builtin_suite() if suite == "builtin" else load_suite(Path(suite))
+        if not cfg.task_ids and cfg.slice == "default":
+            loaded = _default_slice(loaded)
+        selected += loaded
+    selected += [load_task(Path(p)) for p in cfg.tasks]
+    if cfg.task_ids:
+        by_id = {t.id: t for t in selected}
+        missing = [i for i in cfg.task_ids if i not in by_id]
+        if missing:
+            raise ConfigError(f"task ids not found: {', '.join(missing)}")
+        selected = [by_id[i] for i in cfg.task_ids]
+    if not selected:
+        raise ConfigError("no task selected")
+    return selected
+
+
+@contextlib.asynccontextmanager
+async def _model(cfg: BenchConfig, console: Console) -> Any:
+    """Yields (endpoint, scripted backend or None, model description, decode)."""
+    from clawrl.proxy import ChatRenderer, build_default_model
+
+    if cfg.model_dir:
+        model_dir = Path(cfg.model_dir)
+    else:
+        console.print(f"[dim]building / loading the default tiny model ({cfg.tokenizer})…[/dim]")
+        model_dir = Path(await asyncio.to_thread(build_default_model, cfg.tokenizer))
+    renderer = await asyncio.to_thread(ChatRenderer.from_model_dir, model_dir)
+    cleanup: list[Callable[[], None]] = []
+    scripted = None
+    try:
+        if cfg.model == "scripted":
+            from clawrl.proxy import ScriptedBackend
+
+            scripted = ScriptedBackend.from_model_dir(model_dir)
+            backend: Any = scripted
+        elif cfg.model == "sglang":
+            from clawrl.proxy import SGLangBackend, launch_sglang
+
+            url = cfg.sglang_url
+            if cfg.launch_sglang:
+                console.print("[dim]launching SGLang (minutes)…[/dim]")
+                server = await asyncio.to_thread(launch_sglang, model_dir)
+                cleanup.append(server.stop)
+                url = server.url
+            if not url:
+                raise ConfigError("model = sglang needs sglang_url or launch_sglang")
+            backend = SGLangBackend(url)
+        else:
+            from clawrl.proxy import EmbeddedBackend
+
+            console.print("[dim]starting the embedded backend (CPU)…[/dim]")
+            backend = cast(Any, EmbeddedBackend)(model_dir)
+        async with local_proxy(backend, model_dir) as endpoint:
+            yield endpoint, scripted, f"{cfg.model}:{model_dir}", renderer.decode
+    finally:
+        for fn in cleanup:
+            fn()
+
+
+def _progress_printer(
+    progress: Progress, bar: Any, console: Console
+) -> Callable[[RolloutEvent], None]:
+    def on_event(e: RolloutEvent) -> None:
+        if e.kind == "message":
+            console.print(f"[dim]{e.message}[/dim]")
+        elif e.kind == "retry" and e.spec and e.result:
+            console.print(
+                f"[yellow]retry[/yellow] {e.spec.task.id} · {e.spec.harness.name}: {e.result.reason}"
+            )
+        elif e.kind == "finished" and e.result:
+            r = e.result
+            style = "green" if r.status is RolloutStatus.OK else "yellow"
+            if r.status is RolloutStatus.INFRA_ERROR:
+                style = "red"
+            progress.advance(bar)
+            console.print(
+                f"[{style}]{r.status.value:>14}[/{style}] {r.reward:4.2f}  {r.task_id} · {r.harness}"
+                f" #{r.sample_index}  ({r.n_calls} calls, {r.timing.get('total', 0):.1f} s)"
+                + (f"  [dim]{r.reason[:100]}[/dim]" if r.reason else "")
+            )
+
+    return on_event
+
+
+def _print_tables(console: Console, results: Sequence[RolloutResult], cfg: BenchConfig) -> None:
+    summary = summarize(results, cfg.ks, cfg.pass_threshold)
+    t = Table(title="per harness")
+    for col in ("harness", "tasks", "scored", "infra (excluded)", "mean score"):
+        t.add_column(col)
+    for k in cfg.ks:
+        t.add_column(f"pass@{k}")
+    t.add_column("statuses")
+    for name, g in summary.by_harness.items():
+        t.add_row(
+            name,
+            str(g.n_tasks),
+            str(g.n_scored),
+            str(g.n_infra_error),
+            "–" if g.mean_score is None else f"{g.mean_score:.3f}",
+            *["–" if g.pass_at_k.get(k) is None else f"{g.pass_at_k[k]:.3f}" for k in cfg.ks],
+            ", ".join(f"{s} {n}" for s, n in g.status_counts.items()),
+        )
+    rows = Table(title="per task")
+    for col in ("task", "category", "harness", "n", "mean reward", "statuses"):
+        rows.add_column(col)
+    tasks: dict[tuple[str, str], list[RolloutResult]] = {}
+    for r in results:
+        tasks.setdefault((r.task_id, r.harness), []).append(r)
+    for (task_id, harness), rs in sorted(tasks.items()):
+        scored = [r.reward for r in rs if r.status is not RolloutStatus.INFRA_ERROR]
+        rows.add_row(
+            task_id,
+            rs[0].category or "",
+            harness,
+            str(len(rs)),
+            f"{sum(scored) / len(scored):.2f}" if scored else "–",
+            ", ".join(sorted({r.status.value for r in rs})),
+        )
+    console.print(rows)
+    console.print(t)
+
+
+async def _run(
+    cfg: BenchConfig,
+    tasks: list[Task],
+    harnesses: list[HarnessAdapter],
+    out_dir: Path,
+    console: Console,
+) -> int:
+    started = time.time()
+    run_id = cfg.run_id or f"bench-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
+    options = RolloutOptions(
+        max_turns=cfg.max_turns,
+        # the scripted backend's completions (whole oracle scripts) are never cut
+        max_tokens=(cfg.max_tokens or None) if cfg.model != "scripted" else None,
+        agent_timeout_s=cfg.agent_timeout_s or None,
+        retries=cfg.retries,
+    )
+    specs = plan_rollouts(tasks, harnesses, cfg.samples)
+    needs_model = any(h.needs_model for h in harnesses)
+    async with contextlib.AsyncExitStack() as stack:
+        endpoint: ModelEndpoint | None = None
+        scripted = None
+        model_desc, decode = "none", None
+        if needs_model:
+            endpoint, scripted, model_desc, decode = await stack.enter_async_context(
+                _model(cfg, console)
+            )
+
+        async def hook(session: Any, spec: RolloutSpec) -> None:
+            # scripted model: feed the reference harness each task's oracle as tool calls
+            if scripted is not None and spec.harness.name == "reference" and spec.task.solution:
+                with contextlib.suppress(ValueError):
+                    scripted.script(session.session_id, oracle_completions(spec.task))
+
+        with Progress(
+            TextColumn("[bold]rollouts"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
+            bar = progress.add_task("rollouts", total=len(specs))
+            runner = RolloutRunner(
+                endpoint,
+                options,
+                concurrency=cfg.concurrency,
+                run_id=run_id,
+                progress=_progress_printer(progress, bar, console),
+                session_hook=hook,
+            )
+            results = await runner.run(specs)
+    meta = {
+        "run_id": run_id,
+        "started": started,
+        "started_iso": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
+        "duration_s": time.time() - started,
+        "model": model_desc,
+        "harnesses": [h.describe() for h in harnesses],
+        "n_tasks": len(tasks),
+        "n_rollouts": len(results),
+        "argv": sys.argv,
+    }
+    paths = write_results(
+        out_dir,
+        results,
+        config=cfg.model_dump(mode="json") | {"output_dir": str(out_dir), "run_id": run_id},
+        meta=meta,
+        ks=cfg.ks,
+        pass_threshold=cfg.pass_threshold,
+        decode=decode,
+        html=cfg.html,
+    )
+    _print_tables(console, results, cfg)
+    for name, path in paths.items():
+        console.print(f"{name}: {path}")
+    if results and all(r.status is RolloutStatus.INFRA_ERROR for r in results):
+        return 3
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console(stderr=False)
+    overrides = {
+        k: v for k, v in vars(args).items() if k not in {"config", "list"} and v is not None
+    }
+    try:
+        cfg = load_config(args.config, overrides)
+        tasks = select_tasks(cfg)
+        harnesses = [get_harness(n) for n in cfg.harnesses]
+    except (BenchError, ValueError) as exc:
+        console.print(f"[red]bench: {exc}[/red]")
+        return 2
+    if args.list:
+        table = Table(title=f"{len(tasks)} tasks")
+        for col in ("id", "layout", "category", "difficulty", "workspace"):
+            table.add_column(col)
+        for t in tasks:
+            table.add_row(
+                t.id, t.layout.value, t.category_label or "", t.difficulty or "", t.workspace_path
+            )
+        console.print(table)
+        return 0
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(cfg.output_dir or f"runs/bench-{stamp}")
+    console.print(
+        f"bench: {len(tasks)} tasks × {len(harnesses)} harnesses × {cfg.samples} samples "
+        f"→ {out_dir}"
+    )
+    try:
+        return asyncio.run(_run(cfg, tasks, harnesses, out_dir, console))
+    except BenchError as exc:
+        console.print(f"[red]bench: {exc}[/red]")
+        return 2
+    except KeyboardInterrupt:
+        console.print("[red]bench: interrupted[/red]")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""The configuration of a ``bench`` run: one TOML file, every value with a default,
+command-line options override it; the resolved configuration is saved with the results.
+
+Example ``bench.toml`` (all keys optional; these are the defaults)::
+
+    suites = ["builtin"]          # "builtin" or suite directories (each task a sub-directory)
+    tasks = []                    # single task directories (any layout)
+    task_ids = []                 # keep only these ids ([] = the slice below)
+    slice = "default"             # "default": one easy task per category; "all"
+    harnesses = ["reference", "oracle"]
+    model = "embedded"            # embedded | scripted | sglang
+    tokenizer = "byte"            # the default tiny model's tokenizer: byte | qwen3
+    model_dir = ""                # an HF model directory ("" = the default tiny model)
+    sglang_url = ""               # model = "sglang": a running server, or
+    launch_sglang = false         # start one for model_dir
+    samples = 1
+    concurrency = 2
+    max_turns = 4
+    max_tokens = 96               # per-call output cap the harness asks for (0 = none;
+                                  # not applied to model = "scripted")
+    agent_timeout_s = 0           # 0 = each task's own timeout
+    retries = 1                   # infrastructure failures only
+    ks = [1]                      # pass@k
+    pass_threshold = 1.0
+    output_dir = ""               # "" = runs/bench-<timestamp>
+    html = true
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from clawrl.bench.errors import BenchError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["BenchConfig", "ConfigError", "load_config"]
+
+
+class ConfigError(BenchError):
+    """The configuration file or an override is invalid (the message names the key)."""
+
+
+class BenchConfig(BaseModel):
+    """A ``bench`` run's configuration (see the module docstring for the keys)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    suites: list[str] = Field(default_factory=lambda: ["builtin"])
+    tasks: list[str] = Field(default_factory=list)
+    task_ids: list[str] = Field(default_factory=list)
+    slice: Literal["default", "all"] = "default"
+    harnesses: list[str] = Field(default_factory=lambda: ["reference", "oracle"])
+    model: Literal["embedded", "scripted", "sglang"] = "embedded"
+    tokenizer: Literal["byte", "qwen3"] = "byte"
+    model_dir: str = ""
+    sglang_url: str = ""
+    launch_sglang: bool = False
+    samples: int = Field(default=1, ge=1)
+    concurrency: int = Field(default=2, ge=1)
+    max_turns: int = Field(default=4, ge=1)
+    max_tokens: int = Field(default=96, ge=0)
+    agent_timeout_s: float = Field(default=0.0, ge=0)
+    retries: int = Field(default=1, ge=0)
+    ks: list[int] = Field(default_factory=lambda: [1])
+    pass_threshold: float = Field(default=1.0, ge=0.0, le=1.0)
+    output_dir: str = ""
+    run_id: str = ""
+    html: bool = True
+
+
+def load_config(
+    path: Path | str | None = None, overrides: dict[str, Any] | None = None
+) -> BenchConfig:
+    """Defaults ← the TOML file at ``path`` (if any) ← ``overrides`` (``None`` values are
+    ignored: an option not given on the command line keeps the file's value).
+
+    Raises:
+        ConfigError: unreadable TOML, unknown key, or a value of the wrong type / range.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return BenchConfig(**data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration: {problems}") from None

@@ -1,0 +1,58 @@
+"""bench configuration: defaults ← TOML ← command line; task selection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clawrl.bench.cli import select_tasks
+from clawrl.bench.config import BenchConfig, ConfigError, load_config
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_defaults_file_and_overrides(tmp_path: Path) -> None:
+    assert load_config() == BenchConfig()
+    cfg_file = tmp_path / "b.toml"
+    cfg_file.write_text('samples = 3\nharnesses = ["oracle"]\nmax_tokens = 10\n')
+    cfg = load_config(cfg_file, {"samples": 5, "max_tokens": None})
+    assert cfg.samples == 5  # command line wins
+    assert cfg.max_tokens == 10  # an option not given keeps the file's value
+    assert cfg.harnesses == ["oracle"] and cfg.concurrency == BenchConfig().concurrency
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("samples = 0\n", "samples"),
+        ("bogus = 1\n", "bogus"),
+        ('model = "gpt"\n', "model"),
+        ("samples = [\n", "b.toml"),
+    ],
+)
+def test_bad_config_is_a_typed_error(tmp_path: Path, text: str, needle: str) -> None:
+    cfg_file = tmp_path / "b.toml"
+    cfg_file.write_text(text)
+    with pytest.raises(ConfigError, match=needle):
+        load_config(cfg_file)
+
+
+def test_task_selection() -> None:
+    default = select_tasks(BenchConfig())
+    assert len(default) == 6
+    assert len({t.category for t in default}) == 6
+    assert all(t.difficulty == "easy" for t in default)
+    assert len(select_tasks(BenchConfig(slice="all"))) >= 40
+    picked = select_tasks(
+        BenchConfig(
+            suites=[],
+            tasks=[str(FIXTURES / "harbor_greeting"), str(FIXTURES / "clawgym_word_stats")],
+        )
+    )
+    assert [t.layout.value for t in picked] == ["harbor", "clawgym"]
+    only = select_tasks(BenchConfig(task_ids=["ini_parser", "fix_median"]))
+    assert [t.id for t in only] == ["ini_parser", "fix_median"]
+    with pytest.raises(ConfigError, match="nope"):
+        select_tasks(BenchConfig(task_ids=["nope"]))
+    with pytest.raises(ConfigError, match="no task"):
+        select_tasks(BenchConfig(suites=[]))

@@ -31,6 +31,7 @@ client spoke; nothing a client sends produces a 500.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -39,7 +40,7 @@ from typing import Any
 
 import orjson
 from clawrl.proxy import anthropic_messages, openai_chat
-from clawrl.proxy.core import ClientDisconnected, ProxyCore, TrainingSampling
+from clawrl.proxy.core import CallOutcome, ClientDisconnected, ProxyCore, TrainingSampling
 from clawrl.proxy.errors import (
     AuthenticationError,
     NotFoundError,
@@ -55,7 +56,7 @@ from clawrl.proxy.validation import opt_int, opt_number, opt_str, req_list, req_
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 __all__ = ["ProxyApp"]
@@ -139,6 +140,9 @@ class ProxyApp:
             the forwarder's ``http://127.0.0.1:8000``); session URLs are built from it.
         max_body_bytes: larger request bodies get 413.
         admin_token: if set, admin calls need ``Authorization: Bearer <admin_token>``.
+        keepalive_s: a streamed call still generating after this many seconds gets its 200
+            SSE headers and then an SSE comment every ``keepalive_s`` (see
+            :class:`_PseudoStream`).
     """
 
     def __init__(
@@ -148,8 +152,10 @@ class ProxyApp:
         public_base_url: str = "http://127.0.0.1:8000",
         max_body_bytes: int = 32 << 20,
         admin_token: str | None = None,
+        keepalive_s: float = 10.0,
     ):
         self.core = core
+        self.keepalive_s = keepalive_s
         self.public_base_url = public_base_url.rstrip("/")
         self.max_body_bytes = max_body_bytes
         self.admin_token = admin_token
@@ -255,13 +261,19 @@ class ProxyApp:
         session = self._session(request)
         body = await read_json(request, self.max_body_bytes)
         call, include_usage = openai_chat.parse_request(body)
-        outcome = await self.core.run_call(
+        run = self.core.run_call(
             session, call, received=received, disconnected=_disconnect_waiter(request)
         )
+        if call.stream:
+
+            def events(outcome: CallOutcome) -> list[bytes]:
+                self.core.commit(session, outcome, openai_chat.build_response(outcome, call))
+                return openai_chat.stream_events(outcome, call, include_usage)
+
+            return _PseudoStream(asyncio.ensure_future(run), events, "openai", self.keepalive_s)
+        outcome = await run
         response = openai_chat.build_response(outcome, call)
         self.core.commit(session, outcome, response)
-        if call.stream:
-            return _sse(openai_chat.stream_events(outcome, call, include_usage))
         return JSONResponse(response)
 
     async def _messages(self, request: Request) -> Response:
@@ -269,13 +281,20 @@ class ProxyApp:
         session = self._session(request)
         body = await read_json(request, self.max_body_bytes)
         call = anthropic_messages.parse_request(body)
-        outcome = await self.core.run_call(
+        run = self.core.run_call(
             session, call, received=received, disconnected=_disconnect_waiter(request)
         )
+        if call.stream:
+
+            def events(outcome: CallOutcome) -> list[bytes]:
+                response = anthropic_messages.build_response(outcome, call)
+                self.core.commit(session, outcome, response)
+                return anthropic_messages.stream_events(outcome, call)
+
+            return _PseudoStream(asyncio.ensure_future(run), events, "anthropic", self.keepalive_s)
+        outcome = await run
         response = anthropic_messages.build_response(outcome, call)
         self.core.commit(session, outcome, response)
-        if call.stream:
-            return _sse(anthropic_messages.stream_events(outcome, call))
         return JSONResponse(response)
 
     async def _count_tokens(self, request: Request) -> Response:
@@ -453,13 +472,82 @@ def _disconnect_waiter(request: Request) -> Callable[[], Awaitable[None]]:
     return wait
 
 
-def _sse(events: list[bytes]) -> Response:
-    async def gen() -> AsyncIterator[bytes]:
-        for e in events:
-            yield e
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 
-    return StreamingResponse(
-        gen(),
-        media_type="text/event-stream",
-        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-    )
+
+class _PseudoStream(Response):
+    """A streamed answer whose generation is buffered whole before anything is parsed
+    (pseudo-streaming, REFERENCE.md).
+
+    If the generation ends within ``keepalive_s``, the client gets an ordinary response: the
+    SSE events, or the typed error with its HTTP status. A longer generation first commits a
+    200 SSE response and sends an SSE comment (``: keep-alive``) every ``keepalive_s`` so that
+    clients with idle timeouts wait; an error after that is sent as the API's SSE error event.
+    A client disconnect is handled by the call itself (the generation is aborted and
+    recorded).
+    """
+
+    def __init__(
+        self,
+        task: asyncio.Future[CallOutcome],
+        events: Callable[[CallOutcome], list[bytes]],
+        shape: str,
+        keepalive_s: float,
+    ):
+        self.task = task
+        self.events = events
+        self.shape = shape
+        self.keepalive_s = keepalive_s
+        self.background = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        started = False
+
+        async def start() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+
+        try:
+            while True:
+                done, _ = await asyncio.wait({self.task}, timeout=self.keepalive_s)
+                if done:
+                    break
+                await start()
+                await send(
+                    {"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True}
+                )
+            try:
+                chunks = self.events(self.task.result())
+            except ClientDisconnected:
+                if not started:
+                    await Response(status_code=499)(scope, receive, send)
+                return
+            except Exception as exc:  # noqa: BLE001 - typed below; never a bare 500
+                e = exc if isinstance(exc, ProxyError) else ProxyError("internal error")
+                if not isinstance(exc, ProxyError):
+                    log.error("unhandled error in a streamed call", exc_info=exc)
+                if not started:
+                    await _error(e, self.shape)(scope, receive, send)
+                    return
+                chunks = [_sse_error(e, self.shape)]
+            await start()
+            for chunk in chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            return  # the client went away while we were sending; the call is recorded
+        finally:
+            if not self.task.done():
+                self.task.cancel()
+
+
+def _sse_error(err: ProxyError, shape: str) -> bytes:
+    if shape == "anthropic":
+        return b"event: error\ndata: " + orjson.dumps(anthropic_error_body(err)) + b"\n\n"
+    return b"data: " + orjson.dumps(openai_error_body(err)) + b"\n\n"

@@ -48,6 +48,7 @@ class ServerConfig:
     max_body_bytes: int = 32 << 20
     body_capture_limit: int = 1 << 20
     admin_token: str | None = None
+    keepalive_s: float = 10.0
     log_level: str = "warning"
 
     def base_url(self) -> str:
@@ -74,6 +75,7 @@ def build_proxy_app(
         public_base_url=config.base_url(),
         max_body_bytes=config.max_body_bytes,
         admin_token=config.admin_token,
+        keepalive_s=config.keepalive_s,
     )
 
 

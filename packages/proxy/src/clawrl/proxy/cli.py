@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
         default=64,
         help="null backend (benchmark fixture): completion length in tokens",
     )
+    s.add_argument(
+        "--keepalive",
+        type=float,
+        default=10.0,
+        help="seconds before a still-generating streamed call gets SSE keep-alive comments",
+    )
     s.add_argument("--log-level", default="warning")
     return p
 
@@ -139,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             public_base_url=args.public_base_url,
             served_model=args.served_model_name,
             max_body_bytes=int(args.max_body_mb * (1 << 20)),
+            keepalive_s=args.keepalive,
             log_level=args.log_level,
         )
         server = ProxyServer(build_proxy_app(renderer, backend, config), config)

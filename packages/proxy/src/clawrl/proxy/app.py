@@ -528,7 +528,7 @@ class _PseudoStream(Response):
                 if not started:
                     await Response(status_code=499)(scope, receive, send)
                 return
-            except Exception as exc:  # noqa: BLE001 - typed below; never a bare 500
+            except Exception as exc:
                 e = exc if isinstance(exc, ProxyError) else ProxyError("internal error")
                 if not isinstance(exc, ProxyError):
                     log.error("unhandled error in a streamed call", exc_info=exc)

@@ -9,6 +9,8 @@ from clawrl.ise_synth.embeddings import (
     Embedder,
     SentenceTransformerEmbedder,
     TfidfEmbedder,
+    default_mpnet_dir,
+    fetch_mpnet,
     load_embedder,
 )
 from clawrl.ise_synth.errors import EmbeddingError, IseSynthError, RenderError, TaxonomyError
@@ -53,7 +55,9 @@ __all__ = [
     "dedup_exact",
     "dedup_intents",
     "dedup_near",
+    "default_mpnet_dir",
     "entropy_exp",
+    "fetch_mpnet",
     "generate_intents",
     "llm_messages",
     "load_embedder",

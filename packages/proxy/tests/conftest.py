@@ -44,35 +44,16 @@ def proxy(renderer: Any, scripted: Any, tmp_path: Path) -> Iterator[Any]:
 
 
 class LiveProxy:
-    """A ProxyServer running uvicorn in a background thread on unix sockets."""
+    """A ProxyServer serving from a background thread on unix sockets."""
 
     def __init__(self, app: Any, config: Any):
-        import asyncio
-        import threading
-        import time
-
         from clawrl.proxy import ProxyServer
 
         self.app = app
         self.config = config
         self._clients: list[Any] = []
         self.server = ProxyServer(app, config)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        deadline = time.time() + 120
-        while not self.server.started.is_set():
-            if not self._thread.is_alive():
-                raise RuntimeError("the proxy server failed to start")
-            if time.time() > deadline:
-                raise TimeoutError("the proxy server did not start")
-            time.sleep(0.02)
-
-    def _run(self) -> None:
-        import asyncio
-
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self.server.serve())
+        self.server.start_in_thread()
 
     @property
     def socket(self) -> str:
@@ -96,10 +77,7 @@ class LiveProxy:
     def stop(self) -> None:
         for c in self._clients:
             c.close()
-        self._loop.call_soon_threadsafe(self.server.stop)
-        self._thread.join(timeout=30)
-        if not self._loop.is_closed():
-            self._loop.close()
+        self.server.stop_thread()
 
 
 @pytest.fixture

@@ -29,6 +29,10 @@ def test_sessions_records_and_close(live_factory: Any, scripted: Any) -> None:
         assert s.openai_base_url == f"http://127.0.0.1:8000/s/{s.session_id}/v1"
         assert s.anthropic_base_url == f"http://127.0.0.1:8000/s/{s.session_id}"
         assert s.capture_path and s.capture_path.endswith(f"run-1/{s.session_id}.jsonl")
+        tcp = admin.create_session(public_base_url="http://127.0.0.1:9999/")
+        assert tcp.openai_base_url == f"http://127.0.0.1:9999/s/{tcp.session_id}/v1"
+        with pytest.raises(ProxyAdminError):
+            admin.create_session(public_base_url="ftp://x")
         other = admin.create_session(run_id="run-1")
         assert other.session_id != s.session_id and other.api_key != s.api_key
         assert len(s.session_id) >= 32 and len(s.api_key) >= 40

@@ -342,8 +342,8 @@ class ProxyApp:
 
         return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
-    def session_info(self, session: Session) -> dict[str, Any]:
-        base = self.public_base_url
+    def session_info(self, session: Session, base_url: str | None = None) -> dict[str, Any]:
+        base = (base_url or self.public_base_url).rstrip("/")
         return {
             **session.describe(),
             "api_key": session.api_key,
@@ -368,6 +368,11 @@ class ProxyApp:
     async def _create_session(self, request: Request) -> Response:
         body = req_obj(await read_json(request, self.max_body_bytes), "body")
         meta = body.get("metadata")
+        base_url = opt_str(body.get("public_base_url"), "public_base_url")
+        if base_url is not None and not base_url.startswith(("http://", "https://")):
+            raise ProxyRequestError(
+                "public_base_url must be an http(s) URL", param="public_base_url"
+            )
         try:
             session = self.core.sessions.create(
                 run_id=opt_str(body.get("run_id"), "run_id") or "default",
@@ -378,7 +383,7 @@ class ProxyApp:
             )
         except ValueError as e:
             raise ProxyRequestError(str(e), param="run_id") from e
-        return JSONResponse(self.session_info(session), status_code=201)
+        return JSONResponse(self.session_info(session, base_url), status_code=201)
 
     async def _list_sessions(self, request: Request) -> Response:
         return JSONResponse({"sessions": [s.describe() for s in self.core.sessions.all()]})

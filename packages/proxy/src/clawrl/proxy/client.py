@@ -78,8 +78,10 @@ def _session_body(
     harness: str | None,
     group_id: str | None,
     metadata: dict[str, Any] | None,
+    public_base_url: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "public_base_url": public_base_url,
         "run_id": run_id,
         "task_id": task_id,
         "harness": harness,
@@ -133,9 +135,15 @@ class AdminClient:
         harness: str | None = None,
         group_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        public_base_url: str | None = None,
     ) -> SessionInfo:
-        """A new session; its capture file is ``<capture_dir>/<run_id>/<session_id>.jsonl``."""
-        body = _session_body(run_id, task_id, harness, group_id, metadata)
+        """A new session; its capture file is ``<capture_dir>/<run_id>/<session_id>.jsonl``.
+
+        ``public_base_url`` overrides the base of the returned URLs for this session (e.g.
+        ``http://127.0.0.1:<port>`` for a harness on the host reaching the TCP listener);
+        default: the proxy's ``--public-base-url`` (the in-sandbox forwarder address).
+        """
+        body = _session_body(run_id, task_id, harness, group_id, metadata, public_base_url)
         return SessionInfo.from_json(_check(self._http.post("/sessions", json=body)))
 
     def close_session(self, session_id: str) -> dict[str, Any]:
@@ -222,8 +230,9 @@ class AsyncAdminClient:
         harness: str | None = None,
         group_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        public_base_url: str | None = None,
     ) -> SessionInfo:
-        body = _session_body(run_id, task_id, harness, group_id, metadata)
+        body = _session_body(run_id, task_id, harness, group_id, metadata, public_base_url)
         return SessionInfo.from_json(_check(await self._http.post("/sessions", json=body)))
 
     async def close_session(self, session_id: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,7 +123,9 @@ class ProxyServer:
         self.app = app
         self.config = config
         self._servers: list[_Server] = []
-        self.started = asyncio.Event()
+        self.started = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._thread_loop: asyncio.AbstractEventLoop | None = None
 
     async def serve(self) -> None:
         cfg = self.config
@@ -160,7 +163,8 @@ class ProxyServer:
             if any(t.done() for t in tasks):
                 break
             await asyncio.sleep(0.01)
-        self.started.set()
+        if all(s.started for s in self._servers):
+            self.started.set()
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -176,6 +180,48 @@ class ProxyServer:
     def stop(self) -> None:
         for s in self._servers:
             s.should_exit = True
+
+    def start_in_thread(self, timeout: float = 120.0) -> None:
+        """Serve from a daemon thread with its own event loop; returns once both apps listen.
+
+        For tests and programs that drive the proxy from the same process (bench, the RL
+        loop). Stop with :meth:`stop_thread`.
+
+        Raises:
+            RuntimeError: the server failed to start; TimeoutError: not listening in time.
+        """
+        import time
+
+        loop = asyncio.new_event_loop()
+        self._thread_loop = loop
+
+        def target() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.serve())
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=target, name="clawrl-proxy", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.started.is_set():
+            if not self._thread.is_alive():
+                raise RuntimeError("the proxy server failed to start")
+            if time.monotonic() > deadline:
+                raise TimeoutError("the proxy server did not start in time")
+            time.sleep(0.02)
+
+    def stop_thread(self, timeout: float = 30.0) -> None:
+        """Stop a server started with :meth:`start_in_thread` and wait for its thread."""
+        thread = getattr(self, "_thread", None)
+        if thread is None:
+            return
+        loop = self._thread_loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.stop)
+        thread.join(timeout)
+        self._thread = None
 
     def run(self) -> None:
         """Serve until SIGINT / SIGTERM (on uvloop when installed)."""

@@ -230,7 +230,13 @@ class ProxyCore:
         build = self.build_prompt(session, call)
         prompt_ids = build.ids
         vocab = self.backend.vocab_size
-        if prompt_ids and (min(prompt_ids) < 0 or max(prompt_ids) >= vocab):
+        # Rendered ids lie below the tokenizer's size and spliced ids came from the backend,
+        # so the scan is needed only when the tokenizer is larger than the model's vocabulary.
+        if (
+            self.renderer.vocab_size > vocab
+            and prompt_ids
+            and (min(prompt_ids) < 0 or max(prompt_ids) >= vocab)
+        ):
             bad = [t for t in prompt_ids if not 0 <= t < vocab]
             raise ProxyRequestError(
                 f"the prompt has token ids outside the backend's vocabulary: {bad[:3]}"

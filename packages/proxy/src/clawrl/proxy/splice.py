@@ -171,13 +171,20 @@ class CallHistory:
     def __init__(self) -> None:
         self._calls: list[tuple[str, np.ndarray]] = []
         self.anchor: list[int] | None = None
+        self._last: tuple[list[int], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self._calls)
 
     def add(self, call_id: str, prompt_ids: list[int], completion_ids: list[int]) -> None:
-        seq = np.frombuffer(array("q", prompt_ids + completion_ids), dtype=np.int64)
-        self._calls.append((call_id, seq))
+        cached = self._last
+        if cached is not None and cached[0] is prompt_ids and len(cached[1]) == len(prompt_ids):
+            head = cached[1]  # converted by relation() for this very prompt
+        else:
+            head = np.frombuffer(array("q", prompt_ids), dtype=np.int64)
+        tail = np.frombuffer(array("q", completion_ids), dtype=np.int64)
+        self._calls.append((call_id, np.concatenate([head, tail])))
+        self._last = None
 
     def relation(self, prompt_ids: list[int], spliced: bool) -> dict[str, Any]:
         """``{kind, parent_call_id, diverged_at}`` of a new prompt (see module docstring).
@@ -190,6 +197,7 @@ class CallHistory:
         if not self._calls:
             return {"kind": "first", "parent_call_id": None, "diverged_at": None}
         new = np.frombuffer(array("q", prompt_ids), dtype=np.int64)
+        self._last = (prompt_ids, new)
         m = len(new)
         # Longest contained call: visit calls by decreasing length (latest first on ties).
         order = sorted(

@@ -75,9 +75,12 @@ def make_model(gpu: bool, attn: str, vocab: int) -> Any:
                           head_dim=128, max_position_embeddings=40960, tie_word_embeddings=True,
                           attn_implementation=attn)
     else:
-        cfg = Qwen3Config(vocab_size=vocab, hidden_size=128, intermediate_size=512,
-                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                          head_dim=32, max_position_embeddings=8192, tie_word_embeddings=False,
+        # 2 layers, small vocabulary, but Qwen3-0.6B's MLP-to-attention cost ratio (MLP FLOPs
+        # per token 6·h·i vs attention 4·L·(heads·head_dim): 6·512·1536 / (4·512) = 2304 per
+        # context token, as 6·1024·3072 / (4·2048) for the real model)
+        cfg = Qwen3Config(vocab_size=vocab, hidden_size=512, intermediate_size=1536,
+                          num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
+                          head_dim=64, max_position_embeddings=8192, tie_word_embeddings=False,
                           attn_implementation=attn)
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(cfg)

@@ -24,7 +24,7 @@ import torch
 from accelerate import Accelerator
 from clawrl.prefixtree import PackedTree
 from clawrl.rl_core.checkpoint import load_checkpoint, save_checkpoint
-from clawrl.rl_core.config import TrainerConfig
+from clawrl.rl_core.config import Aggregation, TrainerConfig
 from clawrl.rl_core.errors import ConfigError
 from clawrl.rl_core.forward import TreeModel
 from clawrl.rl_core.packing import TreeBatch, split_by_token_budget
@@ -175,16 +175,21 @@ class Trainer:
         stats["num_pieces"] = float(len(pieces))
         return {**stats, **prepared.metrics}
 
-    def sft_step(self, trees: Sequence[PackedTree]) -> dict[str, float]:
-        """One SFT optimiser step: NLL of the trainable (assistant) tokens, aggregated by
-        ``config.loss.aggregation`` ("unique_token_mean" counts a shared token once)."""
+    def sft_step(self, trees: Sequence[PackedTree], *,
+                 aggregation: Aggregation = "unique_token_mean") -> dict[str, float]:
+        """One SFT optimiser step: NLL of the trainable (assistant) tokens.
+
+        ``aggregation`` defaults to "unique_token_mean": each assistant token counts once
+        even where several leaves share it (see :func:`clawrl.rl_core.aggregation_weights`).
+        """
         cfg = self.config
+        loss_cfg = dataclasses.replace(cfg.loss, aggregation=aggregation)
         batch = TreeBatch.from_trees(trees)
         pieces = split_by_token_budget(batch, cfg.token_budget)
         self.model.train()
-        prepared = prepare_sft(batch, cfg.loss)
+        prepared = prepare_sft(batch, loss_cfg)
         self.optimizer.zero_grad(set_to_none=True)
-        stats = loss_backward(self.model, batch, pieces, prepared, None, loss_cfg=cfg.loss,
+        stats = loss_backward(self.model, batch, pieces, prepared, None, loss_cfg=loss_cfg,
                               chunk_size=cfg.chunk_size, backward=self.accelerator.backward)
         lr = float(self.scheduler.get_last_lr()[0])
         stats["grad_norm"] = self._optimizer_step()

@@ -91,15 +91,16 @@ class SpliceMemory:
     def remember(self, key: bytes, generation: Generation) -> None:
         self._by_key.setdefault(key, []).append(generation)
 
-    def lookup(self, key: bytes, context_ids: list[int]) -> Generation | None:
-        """The generation for ``key``: preferably one whose prompt equals ``context_ids``
-        plus the generation prompt (the same place in the conversation), else the latest."""
+    def lookup(self, key: bytes, expected_prompt: list[int]) -> Generation | None:
+        """The generation for ``key``: preferably one whose prompt is ``expected_prompt``
+        (the same place in the conversation: the ids so far plus the generation prompt),
+        else the latest."""
         gens = self._by_key.get(key)
         if not gens:
             return None
-        n = len(context_ids)
+        n = len(expected_prompt)
         for g in reversed(gens):
-            if len(g.prompt_ids) >= n and list(g.prompt_ids[:n]) == context_ids:
+            if len(g.prompt_ids) == n and list(g.prompt_ids) == expected_prompt:
                 return g
         return gens[-1]
 
@@ -144,7 +145,7 @@ def build_prompt(
         role = messages[u.first].get("role", "") if 0 <= u.first < len(messages) else ""
         if memory is not None and u.first == u.last and role == "assistant":
             msg = messages[u.first]
-            gen = memory.lookup(message_key(msg), out.ids)
+            gen = memory.lookup(message_key(msg), out.ids + renderer.generation_prompt_ids)
             idx = u.text.rfind(end_text) if end_text else -1
             if gen is not None and u.text.startswith(gp) and idx >= 0:
                 comp = list(gen.completion_ids)

@@ -135,16 +135,24 @@ async def test_async_client(live_factory: Any, scripted: Any) -> None:
 def test_admin_token_and_tcp(live_factory: Any, scripted: Any) -> None:
     import socket as so
 
-    with so.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    live = live_factory(scripted, admin_token="secret", admin_port=port)
-    with AdminClient(base_url=f"http://127.0.0.1:{port}", token="secret") as admin:
-        s = admin.create_session()
+    ports = []
+    for _ in range(2):
+        with so.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            ports.append(sk.getsockname()[1])
+    live = live_factory(scripted, admin_token="secret", admin_port=ports[0], port=ports[1])
+    with AdminClient(base_url=f"http://127.0.0.1:{ports[0]}", token="secret") as admin:
+        s = admin.create_session(public_base_url=f"http://127.0.0.1:{ports[1]}")
     with (
-        AdminClient(base_url=f"http://127.0.0.1:{port}", token=s.api_key) as bad,
+        AdminClient(base_url=f"http://127.0.0.1:{ports[0]}", token=s.api_key) as bad,
         pytest.raises(ProxyAdminError) as e,
     ):
         bad.create_session()
     assert e.value.status == 401
-    assert live is not None
+    # the model API on TCP, with the SDK's own HTTP client
+    import openai
+
+    with openai.OpenAI(base_url=s.openai_base_url, api_key=s.api_key) as client:
+        r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    assert r.choices[0].message.content == "Done."
+    assert live.server.started.is_set()

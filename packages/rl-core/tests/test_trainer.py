@@ -140,3 +140,16 @@ def test_separate_critic_and_reference_kl(tiny_model_factory: Callable[..., Any]
     assert not torch.equal(c_before, critic.head.linear.bias)
     # on-policy rollouts from the same weights: trainer and sampler logprobs agree
     assert m["max_abs_logprob_diff"] < 1e-4
+
+
+def test_rl_step_rejects_bad_rewards(tiny_model_factory: Callable[..., Any],
+                                     toy_task: Callable[..., Any]) -> None:
+    model = tiny_model_factory(torch.float32, vocab=16)
+    trainer = Trainer(model, TrainerConfig())
+    trees, rewards = toy_task(model, 2, 2, 0)
+    missing = dict(list(rewards.items())[1:])
+    with pytest.raises(ConfigError, match="no reward"):
+        trainer.rl_step(trees, missing)
+    with pytest.raises(ConfigError, match="finite"):
+        trainer.rl_step(trees, {k: float("nan") for k in rewards})
+    assert trainer.step == 0

@@ -24,7 +24,7 @@ from clawrl.rl_core.corrections import (
     ratio_mask,
     truncated_importance_weights,
 )
-from clawrl.rl_core.errors import ConfigError
+from clawrl.rl_core.errors import ConfigError, PackingError
 from clawrl.rl_core.forward import TreeForwardOutput, TreeModel, tree_forward
 from clawrl.rl_core.losses import (
     aggregation_weights,
@@ -177,7 +177,8 @@ def prepare_rl(
         current_version: the trainer's policy version (staleness metric).
 
     Raises:
-        ConfigError: a rollout without a reward, or an unknown algorithm.
+        ConfigError: a rollout without a reward, a non-finite reward, an unknown algorithm.
+        PackingError: a non-finite rollout logprob.
     """
     loss_cfg = loss_cfg or LossConfig()
     grpo_cfg = grpo_cfg or GRPOConfig()
@@ -187,6 +188,10 @@ def prepare_rl(
     if missing:
         raise ConfigError(f"no reward for rollouts {sorted(missing)[:5]}")
     traj_reward = np.asarray([rewards[t.rollout_id] for t in batch.trajectories], np.float64)
+    if not np.all(np.isfinite(traj_reward)):
+        raise ConfigError("rewards must be finite (a failed verification is 0, not NaN)")
+    if not np.all(np.isfinite(batch.mem_logprob)):
+        raise PackingError("rollout logprobs (mem_logprob) must be finite")
     inc = _included(batch, loss_cfg)
     tg = _traj_groups(batch, grpo_cfg.group_key)
     if groups is not None:

@@ -33,7 +33,8 @@ def _fixtures() -> list[Path]:
     return [
         f
         for f in files
-        if json.loads(f.read_text())["path"] in ("/v1/chat/completions", "/v1/messages")
+        if json.loads(f.read_text())["path"]
+        in ("/v1/chat/completions", "/v1/messages", "/v1/responses")
     ]
 
 
@@ -84,6 +85,9 @@ def test_harness_request_is_accepted(inproc: Any, path: Path) -> None:
         assert r.headers["content-type"].startswith("text/event-stream")
         if doc["path"] == "/v1/messages":
             assert "event: message_stop" in r.text
+        elif doc["path"] == "/v1/responses":
+            assert r.text.rstrip().split("\n")[0] == "event: response.created"
+            assert "event: response.completed" in r.text
         else:
             assert r.text.rstrip().endswith("data: [DONE]")
     else:
@@ -118,6 +122,14 @@ def _generated_text(resp_path: Path) -> str:
                     fn = tc.get("function") or {}
                     part["name"] += fn.get("name") or ""
                     part["args"] += fn.get("arguments") or ""
+        elif ev.get("type") == "response.output_item.done":  # Responses API
+            item = ev["item"]
+            if item["type"] == "reasoning":
+                reasoning += "".join(s["text"] for s in item.get("summary") or [])
+            elif item["type"] == "message":
+                content += "".join(c.get("text", "") for c in item["content"])
+            elif item["type"] == "function_call":
+                tool_parts[len(tool_parts)] = {"name": item["name"], "args": item["arguments"]}
         elif ev.get("type") == "content_block_start" and ev["content_block"]["type"] == "tool_use":
             tool_parts[ev["index"]] = {"name": ev["content_block"]["name"], "args": ""}
         elif ev.get("type") == "content_block_delta":
@@ -148,8 +160,9 @@ def test_harness_echo_relations(inproc: Any, renderer: Any, folder: str) -> None
     kinds = [r["prompt_relation"]["kind"] for r in recs]
     assert kinds[0] == "first"
     print(folder, kinds, [r["prompt_relation"]["diverged_at"] for r in recs])
-    if folder.startswith("openclaw"):
-        # OpenClaw moves its internal-context user message to the end every turn: a real
+    if folder.startswith("openclaw") and folder != "openclaw-openai-responses":
+        # OpenClaw moves its internal-context user message to the end every turn (not in its
+        # Responses mode, where it drops item ids and rewrites call ids instead): a real
         # history change, so the prompt diverges exactly where that message used to be.
         for prev, rec in itertools.pairwise(recs):
             at = rec["prompt_relation"]["diverged_at"]

@@ -9,6 +9,7 @@ needs the session's key, as ``Authorization: Bearer <key>`` or ``x-api-key: <key
     POST     /s/{sid}/v1/chat/completions        OpenAI Chat Completions
     POST     /s/{sid}/v1/messages                Anthropic Messages (?beta=true tolerated)
     POST     /s/{sid}/v1/messages/count_tokens   Anthropic token count
+    POST     /s/{sid}/v1/responses               OpenAI Responses
 
 *Admin app* (its own socket/port, never mounted into sandboxes; optional bearer token)::
 
@@ -39,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
-from clawrl.proxy import anthropic_messages, openai_chat
+from clawrl.proxy import anthropic_messages, openai_chat, openai_responses
 from clawrl.proxy.core import CallOutcome, ClientDisconnected, ProxyCore, TrainingSampling
 from clawrl.proxy.errors import (
     AuthenticationError,
@@ -189,6 +190,7 @@ class ProxyApp:
             Route("/s/{sid}/v1/models", _guard("openai", self._session_models), methods=["GET"]),
             Route("/s/{sid}/v1/chat/completions", _guard("openai", self._chat), methods=["POST"]),
             Route("/s/{sid}/v1/messages", _guard("anthropic", self._messages), methods=["POST"]),
+            Route("/s/{sid}/v1/responses", _guard("responses", self._responses), methods=["POST"]),
             Route(
                 "/s/{sid}/v1/messages/count_tokens",
                 _guard("anthropic", self._count_tokens),
@@ -294,6 +296,27 @@ class ProxyApp:
             return _PseudoStream(asyncio.ensure_future(run), events, "anthropic", self.keepalive_s)
         outcome = await run
         response = anthropic_messages.build_response(outcome, call)
+        self.core.commit(session, outcome, response)
+        return JSONResponse(response)
+
+    async def _responses(self, request: Request) -> Response:
+        received = time.time()
+        session = self._session(request)
+        body = await read_json(request, self.max_body_bytes)
+        call = openai_responses.parse_request(body)
+        run = self.core.run_call(
+            session, call, received=received, disconnected=_disconnect_waiter(request)
+        )
+        if call.stream:
+
+            def events(outcome: CallOutcome) -> list[bytes]:
+                response = openai_responses.build_response(outcome, call)
+                self.core.commit(session, outcome, response)
+                return openai_responses.stream_events(outcome, call)
+
+            return _PseudoStream(asyncio.ensure_future(run), events, "responses", self.keepalive_s)
+        outcome = await run
+        response = openai_responses.build_response(outcome, call)
         self.core.commit(session, outcome, response)
         return JSONResponse(response)
 
@@ -555,4 +578,6 @@ class _PseudoStream(Response):
 def _sse_error(err: ProxyError, shape: str) -> bytes:
     if shape == "anthropic":
         return b"event: error\ndata: " + orjson.dumps(anthropic_error_body(err)) + b"\n\n"
+    if shape == "responses":
+        return openai_responses.error_event(err)
     return b"data: " + orjson.dumps(openai_error_body(err)) + b"\n\n"

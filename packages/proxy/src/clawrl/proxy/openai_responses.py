@@ -1,0 +1,555 @@
+"""OpenAI Responses on the wire: request -> :class:`ChatCall`, outcome -> response / SSE.
+
+Input: ``instructions`` (a system message first), ``input`` as a string (one user message)
+or a list of items —
+
+- ``message`` items (``type`` may be omitted) with role ``system`` / ``developer`` (both
+  become system messages), ``user``, ``assistant``; content a string or parts
+  (``input_text``, ``output_text``, ``text``, ``refusal``; images and files -> typed 400);
+- ``reasoning`` items -> the assistant turn's reasoning: the exact text is read back from
+  ``encrypted_content`` when it is one this proxy issued, else from ``content``
+  (``reasoning_text`` parts) or ``summary`` (``summary_text`` parts);
+- ``function_call`` -> an assistant tool call; ``function_call_output`` -> a tool message;
+  consecutive reasoning / assistant message / function_call items form one assistant turn;
+- ``item_reference`` and built-in tool call items (``web_search_call``, …) are skipped.
+
+Tools: ``function`` tools (flat: ``name``, ``description``, ``parameters``) are offered to the
+model. Built-in tool types (``web_search``, ``file_search``, ``computer_use_preview``,
+``code_interpreter``, ``image_generation``, ``mcp``, ``local_shell``), ``custom`` (free-form
+grammar) tools and ``namespace`` groups are accepted and **not offered** to the model (it
+cannot call what the harness would have to execute server-side, and a namespace's nested
+tools would need the harness's own dispatch names); they stay in the recorded request.
+
+Tolerated and ignored: ``store``, ``include``, ``prompt_cache_key``, ``client_metadata``,
+``metadata``, ``reasoning``, ``parallel_tool_calls``, ``previous_response_id`` (this proxy
+keeps no server-side conversation state; the full input is expected), ``text``,
+``truncation``, ``service_tier``, ``user``, ``safety_identifier`` and any unknown field.
+``max_output_tokens`` caps the completion; ``tool_choice: "none"`` returns tool-call markup
+as text.
+
+Output: a ``reasoning`` item (``summary`` and ``content`` hold the text; ``encrypted_content``
+= ``clawrl:<call_id>:<base64 text>`` so an echo maps back to the exact generation), a
+``message`` item with one ``output_text`` part, one ``function_call`` item per tool call
+(``call_id`` = ``call_<hex>``, ``id`` = ``fc_<hex>``, ``arguments`` a JSON string). Streamed
+as the Responses SSE events (``response.created`` … ``response.completed``, each with
+``sequence_number``); errors after the 200 as an ``error`` event.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from typing import Any
+
+import orjson
+from clawrl.proxy.core import CallOutcome, ChatCall
+from clawrl.proxy.errors import ProxyError, ProxyRequestError, UnsupportedParameterError
+from clawrl.proxy.validation import (
+    opt_bool,
+    opt_int,
+    opt_number,
+    opt_str,
+    req_list,
+    req_obj,
+    req_str,
+)
+
+__all__ = [
+    "build_response",
+    "decode_reasoning_token",
+    "encode_reasoning_token",
+    "error_event",
+    "parse_request",
+    "stream_events",
+]
+
+_TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "reasoning_text"}
+_UNSUPPORTED_PARTS = {"input_image", "input_file", "input_audio", "image_url", "image", "file"}
+_SKIPPED_ITEMS = {
+    "item_reference",
+    "web_search_call",
+    "file_search_call",
+    "computer_call",
+    "computer_call_output",
+    "code_interpreter_call",
+    "image_generation_call",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "local_shell_call",
+    "local_shell_call_output",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "compaction",
+}
+_TOKEN_PREFIX = "clawrl:"
+
+
+def encode_reasoning_token(call_id: str, reasoning: str) -> str:
+    """The ``encrypted_content`` of a reasoning item: ``clawrl:<call_id>:<base64 utf-8>``."""
+    return f"{_TOKEN_PREFIX}{call_id}:" + base64.b64encode(reasoning.encode()).decode()
+
+
+def decode_reasoning_token(token: str) -> tuple[str, str] | None:
+    """``(call_id, reasoning)`` of a token made by :func:`encode_reasoning_token`, else None."""
+    if not token.startswith(_TOKEN_PREFIX):
+        return None
+    call_id, sep, b64 = token[len(_TOKEN_PREFIX) :].partition(":")
+    if not sep:
+        return None
+    try:
+        return call_id, base64.b64decode(b64, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def _text(content: Any, param: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    out: list[str] = []
+    for i, part in enumerate(req_list(content, param)):
+        p = f"{param}[{i}]"
+        part = req_obj(part, p)
+        kind = part.get("type")
+        if kind in _TEXT_PARTS:
+            out.append(req_str(part.get("text"), p + ".text"))
+        elif kind == "refusal":
+            out.append(req_str(part.get("refusal"), p + ".refusal"))
+        elif kind in _UNSUPPORTED_PARTS:
+            raise UnsupportedParameterError(
+                f"{p}: content of type {kind!r} is not supported (text-only model)", param=p
+            )
+        else:
+            raise ProxyRequestError(f"{p}: unknown content part type {kind!r}", param=p + ".type")
+    return "".join(out)
+
+
+def _arguments(v: Any, param: str) -> Any:
+    if isinstance(v, dict):
+        return v
+    if v is None:
+        return {}
+    s = req_str(v, param)
+    try:
+        parsed = json.loads(s)
+    except (ValueError, RecursionError):
+        return s
+    return parsed if isinstance(parsed, dict) else s
+
+
+def _reasoning_text(item: dict[str, Any], p: str) -> str:
+    enc = opt_str(item.get("encrypted_content"), p + ".encrypted_content")
+    if enc:
+        decoded = decode_reasoning_token(enc)
+        if decoded is not None:
+            return decoded[1]
+    if item.get("content"):
+        return _text(item.get("content"), p + ".content")
+    summary = item.get("summary")
+    if summary is None:
+        return ""
+    parts = req_list(summary, p + ".summary")
+    return "\n\n".join(
+        _text([req_obj(s, f"{p}.summary[{i}]")], f"{p}.summary") for i, s in enumerate(parts)
+    )
+
+
+def _convert_input(items: list[Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    turn: dict[str, Any] | None = None  # the assistant turn being assembled
+
+    def flush() -> None:
+        nonlocal turn
+        if turn is not None:
+            out.append(turn)
+            turn = None
+
+    def assistant() -> dict[str, Any]:
+        nonlocal turn
+        if turn is None:
+            turn = {"role": "assistant", "content": ""}
+        return turn
+
+    for i, item in enumerate(items):
+        p = f"input[{i}]"
+        item = req_obj(item, p)
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("system", "developer", "user", "assistant"):
+                raise ProxyRequestError(
+                    f"{p}.role must be system, developer, user or assistant", param=p + ".role"
+                )
+            text = _text(item.get("content"), p + ".content")
+            if role == "assistant":
+                t = assistant()
+                if t.get("tool_calls"):  # text after a tool call starts a new turn
+                    flush()
+                    t = assistant()
+                t["content"] += text
+                continue
+            flush()
+            out.append({"role": "system" if role == "developer" else role, "content": text})
+        elif kind == "reasoning":
+            text = _reasoning_text(item, p)
+            t = assistant()
+            if t["content"] or t.get("tool_calls"):
+                flush()
+                t = assistant()
+            t["reasoning_content"] = (t.get("reasoning_content", "") + "\n" + text).lstrip("\n")
+        elif kind == "function_call":
+            t = assistant()
+            t.setdefault("tool_calls", []).append(
+                {
+                    "id": opt_str(item.get("call_id"), p + ".call_id") or "",
+                    "type": "function",
+                    "function": {
+                        "name": req_str(item.get("name"), p + ".name"),
+                        "arguments": _arguments(item.get("arguments"), p + ".arguments"),
+                    },
+                }
+            )
+        elif kind == "function_call_output":
+            flush()
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": opt_str(item.get("call_id"), p + ".call_id") or "",
+                    "content": _text(item.get("output"), p + ".output"),
+                }
+            )
+        elif kind in _SKIPPED_ITEMS:
+            continue
+        else:
+            raise ProxyRequestError(f"{p}: unknown input item type {kind!r}", param=p + ".type")
+    flush()
+    return out
+
+
+def _tools(v: Any) -> list[dict[str, Any]] | None:
+    if v is None:
+        return None
+    tools: list[dict[str, Any]] = []
+    for i, t in enumerate(req_list(v, "tools")):
+        p = f"tools[{i}]"
+        t = req_obj(t, p)
+        kind = t.get("type")
+        if not isinstance(kind, str):
+            raise ProxyRequestError(f"{p}.type must be a string", param=p + ".type")
+        if kind != "function":
+            continue  # built-in, custom and namespace tools: not offered (module docstring)
+        spec: dict[str, Any] = {"name": req_str(t.get("name"), p + ".name")}
+        if t.get("description") is not None:
+            spec["description"] = req_str(t.get("description"), p + ".description")
+        if t.get("parameters") is not None:
+            spec["parameters"] = req_obj(t.get("parameters"), p + ".parameters")
+        tools.append({"type": "function", "function": spec})
+    return tools or None
+
+
+def parse_request(body: Any) -> ChatCall:
+    """Validate a Responses body.
+
+    Raises:
+        ProxyRequestError: a field is malformed or the input is empty;
+        UnsupportedParameterError: images, files, audio.
+    """
+    body = req_obj(body, "body")
+    raw = body.get("input")
+    if isinstance(raw, str):
+        messages = [{"role": "user", "content": raw}]
+    else:
+        items = req_list(raw, "input")
+        messages = _convert_input(items)
+    instructions = opt_str(body.get("instructions"), "instructions")
+    if instructions:
+        messages.insert(0, {"role": "system", "content": instructions})
+    if not messages:
+        raise ProxyRequestError("input must not be empty", param="input")
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None and not (
+        tool_choice in ("none", "auto", "required") or isinstance(tool_choice, dict)
+    ):
+        raise ProxyRequestError(
+            "tool_choice must be 'none', 'auto', 'required' or an object", param="tool_choice"
+        )
+    top_p = opt_number(body.get("top_p"), "top_p", minimum=0, maximum=1)
+    if top_p == 0:
+        raise ProxyRequestError("top_p must be > 0", param="top_p")
+    for name in ("store", "parallel_tool_calls", "background"):
+        opt_bool(body.get(name), name)
+    if opt_bool(body.get("background"), "background"):
+        raise UnsupportedParameterError(
+            "background responses are not supported", param="background"
+        )
+    include = body.get("include")
+    if include is not None:
+        for i, x in enumerate(req_list(include, "include")):
+            req_str(x, f"include[{i}]")
+    return ChatCall(
+        api="openai.responses",
+        model=opt_str(body.get("model"), "model") or "",
+        messages=messages,
+        tools=_tools(body.get("tools")),
+        parse_tool_calls=tool_choice != "none",
+        max_tokens=opt_int(body.get("max_output_tokens"), "max_output_tokens", minimum=1),
+        temperature=opt_number(body.get("temperature"), "temperature", minimum=0, maximum=2),
+        top_p=top_p,
+        top_k=opt_int(body.get("top_k"), "top_k", minimum=-1),
+        seed=opt_int(body.get("seed"), "seed"),
+        stream=bool(opt_bool(body.get("stream"), "stream")),
+        body=body,
+    )
+
+
+def _hex(o: CallOutcome) -> str:
+    return o.call_id.removeprefix("call-")
+
+
+def _output(o: CallOutcome) -> list[dict[str, Any]]:
+    h = _hex(o)
+    items: list[dict[str, Any]] = []
+    if o.parsed.reasoning is not None:
+        r = o.parsed.reasoning
+        items.append(
+            {
+                "type": "reasoning",
+                "id": "rs_" + h,
+                "summary": [{"type": "summary_text", "text": r}],
+                "content": [{"type": "reasoning_text", "text": r}],
+                "encrypted_content": encode_reasoning_token(o.call_id, r),
+                "status": "completed",
+            }
+        )
+    if o.parsed.content or not o.parsed.tool_calls:
+        items.append(
+            {
+                "type": "message",
+                "id": "msg_" + h,
+                "role": "assistant",
+                "status": "completed",
+                "content": [
+                    {
+                        "type": "output_text",
+                        "text": o.parsed.content,
+                        "annotations": [],
+                        "logprobs": [],
+                    }
+                ],
+            }
+        )
+    for tid, c in zip(o.tool_call_ids, o.parsed.tool_calls, strict=True):
+        items.append(
+            {
+                "type": "function_call",
+                "id": "fc_" + tid,
+                "call_id": "call_" + tid,
+                "name": c.name,
+                "arguments": json.dumps(c.arguments, ensure_ascii=False),
+                "status": "completed",
+            }
+        )
+    return items
+
+
+def _usage(o: CallOutcome) -> dict[str, Any]:
+    return {
+        "input_tokens": o.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": o.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": o.prompt_tokens + o.completion_tokens,
+    }
+
+
+def _envelope(o: CallOutcome, call: ChatCall, created: int) -> dict[str, Any]:
+    body = call.body or {}
+    return {
+        "id": "resp_" + _hex(o),
+        "object": "response",
+        "created_at": created,
+        "status": "in_progress",
+        "model": call.model,
+        "output": [],
+        "usage": None,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": call.max_tokens,
+        "parallel_tool_calls": bool(body.get("parallel_tool_calls", True)),
+        "previous_response_id": None,
+        "store": bool(body.get("store", False)),
+        "temperature": call.temperature,
+        "top_p": call.top_p,
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": [],
+        "text": {"format": {"type": "text"}},
+        "reasoning": {"effort": None, "summary": None},
+        "truncation": "disabled",
+        "metadata": {},
+    }
+
+
+def build_response(o: CallOutcome, call: ChatCall, created: int | None = None) -> dict[str, Any]:
+    """The non-streamed ``response`` object (status ``incomplete`` when the token limit cut
+    the generation)."""
+    r = _envelope(o, call, created if created is not None else int(time.time()))
+    r["output"] = _output(o)
+    r["usage"] = _usage(o)
+    if o.finish_reason == "length":
+        r["status"] = "incomplete"
+        r["incomplete_details"] = {"reason": "max_output_tokens"}
+    else:
+        r["status"] = "completed"
+    return r
+
+
+def stream_events(o: CallOutcome, call: ChatCall) -> list[bytes]:
+    """The SSE events of a streamed response (pseudo-streaming of the parsed generation)."""
+    created = int(time.time())
+    full = build_response(o, call, created)
+    start = _envelope(o, call, created)
+    out: list[bytes] = []
+
+    def ev(kind: str, **data: Any) -> None:
+        payload = {"type": kind, "sequence_number": len(out), **data}
+        out.append(b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n")
+
+    ev("response.created", response=start)
+    ev("response.in_progress", response=start)
+    for idx, item in enumerate(full["output"]):
+        iid = item["id"]
+        kind = item["type"]
+        if kind == "reasoning":
+            ev(
+                "response.output_item.added",
+                output_index=idx,
+                item=dict(
+                    item, summary=[], content=[], encrypted_content=None, status="in_progress"
+                ),
+            )
+            text = item["summary"][0]["text"]
+            part = {"type": "summary_text", "text": ""}
+            ev(
+                "response.reasoning_summary_part.added",
+                item_id=iid,
+                output_index=idx,
+                summary_index=0,
+                part=part,
+            )
+            ev(
+                "response.reasoning_summary_text.delta",
+                item_id=iid,
+                output_index=idx,
+                summary_index=0,
+                delta=text,
+            )
+            ev(
+                "response.reasoning_summary_text.done",
+                item_id=iid,
+                output_index=idx,
+                summary_index=0,
+                text=text,
+            )
+            ev(
+                "response.reasoning_summary_part.done",
+                item_id=iid,
+                output_index=idx,
+                summary_index=0,
+                part={"type": "summary_text", "text": text},
+            )
+            ev(
+                "response.reasoning_text.delta",
+                item_id=iid,
+                output_index=idx,
+                content_index=0,
+                delta=text,
+            )
+            ev(
+                "response.reasoning_text.done",
+                item_id=iid,
+                output_index=idx,
+                content_index=0,
+                text=text,
+            )
+        elif kind == "message":
+            ev(
+                "response.output_item.added",
+                output_index=idx,
+                item=dict(item, content=[], status="in_progress"),
+            )
+            part = item["content"][0]
+            empty = dict(part, text="")
+            ev(
+                "response.content_part.added",
+                item_id=iid,
+                output_index=idx,
+                content_index=0,
+                part=empty,
+            )
+            if part["text"]:
+                ev(
+                    "response.output_text.delta",
+                    item_id=iid,
+                    output_index=idx,
+                    content_index=0,
+                    delta=part["text"],
+                    logprobs=[],
+                )
+            ev(
+                "response.output_text.done",
+                item_id=iid,
+                output_index=idx,
+                content_index=0,
+                text=part["text"],
+                logprobs=[],
+            )
+            ev(
+                "response.content_part.done",
+                item_id=iid,
+                output_index=idx,
+                content_index=0,
+                part=part,
+            )
+        else:
+            ev(
+                "response.output_item.added",
+                output_index=idx,
+                item=dict(item, arguments="", status="in_progress"),
+            )
+            ev(
+                "response.function_call_arguments.delta",
+                item_id=iid,
+                output_index=idx,
+                delta=item["arguments"],
+            )
+            ev(
+                "response.function_call_arguments.done",
+                item_id=iid,
+                output_index=idx,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
+        ev("response.output_item.done", output_index=idx, item=item)
+    ev(
+        "response.incomplete" if full["status"] == "incomplete" else "response.completed",
+        response=full,
+    )
+    return out
+
+
+def error_event(err: ProxyError) -> bytes:
+    """The SSE ``error`` event of a failure after the stream began."""
+    payload = {
+        "type": "error",
+        "sequence_number": 0,
+        "code": err.code or err.error_type,
+        "message": err.message,
+        "param": err.param,
+    }
+    return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"

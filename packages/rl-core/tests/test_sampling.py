@@ -31,7 +31,7 @@ def test_rollout_logprobs_equal_trainer_logprobs(tiny_model_factory: Callable[..
     batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
     old = old_pass(model, batch, split_by_token_budget(batch), temperature=temperature)
     diff = old.logprobs[batch.mem_token] - batch.mem_logprob
-    assert np.abs(diff).max() < 1e-6  # the sampler upcasts logits to float32
+    assert np.abs(diff).max() < 1e-9  # KV-cached decoding vs one tree forward, float64
     assert all(len(c.token_ids) == 5 and all(lp <= 0 for lp in c.logprobs) for c in done)
 
 

@@ -60,7 +60,8 @@ def sample_completions(
     for _ in range(max_new_tokens):
         out = model(input_ids=inp, use_cache=True, **{cache_kw: past})
         past = out.cache if hasattr(out, "cache") else out.past_key_values
-        logits = out.logits[:, -1].float() / temperature
+        logits = out.logits[:, -1]
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
         logp = torch.log_softmax(logits, -1)
         tok = torch.multinomial(logp.exp(), 1, generator=generator)
         lps.append(logp.gather(-1, tok))

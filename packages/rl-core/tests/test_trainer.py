@@ -153,3 +153,20 @@ def test_rl_step_rejects_bad_rewards(tiny_model_factory: Callable[..., Any],
     with pytest.raises(ConfigError, match="finite"):
         trainer.rl_step(trees, {k: float("nan") for k in rewards})
     assert trainer.step == 0
+
+
+def test_ppo_epochs_and_minibatches(tiny_model_factory: Callable[..., Any],
+                                    toy_task: Callable[..., Any]) -> None:
+    """2 epochs × 2 minibatches = 4 optimiser steps (and LR-schedule steps) per rl_step, one
+    trainer step and policy version per rl_step."""
+    model = tiny_model_factory(torch.float32, seed=6, vocab=16)
+    cfg = TrainerConfig(algorithm="grpo", token_budget=12, update_epochs=2, num_minibatches=2,
+                        optim=OptimConfig(lr=1e-2, total_steps=8, schedule="linear"))
+    trainer = Trainer(model, cfg)
+    trees, rewards = toy_task(model, 2, 4, 0)
+    m = trainer.rl_step(trees, rewards)
+    assert m["optimizer_steps"] == 4 and m["num_pieces"] >= 2
+    assert trainer.step == 1 and trainer.policy_version == 1
+    assert trainer.scheduler.get_last_lr()[0] == pytest.approx(1e-2 * 4 / 8)
+    with pytest.raises(ConfigError):
+        TrainerConfig(update_epochs=0)

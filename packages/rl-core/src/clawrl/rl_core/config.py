@@ -158,6 +158,11 @@ class TrainerConfig:
         loss, grpo, ppo, corrections, optim: the sub-configs.
         token_budget: most tokens per forward (trees are split, results unchanged; None: no
             limit).
+        update_epochs: passes over each RL batch (PPO epochs; ratios leave 1 from the second
+            optimiser step on, where clipping acts).
+        num_minibatches: optimiser steps per pass; a minibatch is a run of consecutive pieces
+            (set ``token_budget`` so there are enough), its loss scaled by num_minibatches.
+            The LR schedule counts optimiser steps: total = steps × epochs × minibatches.
         chunk_size: vocabulary-projection rows per chunk.
         seed: seeds torch, numpy and random at start.
         bf16: bf16 mixed precision ("auto" = on with CUDA, off on CPU).
@@ -170,6 +175,8 @@ class TrainerConfig:
     corrections: CorrectionConfig = field(default_factory=CorrectionConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     token_budget: int | None = None
+    update_epochs: int = 1
+    num_minibatches: int = 1
     chunk_size: int = 1024
     seed: int = 0
     bf16: bool | Literal["auto"] = "auto"
@@ -179,3 +186,5 @@ class TrainerConfig:
             raise ConfigError("algorithm must be 'grpo' or 'ppo'")
         if self.token_budget is not None and self.token_budget < 1:
             raise ConfigError("token_budget must be >= 1 or None")
+        if self.update_epochs < 1 or self.num_minibatches < 1:
+            raise ConfigError("update_epochs and num_minibatches must be >= 1")

@@ -8,7 +8,8 @@ step on a batch of packed trees:
 2. no-grad pass: π_old (and V_old, π_ref) per token;
 3. advantages, corrections, aggregation weights on the membership list;
 4. forward + backward per piece (gradients accumulate), clip the gradient norm, AdamW step,
-   LR-schedule step; policy version + 1.
+   LR-schedule step — ``update_epochs`` × ``num_minibatches`` times; step and policy
+   version + 1.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ class Trainer:
             ps += list(self.critic.parameters())
         return ps
 
-    def _optimizer_step(self) -> float:
+    def _apply_gradients(self) -> float:
+        """Clip the gradient norm, AdamW step, LR-schedule step; returns the norm."""
         o = self.config.optim
         norm = float("nan")
         if o.max_grad_norm is not None:
@@ -128,8 +130,6 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        self.policy_version += 1
         return norm
 
     # ------------------------------------------------------------------ steps
@@ -163,12 +163,28 @@ class Trainer:
                               grpo_cfg=cfg.grpo, ppo_cfg=cfg.ppo, corr_cfg=cfg.corrections,
                               groups=groups, current_version=self.policy_version)
         train_policy = not (cfg.algorithm == "ppo" and self.step < cfg.ppo.value_warmup_steps)
-        self.optimizer.zero_grad(set_to_none=True)
-        stats = loss_backward(self.model, batch, pieces, prepared, old, loss_cfg=cfg.loss,
-                              ppo_cfg=cfg.ppo, critic=self.critic, train_policy=train_policy,
-                              chunk_size=cfg.chunk_size, backward=self.accelerator.backward)
+        n_mb = min(cfg.num_minibatches, len(pieces))
+        minibatches = [[pieces[i] for i in idx]
+                       for idx in np.array_split(np.arange(len(pieces)), n_mb)]
         lr = float(self.scheduler.get_last_lr()[0])
-        stats["grad_norm"] = self._optimizer_step()
+        stats: dict[str, float] = {}
+        norms = []
+        for epoch in range(cfg.update_epochs):
+            for mb in minibatches:
+                self.optimizer.zero_grad(set_to_none=True)
+                mb_stats = loss_backward(
+                    self.model, batch, mb, prepared, old, loss_cfg=cfg.loss, ppo_cfg=cfg.ppo,
+                    critic=self.critic, train_policy=train_policy, chunk_size=cfg.chunk_size,
+                    backward=lambda loss: self.accelerator.backward(loss * n_mb))
+                norms.append(self._apply_gradients())
+                if epoch == 0:  # report the first pass over the batch
+                    for k, v in mb_stats.items():
+                        stats[k] = stats.get(k, 0.0) + v
+        self.step += 1
+        self.policy_version += 1
+        stats["grad_norm"] = norms[0]
+        stats["grad_norm_last"] = norms[-1]
+        stats["optimizer_steps"] = float(len(norms))
         stats["lr"] = lr
         stats["num_tokens"] = float(batch.num_tokens)
         stats["num_memberships"] = float(batch.num_memberships)
@@ -192,7 +208,9 @@ class Trainer:
         stats = loss_backward(self.model, batch, pieces, prepared, None, loss_cfg=loss_cfg,
                               chunk_size=cfg.chunk_size, backward=self.accelerator.backward)
         lr = float(self.scheduler.get_last_lr()[0])
-        stats["grad_norm"] = self._optimizer_step()
+        stats["grad_norm"] = self._apply_gradients()
+        self.step += 1
+        self.policy_version += 1
         stats["lr"] = lr
         stats["num_tokens"] = float(batch.num_tokens)
         return stats

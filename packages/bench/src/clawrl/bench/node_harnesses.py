@@ -1,0 +1,631 @@
+"""Adapters for the real npm agent harnesses: Claude Code, Codex CLI, pi and OpenClaw.
+
+Each one follows the four steps of :class:`~clawrl.bench.HarnessAdapter`:
+
+1. ``prepare`` installs the pinned npm package once into
+   ``<cache>/<name>-<version>/`` (:func:`~clawrl.bench.harness_cache_dir`, the layout and
+   lock of ``tools/harnesses/install.sh``, so either installs it for both) with ``npm``,
+   reporting npm's output lines as progress; a ``.complete`` stamp marks a finished install;
+2. ``mounts`` mounts that prefix **read-only at the same path** in the sandbox (OpenClaw's
+   launcher holds absolute paths; Node 24 for OpenClaw comes from the npm ``node`` package
+   inside the prefix — the sandbox only sees the host's ``/usr``, whose Debian Node is 20);
+3. ``launch`` writes the harness's provider configuration into a fresh in-sandbox ``HOME``
+   (``/tmp/clawrl-harness/home``) and runs it headless against the rollout's proxy session
+   (invocations of ``shared/HARNESSES.md``, verified offline);
+4. ``outcome`` reads the exit status (and Claude Code's final ``result`` event).
+
+Facts per harness (``shared/HARNESSES.md``, ``packages/proxy/tests/fixtures/harness_requests``):
+
+=============  ==========================  ===========================  =====================
+harness        wire API                    shell tool (oracle schema)   first install
+=============  ==========================  ===========================  =====================
+claude-code    Anthropic Messages          ``Bash`` ``{command}``       ~26 s, 384 MB
+codex          OpenAI Responses            ``exec_command`` ``{cmd}``   ~18 s
+pi             Chat Completions            ``bash`` ``{command}``       ~55 s
+openclaw       any of the three (option)   ``exec`` ``{command}``       ~80 s, 650 MB + Node 24
+=============  ==========================  ===========================  =====================
+
+Versions are pinned in :data:`NODE_HARNESS_VERSIONS` (mirrors ``tools/harnesses/versions.json``;
+a test keeps them equal) and written into results through :meth:`describe`.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from clawrl.bench.harnesses import (
+    HarnessAdapter,
+    HarnessContext,
+    HarnessInstallError,
+    HarnessLaunch,
+    HarnessOutcome,
+    ProgressFn,
+    WireAPI,
+    harness_cache_dir,
+)
+from clawrl.bench.task import Task
+
+__all__ = [
+    "NODE_HARNESS_NAMES",
+    "NODE_HARNESS_VERSIONS",
+    "ClaudeCodeHarness",
+    "CodexHarness",
+    "NodeHarness",
+    "OpenClawHarness",
+    "PiHarness",
+    "make_node_harness",
+    "oracle_shell_command",
+    "scripted_oracle",
+]
+
+#: name -> npm package, version, bin (and OpenClaw's Node version); = tools/harnesses/versions.json
+NODE_HARNESS_VERSIONS: dict[str, dict[str, str]] = {
+    "claude-code": {"package": "@anthropic-ai/claude-code", "version": "2.1.332", "bin": "claude"},
+    "openclaw": {
+        "package": "openclaw",
+        "version": "2026.9.6",
+        "bin": "openclaw",
+        "node": "24.21.0",
+    },
+    "codex": {"package": "@openai/codex", "version": "0.171.0", "bin": "codex"},
+    "pi": {"package": "@mariozechner/pi-coding-agent", "version": "0.73.1", "bin": "pi"},
+}
+
+#: The in-sandbox home directory of every npm harness (fresh per rollout: /tmp is per sandbox).
+SANDBOX_HOME = "/tmp/clawrl-harness/home"
+
+OpenClawAPI = Literal["openai-completions", "anthropic-messages", "openai-responses"]
+_OPENCLAW_WIRE: dict[str, WireAPI] = {
+    "openai-completions": "openai.chat",
+    "anthropic-messages": "anthropic.messages",
+    "openai-responses": "openai.responses",
+}
+
+
+def _home_env(home: str = SANDBOX_HOME) -> dict[str, str]:
+    return {
+        "HOME": home,
+        "XDG_CONFIG_HOME": f"{home}/.config",
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "XDG_DATA_HOME": f"{home}/.local/share",
+        "XDG_STATE_HOME": f"{home}/.local/state",
+        "NO_COLOR": "1",
+        "CI": "1",
+    }
+
+
+class NodeHarness(HarnessAdapter):
+    """Shared install / mount logic of the npm harnesses (abstract: subclasses launch).
+
+    Args:
+        version: npm version (default: the pin in :data:`NODE_HARNESS_VERSIONS`).
+        cache_dir: runtime cache root (default :func:`~clawrl.bench.harness_cache_dir`).
+        npm: the ``npm`` executable used to install (default: found on ``PATH``).
+    """
+
+    #: key in :data:`NODE_HARNESS_VERSIONS`
+    key = ""
+    #: the harness's shell tool and its command argument (for :func:`scripted_oracle`)
+    shell_tool: tuple[str, str] = ("bash", "command")
+
+    def __init__(
+        self, version: str | None = None, cache_dir: Path | None = None, npm: str | None = None
+    ) -> None:
+        pin = NODE_HARNESS_VERSIONS[self.key]
+        self.package = pin["package"]
+        self.version = version or pin["version"]
+        self.bin_name = pin["bin"]
+        self.cache_dir = cache_dir or harness_cache_dir()
+        self.npm = npm
+
+    @property
+    def prefix(self) -> Path:
+        """``<cache>/<name>-<version>`` (mounted read-only at the same path)."""
+        return self.cache_dir / f"{self.key}-{self.version}"
+
+    @property
+    def binary(self) -> Path:
+        """The launcher: ``<prefix>/bin/<bin>``."""
+        return self.prefix / "bin" / self.bin_name
+
+    def installed(self) -> bool:
+        return (self.prefix / ".complete").is_file() and self.binary.exists()
+
+    def _npm_install(self, say: ProgressFn, env: dict[str, str], *specs: str) -> None:
+        npm = self.npm or shutil.which("npm")
+        if npm is None:
+            raise HarnessInstallError(f"{self.key}: `npm` is not on PATH (apt-get install npm)")
+        self.prefix.mkdir(parents=True, exist_ok=True)
+        pkg = self.prefix / "package.json"
+        if not pkg.exists():
+            pkg.write_text('{"private": true}\n')
+        argv = [npm, "install", "--no-audit", "--no-fund", "--save-exact", *specs]
+        say(f"{self.key}: npm install {' '.join(specs)}")
+        proc = subprocess.Popen(
+            argv,
+            cwd=self.prefix,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        assert proc.stdout is not None
+        tail: list[str] = []
+        for line in proc.stdout:
+            line = line.rstrip()
+            if line:
+                tail = [*tail[-20:], line]
+                say(line)
+        if proc.wait() != 0:
+            raise HarnessInstallError(
+                f"{self.key} install failed (npm install {' '.join(specs)}): "
+                + "\n".join(tail[-5:])
+            )
+
+    def _install(self, say: ProgressFn) -> None:
+        self._npm_install(say, dict(os.environ), f"{self.package}@{self.version}")
+        (self.prefix / "bin").mkdir(parents=True, exist_ok=True)
+        link = self.prefix / "bin" / self.bin_name
+        if not link.is_symlink():
+            link.symlink_to(f"../node_modules/.bin/{self.bin_name}")
+
+    def prepare(self, progress: ProgressFn | None = None) -> None:
+        """Install the pinned package unless cached (under the cache's install lock).
+
+        Raises:
+            HarnessInstallError: no ``npm`` or the install failed (the prefix is removed).
+        """
+        say = progress or (lambda _msg: None)
+        if self.installed():
+            return
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.cache_dir / ".install.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the lock tools/harnesses/install.sh takes too
+            if self.installed():
+                return
+            started = time.monotonic()
+            shutil.rmtree(self.prefix, ignore_errors=True)
+            try:
+                self._install(say)
+            except BaseException:
+                shutil.rmtree(self.prefix, ignore_errors=True)
+                raise
+            (self.prefix / ".complete").touch()
+            say(f"{self.key} {self.version}: installed in {time.monotonic() - started:.0f} s")
+
+    def mounts(self, task: Task) -> dict[str, str]:
+        return {str(self.prefix): str(self.prefix)}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "package": self.package,
+            "version": self.version,
+            "prefix": str(self.prefix),
+        }
+
+
+# --------------------------------------------------------------------------- Claude Code
+
+
+class ClaudeCodeHarness(NodeHarness):
+    """Claude Code (npm ``@anthropic-ai/claude-code``), headless, Anthropic Messages.
+
+    ``claude -p <task> --dangerously-skip-permissions --output-format stream-json --verbose
+    --model <model> --max-turns <n>`` with ``ANTHROPIC_BASE_URL`` = the session's Anthropic
+    URL, ``IS_SANDBOX=1`` (skipping permissions as root), no non-essential traffic, and — with
+    ``lean`` (default) — the proxy-friendly extras ``CLAUDE_CODE_DISABLE_THINKING=1
+    CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS=1 ENABLE_TOOL_SEARCH=false
+    CLAUDE_CODE_ATTRIBUTION_HEADER=0`` (the last removes a per-prompt hash at the start of
+    the system prompt that would break prefix sharing). ``max_tokens`` becomes
+    ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``. Its stream-json output is stdout; the final
+    ``result`` event gives the end (``success`` / ``error_max_turns``) and the turn count.
+    """
+
+    name = "claude-code"
+    key = "claude-code"
+    api: WireAPI | None = "anthropic.messages"
+    shell_tool = ("Bash", "command")
+
+    def __init__(self, lean: bool = True, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.lean = lean
+
+    def launch(self, ctx: HarnessContext) -> HarnessLaunch:
+        env = _home_env()
+        env.update(
+            ANTHROPIC_BASE_URL=ctx.anthropic_base_url,
+            ANTHROPIC_API_KEY=ctx.api_key,
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            IS_SANDBOX="1",
+            DISABLE_AUTOUPDATER="1",
+        )
+        if self.lean:
+            env.update(
+                CLAUDE_CODE_DISABLE_THINKING="1",
+                CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS="1",
+                ENABLE_TOOL_SEARCH="false",
+                CLAUDE_CODE_ATTRIBUTION_HEADER="0",
+            )
+        if ctx.max_tokens:
+            env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(ctx.max_tokens)
+        argv = [
+            str(self.binary),
+            "-p",
+            ctx.task.instruction,
+            "--dangerously-skip-permissions",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--model",
+            ctx.model,
+            "--max-turns",
+            str(ctx.max_turns),
+        ]
+        return HarnessLaunch(
+            argv=tuple(argv),
+            env=env,
+            workdir=ctx.task.workspace_path,
+            files={f"{SANDBOX_HOME}/.keep": ""},
+        )
+
+    def outcome(self, exit_code: int, logs: Mapping[str, str], stdout: str) -> HarnessOutcome:
+        result: dict[str, Any] = {}
+        for line in stdout.splitlines():
+            if line.startswith("{") and '"type":"result"' in line.replace(" ", ""):
+                try:
+                    result = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+        turns = result.get("num_turns")
+        turns = turns if isinstance(turns, int) else None
+        sub = str(result.get("subtype") or "")
+        if sub == "success" and exit_code == 0:
+            return HarnessOutcome(ok=True, end_reason="final_answer", turns=turns)
+        if sub == "error_max_turns":
+            return HarnessOutcome(ok=True, end_reason="turn_limit", turns=turns)
+        if exit_code == 0:
+            return HarnessOutcome(ok=True, end_reason=sub or "exited", turns=turns)
+        return HarnessOutcome(
+            ok=False,
+            end_reason=sub or f"exit_code_{exit_code}",
+            reason=f"exit code {exit_code}" + (f" ({sub})" if sub else ""),
+            turns=turns,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "lean": self.lean}
+
+
+# --------------------------------------------------------------------------------- Codex
+
+
+class CodexHarness(NodeHarness):
+    """Codex CLI (npm ``@openai/codex``), ``codex exec``, OpenAI Responses (streamed).
+
+    A provider ``p`` (``wire_api="responses"``, ``base_url`` = the session's OpenAI URL, key
+    from ``P_KEY``) given with ``-c``; ``CODEX_HOME`` and ``HOME`` are fresh in-sandbox
+    folders; ``--dangerously-bypass-approvals-and-sandbox`` (the podman sandbox is the
+    sandbox) and ``--skip-git-repo-check``. Codex has no turn limit option (the runner's
+    timeout applies). ``--json`` makes its event stream the stdout.
+    """
+
+    name = "codex"
+    key = "codex"
+    api: WireAPI | None = "openai.responses"
+    shell_tool = ("exec_command", "cmd")
+
+    def launch(self, ctx: HarnessContext) -> HarnessLaunch:
+        codex_home = f"{ctx.log_dir}/codex-home"
+        env = _home_env()
+        env.update(CODEX_HOME=codex_home, P_KEY=ctx.api_key)
+        provider = (
+            f'{{name="p",base_url="{ctx.openai_base_url}",env_key="P_KEY",wire_api="responses"}}'
+        )
+        argv = [
+            str(self.binary),
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--json",
+            "-c",
+            "model_provider=p",
+            "-c",
+            f"model_providers.p={provider}",
+            "-m",
+            ctx.model,
+        ]
+        if ctx.max_tokens:
+            argv += ["-c", f"model_max_output_tokens={ctx.max_tokens}"]
+        argv.append(ctx.task.instruction)
+        return HarnessLaunch(
+            argv=tuple(argv),
+            env=env,
+            workdir=ctx.task.workspace_path,
+            files={f"{SANDBOX_HOME}/.keep": "", f"{codex_home}/.keep": ""},
+        )
+
+    def outcome(self, exit_code: int, logs: Mapping[str, str], stdout: str) -> HarnessOutcome:
+        turns = sum(1 for line in stdout.splitlines() if '"turn.completed"' in line) or None
+        if exit_code == 0:
+            return HarnessOutcome(ok=True, end_reason="final_answer", turns=turns)
+        return super().outcome(exit_code, logs, stdout)
+
+
+# ------------------------------------------------------------------------------------ pi
+
+
+class PiHarness(NodeHarness):
+    """pi (npm ``@mariozechner/pi-coding-agent``), Chat Completions (streamed), Node 20 ok.
+
+    Provider ``clawrl`` in ``$HOME/.pi/agent/models.json`` (``api: "openai-completions"``,
+    ``reasoning: false``, ``contextWindow``, ``maxTokens``); ``pi -p --provider clawrl --model
+    <model> --mode json <task>``.
+
+    Args:
+        context_window: the window pi is told about (tokens).
+    """
+
+    name = "pi"
+    key = "pi"
+    api: WireAPI | None = "openai.chat"
+    shell_tool = ("bash", "command")
+
+    def __init__(self, context_window: int = 32768, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.context_window = context_window
+
+    def launch(self, ctx: HarnessContext) -> HarnessLaunch:
+        models = {
+            "providers": {
+                "clawrl": {
+                    "baseUrl": ctx.openai_base_url,
+                    "api": "openai-completions",
+                    "apiKey": ctx.api_key,
+                    "models": [
+                        {
+                            "id": ctx.model,
+                            "reasoning": False,
+                            "contextWindow": self.context_window,
+                            "maxTokens": ctx.max_tokens or 4096,
+                        }
+                    ],
+                }
+            }
+        }
+        argv = [
+            str(self.binary),
+            "-p",
+            "--provider",
+            "clawrl",
+            "--model",
+            ctx.model,
+            "--mode",
+            "json",
+            ctx.task.instruction,
+        ]
+        return HarnessLaunch(
+            argv=tuple(argv),
+            env=_home_env(),
+            workdir=ctx.task.workspace_path,
+            files={f"{SANDBOX_HOME}/.pi/agent/models.json": json.dumps(models, indent=2)},
+        )
+
+    def outcome(self, exit_code: int, logs: Mapping[str, str], stdout: str) -> HarnessOutcome:
+        if exit_code == 0:
+            return HarnessOutcome(ok=True, end_reason="final_answer")
+        return super().outcome(exit_code, logs, stdout)
+
+
+# ------------------------------------------------------------------------------ OpenClaw
+
+
+class OpenClawHarness(NodeHarness):
+    """OpenClaw (npm ``openclaw``) one-shot: ``openclaw agent exec --config cfg.json5 --model
+    clawrl/<model> --cwd <workspace> --json <task>`` (no gateway), on Node 24 from the npm
+    ``node`` package installed in the same prefix (its launcher puts it first on ``PATH``).
+
+    Args:
+        api_mode: the provider's wire API — ``openai-completions`` (Chat Completions, default),
+            ``anthropic-messages`` (base URL without ``/v1``) or ``openai-responses``.
+        context_window: the window OpenClaw is told about (tokens).
+
+    Exit status: 0 ok, 1 error, 2 its own timeout. Start-up takes 40-70 s on 2 cores.
+    """
+
+    name = "openclaw"
+    key = "openclaw"
+    shell_tool = ("exec", "command")
+
+    def __init__(
+        self, api_mode: OpenClawAPI = "openai-completions", context_window: int = 32768, **kw: Any
+    ) -> None:
+        super().__init__(**kw)
+        if api_mode not in _OPENCLAW_WIRE:
+            raise ValueError(f"api_mode must be one of {sorted(_OPENCLAW_WIRE)}, got {api_mode!r}")
+        self.api_mode = api_mode
+        self.api = _OPENCLAW_WIRE[api_mode]
+        self.context_window = context_window
+        self.node_version = NODE_HARNESS_VERSIONS["openclaw"]["node"]
+        if api_mode != "openai-completions":
+            self.name = f"openclaw-{api_mode}"
+
+    @property
+    def node_bin(self) -> Path:
+        return self.prefix / "node_modules" / "node" / "bin"
+
+    def _install(self, say: ProgressFn) -> None:
+        say(f"openclaw {self.version}: node@{self.node_version} from npm, then openclaw (~80 s)")
+        self._npm_install(say, dict(os.environ), f"node@{self.node_version}")
+        env = dict(os.environ)
+        # its install scripts check the Node version: install it with Node 24 first on PATH
+        env["PATH"] = f"{self.node_bin}:{env.get('PATH', '')}"
+        self._npm_install(say, env, f"{self.package}@{self.version}")
+        (self.prefix / "bin").mkdir(parents=True, exist_ok=True)
+        self.binary.write_text(
+            "#!/usr/bin/env bash\n"
+            f'export PATH="{self.node_bin}:$PATH"\n'
+            f'exec "{self.prefix}/node_modules/.bin/{self.bin_name}" "$@"\n'
+        )
+        self.binary.chmod(0o755)
+
+    def launch(self, ctx: HarnessContext) -> HarnessLaunch:
+        base = (
+            ctx.anthropic_base_url if self.api_mode == "anthropic-messages" else ctx.openai_base_url
+        )
+        cfg = {
+            "models": {
+                "providers": {
+                    "clawrl": {
+                        "baseUrl": base,
+                        "apiKey": ctx.api_key,
+                        "api": self.api_mode,
+                        "models": [
+                            {
+                                "id": ctx.model,
+                                "name": ctx.model,
+                                "reasoning": False,
+                                "input": ["text"],
+                                "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                                "contextWindow": self.context_window,
+                                "maxTokens": ctx.max_tokens or 4096,
+                            }
+                        ],
+                    }
+                }
+            },
+            "agents": {
+                "defaults": {
+                    "model": {"primary": f"clawrl/{ctx.model}"},
+                    "workspace": ctx.task.workspace_path,
+                }
+            },
+        }
+        cfg_path = f"{ctx.log_dir}/openclaw.json5"
+        env = _home_env()
+        env["OPENCLAW_STATE_DIR"] = f"{SANDBOX_HOME}/.openclaw"
+        argv = [
+            str(self.binary),
+            "agent",
+            "exec",
+            "--config",
+            cfg_path,
+            "--model",
+            f"clawrl/{ctx.model}",
+            "--cwd",
+            ctx.task.workspace_path,
+            "--json",
+            ctx.task.instruction,
+        ]
+        return HarnessLaunch(
+            argv=tuple(argv),
+            env=env,
+            workdir=ctx.task.workspace_path,
+            files={cfg_path: json.dumps(cfg, indent=2), f"{SANDBOX_HOME}/.keep": ""},
+        )
+
+    def outcome(self, exit_code: int, logs: Mapping[str, str], stdout: str) -> HarnessOutcome:
+        if exit_code == 0:
+            return HarnessOutcome(ok=True, end_reason="final_answer")
+        if exit_code == 2:
+            return HarnessOutcome(ok=False, end_reason="openclaw_timeout", reason="exit code 2")
+        return super().outcome(exit_code, logs, stdout)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "api_mode": self.api_mode, "node": self.node_version}
+
+
+# ---------------------------------------------------------------------- scripted oracle
+
+
+def oracle_shell_command(task: Task, copy_dir: str = "/tmp/clawrl-oracle") -> str:
+    """One shell command that solves ``task``: writes the solution files (base64, so any
+    content survives quoting) under ``copy_dir`` and runs the solution command there, in the
+    workspace.
+
+    Raises:
+        ValueError: the task has no solution.
+    """
+    if task.solution is None:
+        raise ValueError(f"task {task.id!r} has no solution")
+    sol = task.solution
+    parts = [f"mkdir -p {shlex.quote(copy_dir)}"]
+    for path in sorted(sol.files_dir.rglob("*")):
+        if not path.is_file():
+            continue
+        rel = path.relative_to(sol.files_dir).as_posix()
+        dest = f"{copy_dir}/{rel}"
+        b64 = base64.b64encode(path.read_bytes()).decode()
+        parts.append(
+            f"mkdir -p {shlex.quote(str(PurePosixPath(dest).parent))} && "
+            f"echo {b64} | base64 -d > {shlex.quote(dest)}"
+        )
+    mount = str(PurePosixPath(sol.mount_path))
+    argv = [a.replace(mount, copy_dir) for a in sol.command]
+    parts.append(
+        f"cd {shlex.quote(task.workspace_path)} && " + " ".join(shlex.quote(a) for a in argv)
+    )
+    return " && ".join(parts)
+
+
+def scripted_oracle(harness: NodeHarness, task: Task, final_text: str = "Done.") -> list[str]:
+    """Model turns (model-format text, for the proxy's ScriptedBackend) that make
+    ``harness`` solve ``task`` through its own shell tool: one call running
+    :func:`oracle_shell_command`, then a final answer.
+
+    Raises:
+        ValueError: the task has no solution.
+    """
+    from clawrl.proxy import format_assistant_text
+
+    tool, arg = harness.shell_tool
+    args: dict[str, object] = {arg: oracle_shell_command(task)}
+    if harness.key == "claude-code":
+        args["description"] = "Run the solution"
+    return [
+        format_assistant_text(tool_calls=[(tool, args)]),
+        format_assistant_text(content=final_text),
+    ]
+
+
+#: registry names -> constructors (used by :func:`clawrl.bench.get_harness`)
+NODE_HARNESS_NAMES = (
+    "claude-code",
+    "codex",
+    "pi",
+    "openclaw",
+    "openclaw-anthropic-messages",
+    "openclaw-openai-responses",
+)
+
+
+def make_node_harness(name: str) -> NodeHarness:
+    """The adapter registered as ``name`` in :data:`NODE_HARNESS_NAMES` (defaults).
+
+    Raises:
+        ValueError: unknown name.
+    """
+    if name == "claude-code":
+        return ClaudeCodeHarness()
+    if name == "codex":
+        return CodexHarness()
+    if name == "pi":
+        return PiHarness()
+    if name == "openclaw":
+        return OpenClawHarness()
+    if name == "openclaw-anthropic-messages":
+        return OpenClawHarness(api_mode="anthropic-messages")
+    if name == "openclaw-openai-responses":
+        return OpenClawHarness(api_mode="openai-responses")
+    raise ValueError(f"unknown npm harness {name!r}; known: {', '.join(NODE_HARNESS_NAMES)}")

@@ -515,10 +515,31 @@ class OracleHarness(HarnessAdapter):
 
 # ------------------------------------------------------------------------------ registry
 
+def _node(name: str) -> Callable[[], HarnessAdapter]:
+    def make() -> HarnessAdapter:
+        from clawrl.bench.node_harnesses import make_node_harness  # lazy: import cycle
+
+        return make_node_harness(name)
+
+    return make
+
+
 _REGISTRY: dict[str, Callable[[], HarnessAdapter]] = {
     "reference": ReferenceHarness,
     "mini-swe-agent": MiniSweAgentHarness,
     "oracle": OracleHarness,
+    # the npm harnesses (clawrl.bench.node_harnesses)
+    **{
+        n: _node(n)
+        for n in (
+            "claude-code",
+            "codex",
+            "pi",
+            "openclaw",
+            "openclaw-anthropic-messages",
+            "openclaw-openai-responses",
+        )
+    },
 }
 
 

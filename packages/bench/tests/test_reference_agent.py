@@ -196,6 +196,72 @@ def test_client_error_is_not_retried(workdir: Path) -> None:
     assert len(server.requests) == 1
 
 
+def test_messages_file_resumes_the_conversation(workdir: Path) -> None:
+    """Multi-turn sessions: the second run sees the whole first conversation plus the new
+    user message, and its transcript holds the whole updated conversation."""
+    first: list[dict[str, Any] | int] = [
+        {
+            "content": "",
+            "tool_calls": [_tool_call(0, "write_file", {"path": "a.txt", "content": "1"})],
+        },
+        {"content": "wrote a.txt"},
+    ]
+    with FakeChatServer(first) as server:
+        code, t1 = _run(server.url, workdir)
+    assert code == 0 and [m["role"] for m in t1["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert t1["tools"][0]["function"]["name"] == "bash"
+    assert t1["tool_calls"][0]["tool_call_id"] == "call_0"
+    saved = workdir / "conversation.json"
+    saved.write_text(json.dumps(t1))
+    second: list[dict[str, Any] | int] = [{"content": "a.txt holds 1"}]
+    with FakeChatServer(second) as server:
+        code, t2 = _run(
+            server.url, workdir, "--messages-file", str(saved), "--task", "what is in a.txt?"
+        )
+    assert code == 0
+    sent = server.requests[0]["body"]["messages"]
+    assert sent[:5] == t1["messages"]
+    assert sent[5] == {"role": "user", "content": "what is in a.txt?"}
+    assert t2["messages"] == [*sent, {"role": "assistant", "content": "a.txt holds 1"}]
+    # a plain message list works too, and a system prompt is added when missing
+    saved.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    with FakeChatServer([{"content": "ok"}]) as server:
+        code, t3 = _run(server.url, workdir, "--messages-file", str(saved))
+    assert code == 0 and [m["role"] for m in t3["messages"]] == [
+        "system",
+        "user",
+        "user",
+        "assistant",
+    ]
+
+
+def test_malformed_messages_file_is_a_usage_error(workdir: Path) -> None:
+    bad = workdir / "bad.json"
+    bad.write_text('{"messages": 3}')
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(AGENT),
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--task",
+            "x",
+            "--messages-file",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 64 and "--messages-file" in proc.stderr
+
+
 def test_runs_on_stdlib_only() -> None:
     """The harness must run on a bare interpreter (the sandbox's python3): no third-party imports."""
     src = AGENT.read_text()

@@ -11,7 +11,13 @@ Usage::
 
     python3 reference_agent.py --base-url http://127.0.0.1:8000/s/<id>/v1 \
         --model policy --task "create hello.txt containing hi" [--max-turns 20] \
-        [--workdir /workspace] [--transcript /logs/agent/transcript.json]
+        [--workdir /workspace] [--transcript /logs/agent/transcript.json] \
+        [--messages-file /tmp/conversation.json]
+
+``--messages-file`` resumes a multi-turn session: the file holds the conversation so far (a
+JSON list of chat messages, or a transcript object with ``messages``); the task becomes the
+next user message appended to it, and the transcript's ``messages`` is the whole updated
+conversation (so it can be passed back as ``--messages-file`` for the next user turn).
 
 The API key comes from ``$OPENAI_API_KEY`` (or ``--api-key``).
 
@@ -201,17 +207,36 @@ def chat(
     raise last
 
 
+def load_messages(path: str) -> list[dict[str, Any]]:
+    """The prior conversation of ``--messages-file`` (a list of messages or a transcript);
+    a system prompt is prepended when it has none. Raises ValueError when malformed."""
+    data = json.loads(Path(path).read_text())
+    if isinstance(data, dict):
+        data = data.get("messages")
+    if not isinstance(data, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in data
+    ):
+        raise ValueError(f"{path}: expected a list of chat messages")
+    messages = [dict(m) for m in data]
+    if not messages or messages[0]["role"] != "system":
+        messages.insert(0, {"role": "system", "content": SYSTEM_PROMPT})
+    return messages
+
+
 def run_agent(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(args.workdir).resolve()
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": args.task},
-    ]
+    messages: list[dict[str, Any]] = (
+        load_messages(args.messages_file)
+        if args.messages_file
+        else [{"role": "system", "content": SYSTEM_PROMPT}]
+    )
+    messages.append({"role": "user", "content": args.task})
     transcript: dict[str, Any] = {
         "harness": "reference",
         "model": args.model,
         "turns": 0,
         "tool_calls": [],
+        "tools": TOOLS,
     }
     end_reason = "turn_limit"
     for turn in range(args.max_turns):
@@ -240,6 +265,7 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
             transcript["tool_calls"].append(
                 {
                     "name": fn.get("name"),
+                    "tool_call_id": call.get("id", ""),
                     "ok": ok,
                     "duration_s": round(time.monotonic() - started, 4),
                 }
@@ -264,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request-timeout", type=float, default=600.0)
     parser.add_argument("--retries", type=int, default=3)
     parser.add_argument("--transcript", help="write the transcript JSON here")
+    parser.add_argument(
+        "--messages-file",
+        help="conversation so far (JSON list of messages, or a transcript): resume it, "
+        "appending the task as the next user message",
+    )
     args = parser.parse_args(argv)
     if args.task_file:
         args.task = Path(args.task_file).read_text()
@@ -271,6 +302,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print("error: --task or --task-file is required", file=sys.stderr)
         return 64
+    if args.messages_file:
+        try:
+            load_messages(args.messages_file)
+        except (OSError, ValueError) as exc:
+            print(f"error: --messages-file: {exc}", file=sys.stderr)
+            return 64
     code = 0
     try:
         transcript = run_agent(args)

@@ -134,3 +134,11 @@ def test_forward_errors(tiny_model_factory: Callable[..., Any]) -> None:
     out_e = tree_forward(eager, ids, pos, par, end, torch.tensor([1, 2]))
     out_s = tree_forward(model, ids, pos, par, end, torch.tensor([1, 2]))
     torch.testing.assert_close(out_e.logprobs, out_s.logprobs)  # additive mask for eager
+
+
+def test_first_token_is_never_a_target() -> None:
+    tree = pack_token_sequences([TokenSequence([1, 2], [True, True])])
+    assert tree.trainable.tolist() == [False, True]
+    validate_packed_tree(tree)
+    batch = TreeBatch.from_trees([tree])
+    assert split_by_token_budget(batch)[0].targets.tolist() == [1]

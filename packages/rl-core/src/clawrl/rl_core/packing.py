@@ -78,7 +78,8 @@ def pack_token_sequences(sequences: Sequence[TokenSequence]) -> PackedTree:
     """Insert whole token sequences into a token trie and pack it (DFS order).
 
     A token is trainable iff some sequence marks it trainable at that position (the first such
-    sequence's logprob and policy version are kept). Trajectories are the root-to-leaf paths;
+    sequence's logprob and policy version are kept); a sequence's first token never is (it has
+    no predecessor to predict it from). Trajectories are the root-to-leaf paths;
     a sequence that is a prefix of another one ends at an interior node and adds no
     trajectory. Memberships: one per (trainable token, trajectory through it). Sequences may
     start with different tokens (several roots: a forest).
@@ -107,7 +108,7 @@ def pack_token_sequences(sequences: Sequence[TokenSequence]) -> PackedTree:
                 child = _Node(int(tok))
                 node.children[int(tok)] = child
             node = child
-            if seq.trainable[k] and not node.trainable:
+            if seq.trainable[k] and k > 0 and not node.trainable:
                 node.trainable = True
                 node.logprob = float(seq.logprobs[k]) if seq.logprobs is not None else 0.0
                 node.version = int(seq.policy_versions[k]) if seq.policy_versions is not None else 0
@@ -374,7 +375,8 @@ def _make_piece(batch: TreeBatch, start: int, stop: int, mem_order: np.ndarray,
     end = n_ctx + (np.minimum(batch.subtree_end[tok], stop) - start)
     lo, hi = np.searchsorted(mem_sorted_tok, [start, stop])
     mem_idx = np.sort(mem_order[lo:hi])
-    owned_train = np.nonzero(batch.trainable[start:stop])[0].astype(np.int64) + n_ctx
+    has_par = batch.parent_index[start:stop] >= 0
+    owned_train = np.nonzero(batch.trainable[start:stop] & has_par)[0].astype(np.int64) + n_ctx
     pos_of_local = np.full(len(tok), -1, dtype=np.int64)
     pos_of_local[owned_train] = np.arange(len(owned_train))
     mem_local = batch.mem_token[mem_idx] - start + n_ctx

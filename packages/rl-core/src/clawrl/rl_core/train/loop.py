@@ -58,7 +58,6 @@ from clawrl.bench import (
     get_harness,
     load_builtin_suite,
     load_suite,
-    local_proxy,
     oracle_completions,
     plan_rollouts,
 )
@@ -75,6 +74,7 @@ from clawrl.rl_core.config import (
 from clawrl.rl_core.errors import ConfigError, RLCoreError
 from clawrl.rl_core.train.config import TrainConfig
 from clawrl.rl_core.train.metrics_log import MetricsLog, plot_curves, read_jsonl
+from clawrl.rl_core.train.serving import serve_proxy
 from clawrl.rl_core.train.trees import RolloutData, build_group_trees
 from clawrl.rl_core.trainer import Trainer, seed_everything
 
@@ -296,7 +296,7 @@ class TrainLoop:
         t0 = time.time()
         self.say(f"cold start: capturing {len(tasks)} scripted-policy trajectories "
                  "(ScriptedBackend, a test backend) through the harness path")
-        async with local_proxy(scripted, model_dir, capture_dir=self.out / "capture") as sep:
+        async with serve_proxy(scripted, model_dir, capture_dir=self.out / "capture") as sep:
 
             async def hook(session: Any, spec: Any) -> None:
                 await sep.admin.script(session.session_id, scripted_turns(spec.task))
@@ -319,9 +319,10 @@ class TrainLoop:
         trees = [PrefixTree.from_calls([Call.from_record(r) for r in x.records
                                         if r.get("completion_ids")], rollout_id=x.rollout_id)
                  for x in good]
+        # SFT fits the model's own distribution (T = 1); rollouts then sample it at
+        # rollout.temperature.
         sft = Trainer(self.policy, TrainerConfig(
-            loss=LossConfig(aggregation="token_mean",
-                            temperature=self.cfg.rollout.temperature),
+            loss=LossConfig(aggregation="token_mean"),
             optim=OptimConfig(lr=cs.lr, max_grad_norm=1.0, total_steps=max(1, cs.steps)),
             token_budget=self.cfg.algo.token_budget, chunk_size=self.cfg.algo.chunk_size,
             seed=self.cfg.run.seed))
@@ -345,6 +346,10 @@ class TrainLoop:
                 self.say(f"cold start: SFT step {step}/{cs.steps} loss {m['loss']:.3f}")
             last = step == cs.steps
             if (cs.eval_every and step % cs.eval_every == 0) or last:
+                if not self.cfg.eval.enabled:
+                    version += 1
+                    await self.sync_weights(endpoint, backend, version)
+                    continue
                 version += 1
                 await self.sync_weights(endpoint, backend, version)
                 row = await self.evaluate(endpoint, held, harnesses, f"coldstart-{step}")
@@ -397,6 +402,9 @@ class TrainLoop:
         self.out.mkdir(parents=True, exist_ok=True)
         self.ckpt_dir.mkdir(exist_ok=True)
         cfg.save(self.out / "config.json")
+        with (self.out / "runs.jsonl").open("a") as f:  # one line per process (resumes)
+            f.write(json.dumps({"run_id": self.run_id, "pid": os.getpid(),
+                                "started": time.time(), "resume": self.resume}) + "\n")
         removed = await sandbox_gc()
         if removed:
             self.say(f"removed {len(removed)} sandbox(es) left by dead runs")
@@ -414,7 +422,7 @@ class TrainLoop:
             self.state = LoopState(**json.loads((latest / "loop_state.json").read_text()))
 
         backend = self._backend()
-        async with local_proxy(backend, self.model_dir,
+        async with serve_proxy(backend, self.model_dir,
                                capture_dir=self.out / "capture") as endpoint:
             r = cfg.rollout
             await endpoint.admin.set_sampling(temperature=r.temperature, top_p=1.0, top_k=-1,

@@ -1,0 +1,203 @@
+"""The train loop's parts that need no sandbox: config, group trees, scripted policy, logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from clawrl.rl_core import ConfigError
+from clawrl.rl_core.train import (
+    RolloutData,
+    TrainConfig,
+    apply_overrides,
+    build_group_trees,
+    load_config,
+    plot_curves,
+    read_jsonl,
+    scripted_turns,
+)
+from clawrl.rl_core.train.metrics_log import MetricsLog
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+# ------------------------------------------------------------------ config
+def test_defaults_and_quickstart_load() -> None:
+    cfg = load_config()
+    assert cfg.algo.name == "grpo" and cfg.rollout.harnesses == ["reference"]
+    q = load_config(EXAMPLES / "quickstart.toml")
+    assert q.cold_start.enabled and q.backend.kind == "embedded"
+    assert q.model.tokenizer == "byte"
+
+
+def test_overrides_parse_toml_values(tmp_path: Path) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text('[run]\nsteps = 3\n[rollout]\nharnesses = ["reference"]\n')
+    cfg = load_config(p, ["algo.name=ppo", "run.steps=5", "algo.lr=3e-4",
+                          'rollout.harnesses=["reference", "mini-swe-agent"]', "run.out=x/y"])
+    assert cfg.algo.name == "ppo" and cfg.run.steps == 5 and cfg.algo.lr == 3e-4
+    assert cfg.rollout.harnesses == ["reference", "mini-swe-agent"]
+    assert cfg.run.out == "x/y"  # not TOML: kept as a string
+
+
+def test_saved_config_round_trips(tmp_path: Path) -> None:
+    cfg = load_config(None, ["async.enabled=true", "async.max_staleness=2", "run.seed=7"])
+    cfg.save(tmp_path / "config.json")
+    again = load_config(tmp_path / "config.json")
+    assert again == cfg and again.async_.max_staleness == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["nope.x=1"], "unknown config section"),
+        (["run.nope=1"], "unknown key"),
+        (["algo.name=dpo"], "algo.name"),
+        (["rollout.samples=1"], "GRPO needs"),
+        (["backend.kind=sglang"], "sglang_url"),
+        (["rollout.temperature=0"], "temperature"),
+        (["runsteps"], "section.key=value"),
+    ],
+)
+def test_bad_config_is_a_typed_error(overrides: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, overrides)
+
+
+def test_unreadable_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[run\n")
+    with pytest.raises(ConfigError):
+        load_config(bad)
+
+
+def test_apply_overrides_does_not_mutate() -> None:
+    raw: dict[str, Any] = {"run": {"steps": 1}}
+    out = apply_overrides(raw, ["run.steps=2"])
+    assert raw["run"]["steps"] == 1 and out["run"]["steps"] == 2
+
+
+def test_to_dict_uses_toml_section_names() -> None:
+    d = TrainConfig().to_dict()
+    assert "async" in d and "async_" not in d
+
+
+# ------------------------------------------------------------------ trees
+SYSTEM = list(range(1, 41))  # a shared "system prompt"
+
+
+def _record(sid: str, seq: int, prompt: list[int], completion: list[int], version: int = 0,
+            finish: str = "stop") -> dict[str, Any]:
+    return {"call_id": f"{sid}-{seq}", "session_id": sid, "seq": seq, "prompt_ids": prompt,
+            "completion_ids": completion, "completion_logprobs": [-0.5] * len(completion),
+            "policy_version": version, "finish_reason": finish}
+
+
+def _rollout(rid: str, group: str, task_tok: int, completion: list[int], reward: float,
+             harness: str = "reference") -> RolloutData:
+    prompt = [*SYSTEM, task_tok]
+    return RolloutData(rid, group, f"task{task_tok}", harness, reward,
+                       [_record(rid, 0, prompt, completion)])
+
+
+def test_group_trees_one_per_group_and_rewards() -> None:
+    ros = [
+        _rollout("a0", "t1/reference", 100, [50, 51], 1.0),
+        _rollout("a1", "t1/reference", 100, [50, 52], 0.0),
+        _rollout("b0", "t2/reference", 101, [60], 0.5),
+        _rollout("b1", "t2/reference", 101, [61, 62, 63], 0.5),
+    ]
+    built = build_group_trees(ros)
+    assert len(built.trees) == 2
+    assert built.rewards == {"a0": 1.0, "a1": 0.0, "b0": 0.5, "b1": 0.5}
+    assert built.groups["a1"] == "t1/reference"
+    # group t1 shares 41 prompt tokens + token 50; t2 shares the 41 prompt tokens
+    assert built.unique_tokens == (41 + 1 + 1 + 1) + (41 + 1 + 3)
+    assert built.flat_tokens == 43 + 43 + 42 + 44
+    assert built.compression == pytest.approx(built.flat_tokens / built.unique_tokens)
+    for tree in built.trees:
+        assert {t.metadata["group_id"] for t in tree.trajectories} <= {"t1/reference",
+                                                                       "t2/reference"}
+
+
+def test_merge_groups_keeps_group_ids_and_shares_the_system_prompt() -> None:
+    ros = [_rollout(f"r{i}", f"t{i % 2}/h", 100 + i % 2, [50 + i], float(i % 2))
+           for i in range(4)]
+    sep = build_group_trees(ros)
+    one = build_group_trees(ros, merge_groups=True)
+    assert len(one.trees) == 1 and one.groups == sep.groups
+    assert one.unique_tokens == sep.unique_tokens - 40  # the shared prefix is stored once
+    metas = {t.rollout_id: t.metadata["group_id"] for t in one.trees[0].trajectories}
+    assert metas == sep.groups
+
+
+def test_empty_and_failed_calls_are_left_out() -> None:
+    ros = [
+        RolloutData("e", "g", "t", "reference", 0.0, []),
+        RolloutData("f", "g", "t", "reference", 0.0,
+                    [_record("f", 0, SYSTEM, [], finish="error")]),
+        _rollout("ok", "g", 100, [5], 1.0),
+    ]
+    built = build_group_trees(ros)
+    assert built.empty_rollouts == 2 and list(built.rewards) == ["ok"]
+
+
+def test_dead_leaf_retry_is_removed() -> None:
+    prompt = [*SYSTEM, 100]
+    recs = [_record("r", 0, prompt, [7, 8]), _record("r", 1, prompt, [9, 9])]
+    built = build_group_trees([RolloutData("r", "g", "t", "reference", 1.0, recs)])
+    assert built.dead_leaves == 1 and built.n_trajectories == 1
+
+
+def test_over_branched_rollout_is_dropped() -> None:
+    prompt = [*SYSTEM, 100]
+    recs = [_record("r", i, prompt[: 10 + i], [200 + i]) for i in range(5)]
+    ok = _rollout("fine", "g", 100, [5], 0.0)
+    built = build_group_trees([RolloutData("r", "g", "t", "reference", 1.0, recs), ok],
+                              max_leaves=2)
+    assert built.dropped_rollouts == 1 and list(built.rewards) == ["fine"]
+
+
+def test_mix_harness_groups_are_separate() -> None:
+    ros = [_rollout("a", "t1/reference", 100, [5], 1.0),
+           _rollout("b", "t1/mini-swe-agent", 100, [6], 0.0, harness="mini-swe-agent")]
+    built = build_group_trees(ros)
+    assert len(built.trees) == 2 and len(set(built.groups.values())) == 2
+
+
+# ------------------------------------------------------------------ scripted policy
+def test_scripted_turns_for_learnable_tasks(tmp_path: Path) -> None:
+    from clawrl.bench import generate_learnable_tasks
+    from clawrl.proxy import parse_completion
+
+    task = generate_learnable_tasks(tmp_path, "train", 1, 0)[0]
+    turns = scripted_turns(task)
+    assert len(turns) == 1
+    parsed = parse_completion(turns[0] + "<|im_end|>", finish_reason="stop")
+    assert len(parsed.tool_calls) == 1 and parsed.tool_calls[0].name == "write_file"
+    args = parsed.tool_calls[0].arguments
+    args = json.loads(args) if isinstance(args, str) else args
+    assert args == {"path": task.metadata["file"], "content": task.metadata["word"]}
+
+
+# ------------------------------------------------------------------ logs
+def test_jsonl_skips_torn_line_and_plot_writes_png(tmp_path: Path) -> None:
+    log = MetricsLog(tmp_path)
+    rows = [{"kind": "train", "step": s, "reward_mean/reference": 0.1 * s, "pass_rate": 0.0,
+             "grad_norm": 1.0, "time/update": 2.0, "mean_abs_logprob_diff": float("nan")}
+            for s in range(1, 4)]
+    rows.append({"kind": "eval", "step": 3, "eval_reward": 0.4})
+    for r in rows:
+        log.write(r)
+    with log.path.open("a") as f:
+        f.write('{"kind": "train", "st')  # a writer killed mid-line
+    got = read_jsonl(log.path)
+    assert len(got) == 4 and got[0]["mean_abs_logprob_diff"] is None
+    png = plot_curves(got, tmp_path / "curves.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert np.isclose(got[2]["reward_mean/reference"], 0.3)

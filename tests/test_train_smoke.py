@@ -1,0 +1,148 @@
+"""End to end: a shortened quickstart through ``train`` (podman sandboxes, the reference
+harness, the proxy with the embedded backend, the tiny byte model), then ``--resume``; and
+kill -9 mid-step, then ``--resume``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman"),
+]
+
+SHORT = """
+[run]
+out = "{out}"
+steps = {steps}
+checkpoint_every = 1
+[tasks]
+train_n = 6
+heldout_n = 2
+tasks_per_step = 2
+[rollout]
+samples = 2
+max_tokens = 24
+concurrency = 4
+[cold_start]
+enabled = true
+tasks = 2
+steps = 2
+batch_size = 2
+[eval]
+enabled = false
+[logging]
+progress = false
+"""
+
+
+def _train(config: Path, *extra: str, timeout: float = 280) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(config), *extra],
+        capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+
+def _rows(out: Path, kind: str) -> list[dict[str, Any]]:
+    from clawrl.rl_core.train import read_jsonl
+
+    return [r for r in read_jsonl(out / "metrics.jsonl") if r.get("kind") == kind]
+
+
+def _run_ids(out: Path) -> list[str]:
+    return [json.loads(line)["run_id"] for line in (out / "runs.jsonl").read_text().splitlines()]
+
+
+def _records(out: Path, run_id: str) -> list[dict[str, Any]]:
+    from clawrl.proxy import read_records
+
+    recs: list[dict[str, Any]] = []
+    for f in sorted((out / "capture" / run_id).glob("*.jsonl")):
+        recs += read_records(f)
+    return recs
+
+
+def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cfg = tmp_path / "short.toml"
+    cfg.write_text(SHORT.format(out=out, steps=2))
+    res = _train(cfg)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    train = _rows(out, "train")
+    assert [r["step"] for r in train] == [1, 2]
+    # cold start synced version 1; every RL step adds one
+    assert [r["policy_version"] for r in train] == [2, 3]
+    assert all(r["n_rollouts"] == 4 and r["tree_tokens"] > 0 for r in train)
+    assert train[0]["mean_abs_logprob_diff"] < 1e-3  # trainer and backend agree
+    sft = _rows(out, "sft")
+    assert [r["sft_step"] for r in sft] == [1, 2]
+    # the proxy's records show the synced versions: step 2's rollouts ran at version 2
+    run_id = _run_ids(out)[0]
+    versions = {r["policy_version"] for r in _records(out, run_id)}
+    assert {1, 2} <= versions
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((out / "config.json").read_text())["run"]["steps"] == 2
+    assert (out / "checkpoints" / "latest").read_text() == "step-000002"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["policy_version"] == 3
+
+    # --resume with more steps continues from the checkpoint (no cold start again)
+    res = _train(cfg, "--resume", "--steps", "3")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "resumed from step-000002" in res.stdout
+    train = _rows(out, "train")
+    assert [r["step"] for r in train] == [1, 2, 3]
+    assert train[-1]["policy_version"] == 4
+    assert len(_rows(out, "sft")) == 2
+    resumed = _run_ids(out)[1]
+    assert {r["policy_version"] for r in _records(out, resumed)} == {3}
+
+
+def test_kill_mid_step_then_resume(tmp_path: Path) -> None:
+    import asyncio
+
+    from clawrl.sandbox import list_containers
+
+    out = tmp_path / "run"
+    cfg = tmp_path / "short.toml"
+    cfg.write_text(SHORT.format(out=out, steps=3).replace("enabled = true", "enabled = false"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(cfg)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        # wait for step 1's checkpoint, then for step 2's sandboxes, then kill -9
+        deadline = time.time() + 240
+        while time.time() < deadline and not (out / "checkpoints" / "latest").exists():
+            assert proc.poll() is None, "train exited early"
+            time.sleep(0.5)
+        run_id = _run_ids(out)[0]
+        while time.time() < deadline:
+            boxes = asyncio.run(list_containers(run_id=run_id))
+            if boxes:
+                break
+            time.sleep(0.3)
+        assert boxes, "no sandbox of step 2 seen"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert (out / "checkpoints" / "latest").read_text() == "step-000001"
+    res = _train(cfg, "--resume")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "resumed from step-000001" in res.stdout
+    train = _rows(out, "train")
+    assert [r["step"] for r in train] == [1, 2, 3]  # step 2 ran again, once in the log
+    assert train[-1]["policy_version"] == 3
+    # no sandbox of the killed run is left, and its capture reads cleanly
+    assert asyncio.run(list_containers(run_id=run_id)) == []
+    assert all(r["policy_version"] in (0, 1) for r in _records(out, run_id))

@@ -2,6 +2,11 @@
 
 Stage 1 (intents): :func:`load_taxonomy` → :class:`IntentSampler` → :class:`TemplateRenderer`
 or :class:`LLMRenderer` → :func:`dedup_intents` (exact + embedding near-duplicates, Vendi Score).
+Stage 2 (role-locked user simulator): :class:`LLMUserSimulator` (drift detection and
+regeneration), :class:`ScriptedUserSimulator` (a test simulator). Stage 3 (execution):
+:func:`run_session` (one podman sandbox per session, the reference harness per user turn),
+:func:`synthesize` (resumable, bounded concurrency) → trajectories (:func:`build_trajectory`,
+:func:`validate_trajectory`) and :func:`synthesis_report`.
 """
 
 from clawrl.ise_synth.dedup import DedupResult, dedup_exact, dedup_near, normalize_text
@@ -13,11 +18,40 @@ from clawrl.ise_synth.embeddings import (
     fetch_mpnet,
     load_embedder,
 )
-from clawrl.ise_synth.errors import EmbeddingError, IseSynthError, RenderError, TaxonomyError
+from clawrl.ise_synth.errors import (
+    EmbeddingError,
+    ExecutionError,
+    IseSynthError,
+    RenderError,
+    SimulatorDriftError,
+    SimulatorError,
+    TaxonomyError,
+)
+from clawrl.ise_synth.execute import (
+    AGENT_MOUNT,
+    SessionConfig,
+    SessionResult,
+    run_session,
+    scripted_agent_completions,
+    workspace_changes,
+)
 from clawrl.ise_synth.intents import IntentStats, dedup_intents, generate_intents
+from clawrl.ise_synth.pipeline import ProxySimulatorFactory, SynthesisRun, synthesize
 from clawrl.ise_synth.records import IntentRecord, read_intents, write_intents
 from clawrl.ise_synth.render import LLMRenderer, TemplateRenderer, llm_messages
 from clawrl.ise_synth.sampling import DomainSelection, IntentSampler, IntentSpec
+from clawrl.ise_synth.simulator import (
+    AgentTurn,
+    LLMUserSimulator,
+    ScriptedUserSimulator,
+    SimulatorReply,
+    SimulatorTurn,
+    UserSimulator,
+    detect_drift,
+    parse_reply,
+    scripted_queries,
+    simulator_messages,
+)
 from clawrl.ise_synth.taxonomy import (
     Complexity,
     Domain,
@@ -26,36 +60,64 @@ from clawrl.ise_synth.taxonomy import (
     Taxonomy,
     load_taxonomy,
 )
+from clawrl.ise_synth.trajectory import (
+    TrajectoryError,
+    append_jsonl,
+    build_trajectory,
+    read_jsonl,
+    report_table,
+    synthesis_report,
+    tool_call_stats,
+    validate_trajectory,
+)
 from clawrl.ise_synth.vendi import entropy_exp, vendi_score, vendi_score_from_kernel
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AGENT_MOUNT",
+    "AgentTurn",
     "Complexity",
     "DedupResult",
     "Domain",
     "DomainSelection",
     "Embedder",
     "EmbeddingError",
+    "ExecutionError",
     "IntentRecord",
     "IntentSampler",
     "IntentSpec",
     "IntentStats",
     "IseSynthError",
     "LLMRenderer",
+    "LLMUserSimulator",
     "Persona",
+    "ProxySimulatorFactory",
     "RenderError",
+    "ScriptedUserSimulator",
     "SentenceTransformerEmbedder",
+    "SessionConfig",
+    "SessionResult",
+    "SimulatorDriftError",
+    "SimulatorError",
+    "SimulatorReply",
+    "SimulatorTurn",
+    "SynthesisRun",
     "Task",
     "Taxonomy",
     "TaxonomyError",
     "TemplateRenderer",
     "TfidfEmbedder",
+    "TrajectoryError",
+    "UserSimulator",
     "__version__",
+    "append_jsonl",
+    "build_trajectory",
     "dedup_exact",
     "dedup_intents",
     "dedup_near",
     "default_mpnet_dir",
+    "detect_drift",
     "entropy_exp",
     "fetch_mpnet",
     "generate_intents",
@@ -63,8 +125,20 @@ __all__ = [
     "load_embedder",
     "load_taxonomy",
     "normalize_text",
+    "parse_reply",
     "read_intents",
+    "read_jsonl",
+    "report_table",
+    "run_session",
+    "scripted_agent_completions",
+    "scripted_queries",
+    "simulator_messages",
+    "synthesis_report",
+    "synthesize",
+    "tool_call_stats",
+    "validate_trajectory",
     "vendi_score",
     "vendi_score_from_kernel",
+    "workspace_changes",
     "write_intents",
 ]

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["EmbeddingError", "IseSynthError", "RenderError", "TaxonomyError"]
+__all__ = [
+    "EmbeddingError",
+    "ExecutionError",
+    "IseSynthError",
+    "RenderError",
+    "SimulatorDriftError",
+    "SimulatorError",
+    "TaxonomyError",
+]
 
 
 class IseSynthError(Exception):
@@ -19,3 +27,27 @@ class RenderError(IseSynthError):
 
 class EmbeddingError(IseSynthError, ValueError):
     """Embeddings could not be computed or have the wrong shape/values."""
+
+
+class SimulatorError(IseSynthError):
+    """The user simulator answered something unusable (not the JSON object, bad fields) or
+    its endpoint failed."""
+
+
+class SimulatorDriftError(SimulatorError):
+    """The simulator produced no valid user turn within its regeneration budget.
+
+    Attributes:
+        generations: generations made; drifted: how many of them were rejected;
+        reasons: the rejection reason of each (drift tags or ``invalid: …``).
+    """
+
+    def __init__(self, message: str, *, generations: int, drifted: int, reasons: list[str]) -> None:
+        super().__init__(message)
+        self.generations = generations
+        self.drifted = drifted
+        self.reasons = reasons
+
+
+class ExecutionError(IseSynthError):
+    """Stage 3 could not run a session (sandbox, proxy or harness infrastructure failure)."""

@@ -1,0 +1,392 @@
+"""Stage 3: execution — ISE sessions run by a real agent in a podman sandbox.
+
+One *session* per intent: one sandbox (created once; its ``/workspace`` persists across the
+user turns), one proxy session for the agent. Per user turn:
+
+1. the user simulator (stage 2) sees the conversation so far — the agent's final replies and a
+   summary of the workspace changes each turn made — and answers the next query or ends the
+   session;
+2. the reference harness (clawrl.bench's ``reference_agent.py``, run by the sandbox's
+   ``/usr/bin/python3``) resumes the whole conversation (``--messages-file``), appends the
+   query and runs its tool loop against the model through the proxy session (the in-sandbox
+   forwarder and the mounted model socket), so every tool call really executes — failures
+   included;
+3. the workspace is listed (path, size, SHA-256) and compared with the previous listing.
+
+A session that the simulator ends with ``completed`` becomes a trajectory
+(:mod:`clawrl.ise_synth.trajectory`); one that reaches the user-turn cap without completing,
+whose simulator cannot produce a valid turn, or whose agent fails, is *discarded* with a
+reason and counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from clawrl.bench import ModelEndpoint, reference_agent_path
+from clawrl.ise_synth.errors import SimulatorDriftError, SimulatorError
+from clawrl.ise_synth.records import IntentRecord
+from clawrl.ise_synth.simulator import AgentTurn, UserSimulator
+from clawrl.ise_synth.trajectory import build_trajectory, tool_call_stats
+from clawrl.proxy import ProxyError, SessionInfo
+from clawrl.sandbox import Limits, Sandbox, SandboxError, SandboxSpec
+
+__all__ = [
+    "AGENT_MOUNT",
+    "AgentHook",
+    "SessionConfig",
+    "SessionResult",
+    "SimulatorFactory",
+    "run_session",
+    "scripted_agent_completions",
+    "workspace_changes",
+]
+
+#: Where the reference agent program is mounted (read-only) inside the session's sandbox.
+AGENT_MOUNT = "/run/clawrl/harness/reference_agent.py"
+_STATE_DIR = "/tmp/clawrl-ise"
+_LISTING = (
+    "import hashlib,json,os,sys\n"
+    "root=sys.argv[1];out={}\n"
+    "for d,_,fs in os.walk(root):\n"
+    " for f in fs:\n"
+    "  p=os.path.join(d,f)\n"
+    "  try:\n"
+    "   b=open(p,'rb').read();out[os.path.relpath(p,root)]=[len(b),hashlib.sha256(b).hexdigest()]\n"
+    "  except OSError: pass\n"
+    "print(json.dumps(out))\n"
+)
+
+AgentHook = Callable[[SessionInfo, IntentRecord], Awaitable[None]]
+
+
+class SimulatorFactory(Protocol):
+    """Builds the user simulator of one session (e.g. on its own proxy session)."""
+
+    async def for_session(self, intent: IntentRecord, run_id: str) -> UserSimulator: ...
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Knobs of stage 3 (every value has a default).
+
+    Attributes:
+        max_user_turns: user turns per session (N, ISE: 20); a session not completed by then
+            is discarded.
+        agent_max_turns: model calls of the agent per user turn.
+        agent_max_tokens: per-call output cap the agent requests (``None``: the server's).
+        agent_model: model name the agent sends.
+        agent_timeout_s: wall-clock limit of one agent run (one user turn), seconds.
+        bash_timeout_s: per-``bash``-call limit inside the agent, seconds.
+        memory_mb: sandbox memory (processes + the tmpfs workspace), MiB.
+        workspace_summary: show the simulator a summary of each turn's workspace changes.
+        seed_files: files placed in ``/workspace`` at the start of every session.
+    """
+
+    max_user_turns: int = 20
+    agent_max_turns: int = 20
+    agent_max_tokens: int | None = None
+    agent_model: str = "policy"
+    agent_timeout_s: float = 600.0
+    bash_timeout_s: float = 60.0
+    memory_mb: int = 1024
+    workspace_summary: bool = True
+    seed_files: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_user_turns < 1 or self.agent_max_turns < 1:
+            raise ValueError("max_user_turns and agent_max_turns must be >= 1")
+
+
+@dataclass
+class SessionResult:
+    """The outcome of one session: a ``trajectory`` (DESIGN.md "Trajectory" dict) when
+    completed, else ``discard_reason`` (``turn_limit``, ``simulator_drift``,
+    ``simulator_error``, ``agent_error``, ``infra_error``) with ``detail``; ``stats`` either
+    way (see :func:`~clawrl.ise_synth.trajectory.build_trajectory`)."""
+
+    intent_id: str
+    trajectory: dict[str, Any] | None
+    discard_reason: str = ""
+    detail: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def completed(self) -> bool:
+        return self.trajectory is not None
+
+    def discard_record(self) -> dict[str, Any]:
+        return {
+            "intent_id": self.intent_id,
+            "reason": self.discard_reason,
+            "detail": self.detail,
+            "stats": self.stats,
+        }
+
+
+def workspace_changes(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """One line summarising the difference of two workspace listings (path → [size,
+    sha256]): ``added a.txt (12 B); changed b.md (40 B); removed c``; ``""`` when equal."""
+    parts = []
+    for path in sorted(after.keys() - before.keys()):
+        parts.append(f"added {path} ({after[path][0]} B)")
+    for path in sorted(after.keys() & before.keys()):
+        if after[path] != before[path]:
+            parts.append(f"changed {path} ({after[path][0]} B)")
+    for path in sorted(before.keys() - after.keys()):
+        parts.append(f"removed {path}")
+    return "; ".join(parts)
+
+
+async def _listing(sb: Sandbox) -> dict[str, Any]:
+    res = await sb.exec(["/usr/bin/python3", "-c", _LISTING, "/workspace"], timeout=60)
+    if res.exit_code != 0:
+        raise SandboxError(f"workspace listing failed: {res.stderr[-300:]!r}")
+    data = json.loads(res.stdout)
+    return data if isinstance(data, dict) else {}
+
+
+def _agent_argv(base_url: str, config: SessionConfig, resume: bool) -> list[str]:
+    argv = [
+        "/usr/bin/python3", AGENT_MOUNT,
+        "--base-url", base_url,
+        "--model", config.agent_model,
+        "--task-file", f"{_STATE_DIR}/query.md",
+        "--workdir", "/workspace",
+        "--max-turns", str(config.agent_max_turns),
+        "--bash-timeout", f"{config.bash_timeout_s:g}",
+        "--transcript", f"{_STATE_DIR}/transcript.json",
+    ]  # fmt: skip
+    if config.agent_max_tokens:
+        argv += ["--max-tokens", str(config.agent_max_tokens)]
+    if resume:
+        argv += ["--messages-file", f"{_STATE_DIR}/transcript.json"]
+    return argv
+
+
+async def run_session(
+    intent: IntentRecord,
+    simulator: UserSimulator,
+    endpoint: ModelEndpoint,
+    config: SessionConfig | None = None,
+    *,
+    run_id: str = "ise",
+    agent_hook: AgentHook | None = None,
+    image: str | None = None,
+) -> SessionResult:
+    """Run one ISE session for ``intent`` (see the module docstring).
+
+    ``agent_hook`` is awaited once the agent's proxy session exists (e.g. to script a
+    ScriptedBackend). Never raises for a failed session: the result carries the discard
+    reason.
+    """
+    config = config or SessionConfig()
+    t0 = time.time()
+    admin = endpoint.admin
+    sim_generations = sim_drifted = 0
+    drift_reasons: list[str] = []
+    history: list[AgentTurn] = []
+    turn_records: list[dict[str, Any]] = []
+    tool_log: list[dict[str, Any]] = []
+    transcript: dict[str, Any] = {}
+    reply = None
+
+    def result(reason: str = "", detail: str = "", traj: bool = False) -> SessionResult:
+        stats: dict[str, Any] = {
+            "user_turns": len(history),
+            "simulator": simulator.name,
+            "simulator_generations": sim_generations,
+            "simulator_drifted": sim_drifted,
+            "drift_reasons": drift_reasons,
+            "wall_s": round(time.time() - t0, 3),
+            **tool_call_stats(tool_log),
+        }
+        if traj and reply is not None:
+            trajectory = build_trajectory(
+                intent, transcript, tool_log, turn_records, reply, stats, session_id=sid
+            )
+            return SessionResult(intent.id, trajectory, stats=trajectory["stats"])
+        return SessionResult(intent.id, None, reason, detail, stats)
+
+    session: SessionInfo | None = None
+    sid = ""
+    try:
+        session = await admin.create_session(
+            run_id=run_id,
+            task_id=intent.id,
+            harness="reference",
+            group_id=intent.id,
+            metadata={
+                "ise": True,
+                "complexity": intent.complexity,
+                "primary_domain": intent.primary_domain,
+            },
+        )
+        sid = session.session_id
+        if agent_hook is not None:
+            await agent_hook(session, intent)
+        spec = SandboxSpec(
+            image=image,
+            files={f"/workspace/{k}": v for k, v in config.seed_files.items()},
+            limits=Limits(
+                memory=f"{config.memory_mb}m", workspace_size=f"{config.memory_mb // 2}m"
+            ),
+            model_socket=endpoint.model_socket,
+            read_only_mounts={str(reference_agent_path()): AGENT_MOUNT},
+            labels={"clawrl-ise.intent": intent.id[:60]},
+        )
+        sb = await Sandbox.create(spec, run_id=run_id)
+    except (SandboxError, ProxyError, OSError) as exc:
+        if session is not None:
+            with contextlib.suppress(ProxyError, OSError):
+                await admin.close_session(session.session_id)
+        return result("infra_error", f"setup: {type(exc).__name__}: {exc}")
+    base_url = f"{sb.model_base_url}/s/{sid}/v1"
+    try:
+        async with sb:
+            before = await _listing(sb)
+            while True:
+                try:
+                    turn = await simulator.respond(intent, history)
+                except SimulatorDriftError as exc:
+                    sim_generations += exc.generations
+                    sim_drifted += exc.drifted
+                    drift_reasons.extend(exc.reasons)
+                    return result("simulator_drift", str(exc))
+                except SimulatorError as exc:
+                    return result("simulator_error", str(exc))
+                sim_generations += turn.generations
+                sim_drifted += turn.drifted
+                drift_reasons.extend(turn.drift_reasons)
+                if turn.reply.completed:
+                    if not history:
+                        return result("simulator_error", "completed before the first query")
+                    reply = turn.reply
+                    break
+                if len(history) >= config.max_user_turns:
+                    return result("turn_limit", f"not completed after {len(history)} user turns")
+                query = turn.reply.next_query
+                await sb.put_files({f"{_STATE_DIR}/query.md": query})
+                t_turn = time.time()
+                res = await sb.exec(
+                    _agent_argv(base_url, config, resume=bool(history)),
+                    timeout=config.agent_timeout_s,
+                    env={"OPENAI_API_KEY": session.api_key},
+                    workdir="/workspace",
+                )
+                try:
+                    transcript = json.loads(await sb.get_file(f"{_STATE_DIR}/transcript.json"))
+                except (FileNotFoundError, json.JSONDecodeError) as exc:
+                    return result("agent_error", f"no transcript ({exc}); exit {res.exit_code}")
+                if res.timed_out:
+                    return result(
+                        "agent_error", f"agent still running at {config.agent_timeout_s:g} s"
+                    )
+                if res.exit_code != 0:
+                    err = transcript.get("error") or res.stderr.decode(errors="replace")[-300:]
+                    return result("agent_error", f"exit {res.exit_code}: {err}")
+                for call in transcript.get("tool_calls", []):
+                    tool_log.append({**call, "user_turn": len(history)})
+                after = await _listing(sb)
+                changes = workspace_changes(before, after)
+                before = after
+                messages = transcript.get("messages") or []
+                final = next(
+                    (
+                        str(m.get("content") or "")
+                        for m in reversed(messages)
+                        if m.get("role") == "assistant"
+                    ),
+                    "",
+                )
+                history.append(AgentTurn(query, final, changes if config.workspace_summary else ""))
+                turn_records.append(
+                    {
+                        "query": query,
+                        "reply": final,
+                        "workspace_changes": changes,
+                        "end_reason": transcript.get("end_reason"),
+                        "model_calls": transcript.get("turns"),
+                        "tool_calls": len(transcript.get("tool_calls", [])),
+                        "wall_s": round(time.time() - t_turn, 3),
+                    }
+                )
+    except (SandboxError, OSError) as exc:
+        return result("infra_error", f"sandbox: {type(exc).__name__}: {exc}")
+    finally:
+        with contextlib.suppress(ProxyError, OSError):
+            await admin.close_session(sid)
+    return result(traj=True)
+
+
+def scripted_agent_completions(queries: Sequence[str]) -> list[str]:
+    """Completions for a *scripted test agent* (ScriptedBackend, named as such) answering
+    ``queries`` one per user turn with well-formed tool calls of the reference harness:
+
+    - turn 1 reads ``notes/context.md`` before it exists — a tool call that fails by design —
+      then recovers (writes it, reads it back);
+    - every turn writes ``work/step<k>.md`` (the query) and lists the work with ``bash``;
+    - the last turn (the final check) runs ``bash`` over all step files;
+    - each turn ends with a short final answer (with ``reasoning_content``).
+    """
+    from clawrl.proxy import format_assistant_text as fmt
+
+    out: list[str] = []
+    n = len(queries)
+    for k, query in enumerate(queries, 1):
+        if k == 1:
+            out.append(
+                fmt(
+                    reasoning="Check the notes first.",
+                    tool_calls=[("read_file", {"path": "notes/context.md"})],
+                )
+            )
+            out.append(
+                fmt(
+                    reasoning="No notes yet; create them.",
+                    tool_calls=[
+                        (
+                            "write_file",
+                            {"path": "notes/context.md", "content": f"# Context\n{query[:200]}\n"},
+                        )
+                    ],
+                )
+            )
+            out.append(fmt(tool_calls=[("read_file", {"path": "notes/context.md"})]))
+        if k == n and n > 1:
+            out.append(
+                fmt(
+                    reasoning="Final check of every step file.",
+                    tool_calls=[("bash", {"command": "wc -l work/*.md && ls -R"})],
+                )
+            )
+            out.append(
+                fmt(
+                    reasoning="Everything is there.",
+                    content=f"Checked {n - 1} step files; all present.",
+                )
+            )
+            continue
+        out.append(
+            fmt(
+                reasoning=f"Record step {k}.",
+                tool_calls=[
+                    (
+                        "write_file",
+                        {"path": f"work/step{k}.md", "content": f"# Step {k}\n{query[:300]}\n"},
+                    )
+                ],
+            )
+        )
+        out.append(
+            fmt(tool_calls=[("bash", {"command": f"ls work && grep -c Step work/step{k}.md"})])
+        )
+        out.append(
+            fmt(reasoning="Summarise.", content=f"Done with step {k}: wrote work/step{k}.md.")
+        )
+    return out

@@ -1,0 +1,155 @@
+"""Stages 2–3 over an intent pool: bounded-concurrency, resumable synthesis runs.
+
+:func:`synthesize` runs one session per intent (:func:`~clawrl.ise_synth.run_session`) with at
+most ``concurrency`` sandboxes alive, appends every completed trajectory to
+``<out>/trajectories.jsonl`` and every discarded session to ``<out>/discarded.jsonl`` as soon
+as it ends, and skips intents already present in either file (the resume point), then writes
+``<out>/report.json`` (:func:`~clawrl.ise_synth.synthesis_report`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clawrl.bench import ModelEndpoint
+from clawrl.ise_synth.execute import (
+    AgentHook,
+    SessionConfig,
+    SessionResult,
+    SimulatorFactory,
+    run_session,
+)
+from clawrl.ise_synth.records import IntentRecord
+from clawrl.ise_synth.simulator import LLMUserSimulator, UserSimulator
+from clawrl.ise_synth.trajectory import append_jsonl, read_jsonl, synthesis_report
+
+__all__ = ["ProxySimulatorFactory", "SynthesisRun", "synthesize"]
+
+
+class ProxySimulatorFactory:
+    """An :class:`LLMUserSimulator` per session, each on its own proxy session (harness
+    ``"user-simulator"``) of the given proxy, reached over its model unix socket with the
+    ``openai`` SDK. Call :meth:`aclose` at the end."""
+
+    def __init__(
+        self, endpoint: ModelEndpoint, model: str = "simulator", **sim_kwargs: Any
+    ) -> None:
+        import httpx
+
+        self.endpoint = endpoint
+        self.model = model
+        self.sim_kwargs = sim_kwargs
+        self._http: Any = httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=str(endpoint.model_socket)), timeout=600.0
+        )
+
+    async def for_session(self, intent: IntentRecord, run_id: str) -> UserSimulator:
+        import openai
+
+        s = await self.endpoint.admin.create_session(
+            run_id=run_id, task_id=intent.id, harness="user-simulator", group_id=intent.id
+        )
+        client = openai.AsyncOpenAI(
+            base_url=f"http://clawrl-proxy/s/{s.session_id}/v1",
+            api_key=s.api_key,
+            http_client=self._http,
+            max_retries=2,
+        )
+        return LLMUserSimulator(client, self.model, **self.sim_kwargs)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+@dataclass
+class SynthesisRun:
+    """Paths and counts of a :func:`synthesize` call (``skipped``: intents found done in the
+    output files; ``completed`` / ``discarded``: sessions of this call)."""
+
+    trajectories_path: Path
+    discarded_path: Path
+    report_path: Path
+    report: dict[str, Any]
+    skipped: int
+    completed: int
+    discarded: int
+
+
+async def synthesize(
+    intents: Sequence[IntentRecord],
+    simulator: UserSimulator | SimulatorFactory,
+    endpoint: ModelEndpoint,
+    out_dir: Path,
+    config: SessionConfig | None = None,
+    *,
+    concurrency: int = 4,
+    run_id: str = "ise",
+    agent_hook: AgentHook | None = None,
+    intent_stats: dict[str, Any] | None = None,
+    on_session: Callable[[SessionResult], None] | None = None,
+    image: str | None = None,
+) -> SynthesisRun:
+    """Run stages 2–3 for ``intents`` (see the module docstring). ``simulator`` is one
+    simulator shared by all sessions or a factory building one per session.
+
+    Raises:
+        ValueError: ``concurrency`` < 1.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    traj_path = out_dir / "trajectories.jsonl"
+    disc_path = out_dir / "discarded.jsonl"
+    for p in (traj_path, disc_path):  # drop a half-written last line before appending
+        if p.exists() and p.stat().st_size and not p.read_bytes().endswith(b"\n"):
+            data = p.read_bytes()
+            p.write_bytes(data[: data.rfind(b"\n") + 1])
+    done = {t["intent"]["id"] for t in read_jsonl(traj_path)}
+    done |= {d["intent_id"] for d in read_jsonl(disc_path)}
+    todo = [i for i in intents if i.id not in done]
+    gate = asyncio.Semaphore(concurrency)
+    counts = {"completed": 0, "discarded": 0}
+
+    async def one(intent: IntentRecord) -> None:
+        async with gate:
+            sim = (
+                await simulator.for_session(intent, run_id)
+                if hasattr(simulator, "for_session")
+                else simulator
+            )
+            result = await run_session(
+                intent,
+                sim,
+                endpoint,
+                config,
+                run_id=run_id,
+                agent_hook=agent_hook,
+                image=image,
+            )
+        if result.trajectory is not None:
+            append_jsonl(traj_path, result.trajectory)
+            counts["completed"] += 1
+        else:
+            append_jsonl(disc_path, result.discard_record())
+            counts["discarded"] += 1
+        if on_session is not None:
+            on_session(result)
+
+    await asyncio.gather(*(one(i) for i in todo))
+    report = synthesis_report(read_jsonl(traj_path), read_jsonl(disc_path), intent_stats)
+    report_path = out_dir / "report.json"
+    report_path.write_text(json.dumps(report, indent=1) + "\n")
+    return SynthesisRun(
+        traj_path,
+        disc_path,
+        report_path,
+        report,
+        len(intents) - len(todo),
+        counts["completed"],
+        counts["discarded"],
+    )

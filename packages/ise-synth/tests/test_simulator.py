@@ -1,0 +1,201 @@
+"""Stage 2: the role-locked user simulator — reply parsing, drift detection, regeneration."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from clawrl.ise_synth import (
+    AgentTurn,
+    IntentRecord,
+    IntentSampler,
+    LLMUserSimulator,
+    ScriptedUserSimulator,
+    SimulatorDriftError,
+    SimulatorError,
+    TemplateRenderer,
+    detect_drift,
+    load_taxonomy,
+    parse_reply,
+    scripted_queries,
+    simulator_messages,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def _intent() -> IntentRecord:
+    spec = IntentSampler(load_taxonomy(), seed=3).draw(0)
+    return IntentRecord.from_spec(spec, TemplateRenderer().render(spec), "template")
+
+
+def _json(**kw: Any) -> str:
+    base = {"completed": False, "next_query": "", "reason": "r", "success": False}
+    base.update(kw)
+    return json.dumps(base)
+
+
+@pytest.mark.parametrize(
+    ("text", "tag"),
+    [
+        ("As an AI language model, I cannot open files.", "as-an-ai"),
+        ("I have created the report in output/report.md for you.", "assistant-report"),
+        ("I've updated the config as requested.", "assistant-report"),
+        ("Here is the summary of the sales data:", "here-is"),
+        ("Sure, here you go — the table is ready.", "assistant-opener"),
+        ("How can I help you today?", "offer-help"),
+        ("Done. Let me know if you need anything else!", "assistant-closer"),
+        (
+            '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>',
+            "tool-markup",
+        ),
+        ('{"name": "write_file", "arguments": {"path": "a"}}', "tool-call-json"),
+        ("```bash\nls -la\n```", "code-block-command"),
+        ("assistant: the file is saved", "role-prefix"),
+    ],
+)
+def test_drift_fires_on_assistant_voice_and_tool_calls(text: str, tag: str) -> None:
+    assert detect_drift(text) == tag
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Can you put the Q3 numbers into a CSV under output/?",
+        "Hmm, the total looks wrong — I expected 1,240. Could you re-check the March rows?",
+        "thx. now pls make the chart a bar chart",
+        "I have a meeting at 3, so please keep the summary short.",
+        "Please double-check the files you made and summarise the result.",
+    ],
+)
+def test_user_voice_is_not_drift(text: str) -> None:
+    assert detect_drift(text) is None
+
+
+def test_parse_reply_accepts_the_json_answer_and_rejects_the_rest() -> None:
+    r = parse_reply("<think>hmm</think>\n```json\n" + _json(next_query=" next ") + "\n```")
+    assert (r.completed, r.next_query, r.reason, r.success) == (False, "next", "r", False)
+    done = parse_reply(_json(completed=True, success=True, next_query=None))
+    assert done.completed and done.success and done.next_query == ""
+    for bad in [
+        "Sure! Next I'd like a chart.",
+        "[1, 2]",
+        _json(completed="yes"),
+        _json(next_query=""),
+        _json(next_query="x", success="true"),
+        "Here: " + _json(next_query="x"),
+    ]:
+        with pytest.raises(SimulatorError):
+            parse_reply(bad)
+
+
+@given(st.text(max_size=200))
+def test_parse_reply_never_crashes(text: str) -> None:
+    with contextlib.suppress(SimulatorError):
+        parse_reply(text)
+
+
+@dataclass
+class _Msg:
+    content: str
+
+
+@dataclass
+class _Choice:
+    message: _Msg
+
+
+@dataclass
+class _Resp:
+    choices: list[_Choice]
+
+
+class _ScriptedChat:
+    """A stand-in for ``openai.AsyncOpenAI`` returning scripted simulator texts (a test
+    double, named as such; the real SDK path is covered by tests/test_ise_e2e.py)."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = list(texts)
+        self.requests: list[dict[str, Any]] = []
+        self.chat = self
+        self.completions = self
+
+    async def create(self, **kw: Any) -> _Resp:
+        self.requests.append(kw)
+        return _Resp([_Choice(_Msg(self.texts.pop(0)))])
+
+
+async def test_assistant_voice_is_regenerated_and_counted() -> None:
+    chat = _ScriptedChat(
+        [
+            _json(next_query="I have created the file output/report.md as you asked."),
+            "Sure, here is what I did.",  # not JSON
+            _json(next_query="Great — can you also add a total row?"),
+        ]
+    )
+    sim = LLMUserSimulator(chat, "sim", max_regenerations=3)
+    history = [
+        AgentTurn(
+            "make the report", "Done, wrote output/report.md", "added output/report.md (120 B)"
+        )
+    ]
+    turn = await sim.respond(_intent(), history)
+    assert turn.reply.next_query == "Great — can you also add a total row?"
+    assert (turn.generations, turn.drifted) == (3, 2)
+    assert turn.drift_reasons[0] == "assistant-report" and turn.drift_reasons[1].startswith(
+        "invalid"
+    )
+    # the simulator saw what the agent really did
+    prompt = chat.requests[0]["messages"][1]["content"]
+    assert "Done, wrote output/report.md" in prompt and "added output/report.md" in prompt
+
+
+async def test_persistent_drift_raises_with_counts() -> None:
+    chat = _ScriptedChat([_json(next_query="As an AI, I will now run the script.")] * 3)
+    sim = LLMUserSimulator(chat, "sim", max_regenerations=2)
+    with pytest.raises(SimulatorDriftError) as info:
+        await sim.respond(_intent(), [AgentTurn("q", "a")])
+    assert (info.value.generations, info.value.drifted) == (3, 3)
+    assert info.value.reasons == ["as-an-ai"] * 3
+
+
+async def test_opening_turn_may_not_complete() -> None:
+    chat = _ScriptedChat(
+        [_json(completed=True, success=True), _json(next_query="Hi, first step: list the files.")]
+    )
+    turn = await LLMUserSimulator(chat, "sim").respond(_intent(), [])
+    assert turn.reply.next_query.startswith("Hi") and turn.drifted == 1
+
+
+def test_prompt_holds_persona_intent_and_principles() -> None:
+    intent = _intent()
+    msgs = simulator_messages(intent, [], 20)
+    system = msgs[0]["content"]
+    assert intent.intent in system and intent.persona["name"] in system
+    assert intent.persona["communication_style"] in system
+    for principle in (
+        "Perspective lock",
+        "Register matching",
+        "Incremental advancement",
+        "Responsive conditioning",
+    ):
+        assert principle in system
+    assert "FIRST message" in msgs[1]["content"]
+
+
+async def test_scripted_simulator_asks_one_step_per_task_then_completes() -> None:
+    intent = _intent()
+    queries = scripted_queries(intent)
+    n_tasks = sum(len(d["tasks"]) for d in intent.domains)
+    assert len(queries) == n_tasks + 1 and queries[0].startswith(intent.intent)
+    sim = ScriptedUserSimulator()
+    history: list[AgentTurn] = []
+    for q in queries:
+        turn = await sim.respond(intent, history)
+        assert not turn.reply.completed and turn.reply.next_query == q
+        history.append(AgentTurn(q, "ok"))
+    final = await sim.respond(intent, history)
+    assert final.reply.completed and final.reply.success and final.drifted == 0

@@ -225,7 +225,8 @@ async def local_proxy(
     capture_dir: Path | str | None = None,
     socket_dir: Path | str | None = None,
 ) -> AsyncIterator[ModelEndpoint]:
-    """Serve ``backend`` (any clawrl.proxy ``InferenceBackend``) in this event loop.
+    """Serve ``backend`` (any clawrl.proxy ``InferenceBackend``) from this process (the
+    proxy runs in a thread with its own event loop).
 
     The model API listens on ``<socket_dir>/model.sock`` and the admin API on
     ``admin.sock`` (default: a fresh temporary directory); call records go to
@@ -246,21 +247,18 @@ async def local_proxy(
         )
         renderer = await asyncio.to_thread(ChatRenderer.from_model_dir, Path(model_dir))
         server = ProxyServer(build_proxy_app(renderer, backend, config), config)
-        serving = asyncio.ensure_future(server.serve())
-        started = asyncio.ensure_future(server.started.wait())
-        await asyncio.wait({serving, started}, return_when=asyncio.FIRST_COMPLETED)
-        if serving.done():
-            started.cancel()
-            serving.result()  # raises the start-up error
-            raise BenchError("the proxy stopped during start-up")
+        # the proxy gets its own thread and event loop: model serving never waits on the
+        # runner's podman calls, nor the runner on a long prefill
+        try:
+            await asyncio.to_thread(server.start_in_thread)
+        except (RuntimeError, TimeoutError) as exc:
+            raise BenchError(f"the proxy did not start: {exc}") from exc
         admin = AsyncAdminClient(socket=config.admin_socket)
         try:
             yield ModelEndpoint(admin=admin, model_socket=Path(config.socket or ""))
         finally:
             await admin.close()
-            server.stop()
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving
+            await asyncio.to_thread(server.stop_thread)
 
 
 def plan_rollouts(

@@ -151,7 +151,8 @@ class NodeHarness(HarnessAdapter):
             pkg.write_text('{"private": true}\n')
         argv = [npm, "install", "--no-audit", "--no-fund", "--save-exact", *specs]
         say(f"{self.key}: npm install {' '.join(specs)}")
-        proc = subprocess.Popen(
+        tail: list[str] = []
+        with subprocess.Popen(
             argv,
             cwd=self.prefix,
             env=env,
@@ -159,15 +160,15 @@ class NodeHarness(HarnessAdapter):
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
-        )
-        assert proc.stdout is not None
-        tail: list[str] = []
-        for line in proc.stdout:
-            line = line.rstrip()
-            if line:
-                tail = [*tail[-20:], line]
-                say(line)
-        if proc.wait() != 0:
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                line = line.rstrip()
+                if line:
+                    tail = [*tail[-20:], line]
+                    say(line)
+            rc = proc.wait()
+        if rc != 0:
             raise HarnessInstallError(
                 f"{self.key} install failed (npm install {' '.join(specs)}): "
                 + "\n".join(tail[-5:])

@@ -495,8 +495,9 @@ class TrainLoop:
                             self._collect(endpoint, train, harnesses, s))
                 t_step = time.time()
                 results, records, t_roll, t_settle = await pending.pop(step)
+                t_wait = time.time() - t_step  # async mode: what the trainer waited for
                 row = await self._update(step, results, records)
-                row["time/rollout"] = t_roll if not cfg.async_.enabled else time.time() - t_step
+                row["time/rollout"] = t_wait if cfg.async_.enabled else t_roll
                 row["time/settle"] = t_settle
                 row["time/sync"] = await self.sync_weights(endpoint, backend,
                                                            self.state.policy_version + 1)

@@ -35,6 +35,9 @@ _METADATA_KEYS = (
     "timing",
 )
 
+# Token ids, seq and policy versions are stored as int64.
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
 # A recorded logprob is log softmax(...) <= 0; engines may round to a hair above 0.
 _LOGPROB_TOLERANCE = 1e-3
 
@@ -52,6 +55,8 @@ def _token_array(value: Any, name: str, call_id: str) -> np.ndarray:
         raise InvalidCallError(f"call {call_id!r}: {name} must hold integers, got {arr.dtype}")
     if arr.size and int(arr.min()) < 0:
         raise InvalidCallError(f"call {call_id!r}: {name} holds a negative token id")
+    if arr.size and int(arr.max()) > _INT64_MAX:  # uint64 input: would wrap to negative
+        raise InvalidCallError(f"call {call_id!r}: {name} holds a token id beyond int64")
     out = arr.astype(np.int64, copy=False).view()
     out.flags.writeable = False
     return out
@@ -80,6 +85,8 @@ def _flag_set(value: Any, call_id: str) -> frozenset[str]:
         return frozenset()
     if isinstance(value, str):
         return frozenset({value})
+    if isinstance(value, bytes | bytearray):  # iterating would give byte values as names
+        raise InvalidCallError(f"call {call_id!r}: flags must be names (str), got bytes")
     if isinstance(value, Mapping):
         return frozenset(str(k) for k, v in value.items() if v)
     if isinstance(value, Iterable):
@@ -107,8 +114,9 @@ class Call:
     when the input already has that dtype).
 
     Raises:
-        InvalidCallError: empty ``call_id``, negative ``seq`` or ``policy_version``, an empty
-            or non-integer ``prompt_ids``, negative token ids, ``completion_logprobs`` whose
+        InvalidCallError: empty ``call_id``, ``seq`` or ``policy_version`` negative or
+            beyond int64, an empty or non-integer ``prompt_ids``, token ids negative or beyond
+            int64, ``flags`` given as bytes, ``completion_logprobs`` whose
             length differs from ``completion_ids`` or which are NaN, infinite or > 0.
     """
 
@@ -130,8 +138,15 @@ class Call:
             raise InvalidCallError(f"call {cid!r}: session_id must be a string")
         for name in ("seq", "policy_version"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise InvalidCallError(f"call {cid!r}: {name} must be an int >= 0, got {v!r}")
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, np.integer))
+                or v < 0
+                or int(v) > _INT64_MAX
+            ):
+                raise InvalidCallError(
+                    f"call {cid!r}: {name} must be an int in [0, 2**63), got {v!r}"
+                )
             object.__setattr__(self, name, int(v))
         prompt = _token_array(self.prompt_ids, "prompt_ids", cid)
         if prompt.size == 0:

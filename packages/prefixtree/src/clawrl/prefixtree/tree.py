@@ -651,26 +651,31 @@ class PrefixTree:
     def canonical(self) -> tuple[Any, ...]:
         """A hashable form equal for trees holding the same calls, whatever the order.
 
-        ``(nodes, calls, rollouts)``: nodes as nested tuples ``(edge tokens, sorted ends,
-        sorted observations (call_id, start, logprobs, policy_version), children by first
-        token)``; calls as sorted (call_id, session_id, seq, rollout_id, prompt_len,
-        completion_len, policy_version, flags, metadata JSON); rollouts as sorted (id,
-        metadata JSON, flags). Observations are a set: two calls that generated the same
-        token both appear.
+        ``(nodes, calls, rollouts)``: nodes as a flat tuple in pre-order (children visited by
+        first token), each ``(edge tokens, sorted ends, sorted observations (call_id, start,
+        logprobs, policy_version), number of children)`` — the child counts fix the shape, and
+        flatness keeps comparing and hashing free of recursion however deep the tree; calls as
+        sorted (call_id, session_id, seq, rollout_id, prompt_len, completion_len,
+        policy_version, flags, metadata JSON); rollouts as sorted (id, metadata JSON, flags).
+        Observations are a set: two calls that generated the same token both appear.
         """
         import orjson
 
-        canon: dict[int, tuple[Any, ...]] = {}
-        for node in reversed(list(self.nodes())):
+        entries: list[tuple[Any, ...]] = []
+        stack = [self._root.children[k] for k in sorted(self._root.children, reverse=True)]
+        while stack:
+            node = stack.pop()
             obs = tuple(
                 sorted(
                     (o.call_id, o.start, tuple(o.logprobs.tolist()), o.policy_version)
                     for o in node.obs.values()
                 )
             )
-            kids = tuple(canon.pop(id(node.children[k])) for k in sorted(node.children))
-            canon[id(node)] = (tuple(node.tokens.tolist()), tuple(sorted(node.ends)), obs, kids)
-        roots = tuple(canon.pop(id(self._root.children[k])) for k in sorted(self._root.children))
+            entries.append(
+                (tuple(node.tokens.tolist()), tuple(sorted(node.ends)), obs, len(node.children))
+            )
+            stack.extend(node.children[k] for k in sorted(node.children, reverse=True))
+        roots = tuple(entries)
         opt = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
         calls = tuple(
             sorted(

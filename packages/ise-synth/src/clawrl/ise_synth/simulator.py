@@ -342,18 +342,24 @@ class LLMUserSimulator:
 # ----------------------------------------------------------------------------- scripted
 
 
-def scripted_queries(intent: IntentRecord) -> list[str]:
+def scripted_queries(intent: IntentRecord, max_queries: int | None = None) -> list[str]:
     """The queries of :class:`ScriptedUserSimulator` for ``intent``: one per task of the
-    intent's domains (one small step each), then a request for a final check."""
-    queries = []
-    for d in intent.domains:
-        for task in d.get("tasks", []):
-            queries.append(f"Next step ({d.get('name', d.get('domain'))}): {task}")
-    queries[:1] = (
-        [f"{intent.intent}\nLet's start with: {queries[0].split(': ', 1)[1]}"]
-        if (queries)
-        else [intent.intent]
-    )
+    intent's domains (one small step each; the first also carries the intent text), then a
+    request for a final check — at most ``max_queries`` (≥ 2) in all, the check included."""
+    steps = [
+        (str(d.get("name", d.get("domain"))), str(task))
+        for d in intent.domains
+        for task in d.get("tasks", [])
+    ]
+    if max_queries is not None:
+        if max_queries < 2:
+            raise ValueError("max_queries must be >= 2")
+        steps = steps[: max_queries - 1]
+    queries = [f"Next step ({name}): {task}" for name, task in steps]
+    if queries:
+        queries[0] = f"{intent.intent}\nLet's start with: {steps[0][1]}"
+    else:
+        queries = [intent.intent]
     queries.append("Please double-check the files you made and summarise the result.")
     return queries
 
@@ -365,11 +371,17 @@ class ScriptedUserSimulator:
 
     name = "scripted"
 
-    def __init__(self, queries: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, queries: Sequence[str] | None = None, *, max_queries: int | None = None
+    ) -> None:
         self.queries = list(queries) if queries is not None else None
+        self.max_queries = max_queries
 
     def queries_for(self, intent: IntentRecord) -> list[str]:
-        return list(self.queries) if self.queries is not None else scripted_queries(intent)
+        """The queries this simulator asks for ``intent``, in order."""
+        if self.queries is not None:
+            return list(self.queries)
+        return scripted_queries(intent, self.max_queries)
 
     async def respond(self, intent: IntentRecord, history: Sequence[AgentTurn]) -> SimulatorTurn:
         queries = self.queries_for(intent)

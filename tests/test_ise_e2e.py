@@ -1,0 +1,150 @@
+"""End to end: ISE stages 1–3 through real podman sandboxes and the real proxy.
+
+Template intents (stage 1) → the ScriptedUserSimulator (a test simulator, named as such) →
+the reference harness in one sandbox per session, its model the proxy's ScriptedBackend (a
+test backend: predetermined, well-formed tool calls, one failing by design) → trajectories and
+the statistics report. Then the same pipeline with the embedded tiny model as agent *and* as
+the LLM user simulator behind the proxy.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from clawrl.bench import local_proxy
+from clawrl.ise_synth import (
+    IntentRecord,
+    IntentSampler,
+    ProxySimulatorFactory,
+    ScriptedUserSimulator,
+    SessionConfig,
+    TemplateRenderer,
+    generate_intents,
+    load_taxonomy,
+    read_jsonl,
+    scripted_agent_completions,
+    synthesize,
+    validate_trajectory,
+)
+from clawrl.proxy import EmbeddedBackend, ScriptedBackend, SessionInfo, build_default_model
+
+pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+
+
+def _intents(n: int, seed: int = 0) -> list[IntentRecord]:
+    records, failures = generate_intents(
+        IntentSampler(load_taxonomy(), seed=seed), n, TemplateRenderer()
+    )
+    assert failures == 0
+    return records
+
+
+@pytest.mark.slow
+async def test_scripted_pipeline_writes_20_trajectories_with_real_tool_calls(
+    tmp_path: Path,
+) -> None:
+    model_dir = build_default_model("byte")
+    backend = ScriptedBackend.from_model_dir(model_dir)
+    simulator = ScriptedUserSimulator(max_queries=3)  # 3 user turns per session (CI time)
+    intents = _intents(21)
+
+    async def script(session: SessionInfo, intent: IntentRecord) -> None:
+        backend.script(
+            session.session_id, scripted_agent_completions(simulator.queries_for(intent))
+        )
+
+    async with local_proxy(backend, model_dir) as endpoint:
+        run = await synthesize(
+            intents[:20],
+            simulator,
+            endpoint,
+            tmp_path / "out",
+            SessionConfig(max_user_turns=20, agent_max_turns=10, memory_mb=256),
+            concurrency=4,
+            agent_hook=script,
+            intent_stats={"generated": 21, "unique": 21, "vendi": 1.0, "embedding": "tfidf"},
+        )
+        # resumable: a second call skips the 20 done and runs only the new one
+        again = await synthesize(
+            intents,
+            simulator,
+            endpoint,
+            tmp_path / "out",
+            SessionConfig(max_user_turns=20, agent_max_turns=10, memory_mb=256),
+            concurrency=1,
+            agent_hook=script,
+        )
+    assert run.completed == 20 and run.discarded == 0
+    assert again.skipped == 20 and again.completed == 1
+    trajs = list(read_jsonl(run.trajectories_path))
+    assert len(trajs) == 21
+    for t in trajs:
+        validate_trajectory(t)
+        queries = simulator.queries_for(IntentRecord.from_dict(t["intent"]))
+        users = [m["content"] for m in t["messages"] if m["role"] == "user"]
+        assert users == queries  # one user message per simulator query, in order
+        tools = [m for m in t["messages"] if m["role"] == "tool"]
+        # really executed in the sandbox: the failing read, then the real file content
+        assert tools[0]["content"].startswith("error:")
+        assert tools[2]["content"].startswith("# Context\n")
+        assert any(m["content"].startswith("exit code 0") for m in tools)
+        assert t["stats"]["failed_tool_calls"] == 1 and t["stats"]["recovered_failures"] == 1
+        assert t["outcome"]["success"] is True
+        # the workspace persisted across user turns: the final check saw every step file
+        last = t["outcome"]["turns"][-1]
+        assert f"step{len(queries) - 1}.md" in tools[-1]["content"]
+        assert "work/step1.md" in t["outcome"]["turns"][0]["workspace_changes"]
+        assert last["end_reason"] == "final_answer"
+        assert any("reasoning_content" in m for m in t["messages"] if m["role"] == "assistant")
+    report = again.report
+    assert report["trajectories"]["complete"] == 21
+    assert report["failed_tool_calls"] == 21 and report["failed_followed_by_recovery"] == 21
+    assert report["user_turns"]["max"] >= report["user_turns"]["median"] >= 2
+    assert report["distinct_tools_all"] == ["bash", "read_file", "write_file"]
+    assert report["drift"]["rate"] == 0.0
+    assert (tmp_path / "out" / "report.json").exists()
+
+
+@pytest.mark.slow
+async def test_embedded_model_as_agent_and_llm_simulator(tmp_path: Path) -> None:
+    """The tiny random model writes garbage: the point is that the whole path runs — the
+    agent through the proxy in the sandbox, the simulator through the proxy with the openai
+    SDK, drift / invalid answers detected and regenerated, the session discarded and counted."""
+    model_dir = build_default_model("byte")
+    backend = EmbeddedBackend(model_dir)
+    intents = _intents(2, seed=1)
+    async with local_proxy(backend, model_dir) as endpoint:
+        factory = ProxySimulatorFactory(
+            endpoint, max_regenerations=1, max_tokens=24, max_user_turns=2
+        )
+        try:
+            run = await synthesize(
+                intents,
+                factory,
+                endpoint,
+                tmp_path / "out",
+                SessionConfig(
+                    max_user_turns=2,
+                    agent_max_turns=2,
+                    agent_max_tokens=16,
+                    memory_mb=256,
+                    opening="intent",  # turn 1 = the intent text: the agent runs before the
+                ),  # simulator (random weights: its output will not parse) takes over
+                concurrency=2,
+            )
+        finally:
+            await factory.aclose()
+    report = run.report
+    assert report["trajectories"]["complete"] + report["trajectories"]["discarded"] == 2
+    assert run.completed + run.discarded == 2
+    discarded = list(read_jsonl(run.discarded_path))
+    reasons = Counter(d["reason"] for d in discarded)
+    assert set(reasons) <= {"simulator_drift", "turn_limit"}, discarded
+    for d in discarded:  # the agent ran turn 1 in its sandbox before the simulator failed
+        assert d["stats"]["user_turns"] >= 1
+    # the simulator really generated (through the proxy) and its bad answers were counted
+    assert report["drift"]["generations"] >= 2
+    assert report["drift"]["drifted"] >= 1

@@ -12,16 +12,43 @@ sandboxes.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import functools
 import os
 import shutil
-from collections.abc import Sequence
+import signal
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from .errors import PodmanError, PodmanNotFoundError
 
 __all__ = ["Podman", "cgroup_mode", "default_runtime"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return cast("Callable[..., int]", libc.prctl)
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` for podman clients: SIGKILL the child when its parent dies (Linux).
+
+    An orchestrator SIGKILLed during ``podman run`` otherwise leaves the orphaned client
+    creating and labelling the container *after* the next ``gc`` listed the containers, so
+    that gc misses it. Killing the client with its parent means whatever it had created is
+    already recorded when gc lists (and is removed, its owner being dead).
+    """
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 def cgroup_mode() -> str:
@@ -112,6 +139,7 @@ class Podman:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         try:
             out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)

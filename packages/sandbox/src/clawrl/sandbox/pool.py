@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from .errors import PoolClosedError, PoolTimeoutError, SandboxError, SandboxSpecError
+from .errors import (
+    PoolClosedError,
+    PoolTimeoutError,
+    SandboxCreateError,
+    SandboxError,
+    SandboxSpecError,
+)
 from .podman import Podman, shared_podman
 from .reaper import ContainerInfo, RunIdentity, current_identity, gc
 from .sandbox import _EXEC_TAG, Sandbox
@@ -214,7 +220,9 @@ class SandboxPool:
         Raises:
             PoolTimeoutError: none became available within ``timeout`` seconds.
             PoolClosedError: the pool is closed (or closes while waiting) or was not started.
-            SandboxCreateError: creating the sandbox for this acquirer failed.
+            SandboxCreateError: creating the sandbox for this acquirer failed (a factory's
+                non-:class:`SandboxError` exception is wrapped in one; the slot is freed).
+            SandboxSpecError: the spec cannot be realised (e.g. an unreadable host file).
         """
         if not self._started or self._closed:
             raise PoolClosedError("pool is not running (use `async with SandboxPool(...)`)")
@@ -373,10 +381,14 @@ class SandboxPool:
                 sb = await Sandbox.create(
                     spec, podman=self._podman, identity=self._identity, timeout=self.create_timeout
                 )
-        except SandboxError:
+        except BaseException as e:
+            # Whatever failed (a factory's own exception, an OSError, cancellation), the slot
+            # is given back; otherwise it stays counted against the cap forever.
             self._n["failed"] += 1
             self._live -= 1
-            raise
+            if isinstance(e, SandboxError) or not isinstance(e, Exception):
+                raise
+            raise SandboxCreateError(f"cannot create sandbox: {e!r}") from e
         finally:
             self._creating -= 1
         self._n["created"] += 1
@@ -436,7 +448,7 @@ class SandboxPool:
                 raise SandboxError(f"reset failed: {r.stderr!r}")
             if sb.spec.files:
                 await sb.put_files(sb.spec.files)
-        except SandboxError:
+        except Exception:  # SandboxError, or e.g. an OSError from a host file
             self._n["failed"] += 1
             await self._destroy(sb)
             return

@@ -28,10 +28,11 @@ from .errors import (
     SandboxGoneError,
     SandboxSpecError,
 )
-from .podman import Podman, shared_podman
+from .podman import Podman, die_with_parent, shared_podman
 from .reaper import RunIdentity, current_identity
 from .rootfs import default_rootfs
 from .spec import (
+    EXEC_TAG_VAR,
     MODEL_SOCKET_PATH,
     WORKSPACE,
     ExecResult,
@@ -40,6 +41,7 @@ from .spec import (
     SandboxSpec,
     check_env,
     check_sandbox_path,
+    check_user,
 )
 
 __all__ = ["DEFAULT_OUTPUT_CAP", "ExecStream", "OutputCallback", "Sandbox"]
@@ -53,7 +55,7 @@ FORWARDER_SOURCE = Path(__file__).with_name("forwarder.py")
 FORWARDER_PATH = "/run/clawrl/forwarder.py"
 FORWARDER_READY = "/run/clawrl/forwarder.ready"
 PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_EXEC_TAG = "CLAWRL_EXEC_ID"
+_EXEC_TAG = EXEC_TAG_VAR
 # After the timeout, how long the in-sandbox `timeout` gets to kill before the host steps in.
 _KILL_GRACE_S = 5.0
 _NPROC = 4096
@@ -119,8 +121,22 @@ def _add_dir(tar: tarfile.TarFile, name: str, uid: int, gid: int) -> None:
     tar.addfile(info)
 
 
+def _read_host(src: Path, dest: str) -> bytes:
+    """Read a host file for the sandbox; an unreadable one is a :class:`SandboxSpecError`."""
+    try:
+        return src.read_bytes()
+    except OSError as e:
+        raise SandboxSpecError(f"cannot read host path {src} (for {dest}): {e}") from e
+
+
 def _build_tar(files: Mapping[str, FileContent], uid: int, gid: int) -> bytes:
-    """A tar archive placing ``files`` (absolute sandbox paths) relative to ``/``."""
+    """A tar archive placing ``files`` (absolute sandbox paths) relative to ``/``.
+
+    Raises:
+        SandboxSpecError: a bad path, or a host source that is missing, unreadable, or neither a
+            regular file nor a directory (FIFOs, devices, sockets). Inside a host directory,
+            symlinks and such special files are skipped.
+    """
     buf = io.BytesIO()
     dirs_done: set[str] = set()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -137,6 +153,11 @@ def _build_tar(files: Mapping[str, FileContent], uid: int, gid: int) -> bytes:
             if isinstance(content, Path):
                 if not content.exists():
                     raise SandboxSpecError(f"host path {content} (for {path}) does not exist")
+                if not (content.is_dir() or content.is_file()):
+                    # a FIFO would block the event loop forever, a device would stream forever
+                    raise SandboxSpecError(
+                        f"host path {content} (for {path}) is not a regular file or a directory"
+                    )
                 if content.is_dir():
                     for sub in sorted(content.rglob("*")):
                         rel = sub.relative_to(content).as_posix()
@@ -146,12 +167,12 @@ def _build_tar(files: Mapping[str, FileContent], uid: int, gid: int) -> bytes:
                             _add_dir(tar, f"{name}/{rel}", uid, gid)
                         else:
                             mode = 0o755 if os.access(sub, os.X_OK) else 0o644
-                            _add_bytes(tar, f"{name}/{rel}", sub.read_bytes(), uid, gid, mode)
+                            _add_bytes(tar, f"{name}/{rel}", _read_host(sub, path), uid, gid, mode)
                     if name not in dirs_done:
                         _add_dir(tar, name, uid, gid)
                 else:
                     mode = 0o755 if os.access(content, os.X_OK) else 0o644
-                    _add_bytes(tar, name, content.read_bytes(), uid, gid, mode)
+                    _add_bytes(tar, name, _read_host(content, path), uid, gid, mode)
             else:
                 data = content.encode() if isinstance(content, str) else content
                 _add_bytes(tar, name, data, uid, gid, 0o644)
@@ -315,6 +336,9 @@ class Sandbox:
             ident = ident.with_run_id(run_id)
         name = f"clawrl-{ident.run_id}-{uuid.uuid4().hex[:8]}"
         argv = cls._run_args(spec, ident, name)
+        uid, gid = _uid_gid(spec.user)
+        # Read the workspace files before any container exists: a bad host source is a spec error.
+        files_tar = _build_tar(spec.files, uid, gid) if spec.files else None
         try:
             res = await pm.run(*argv, timeout=timeout)
         except PodmanError as e:
@@ -336,8 +360,8 @@ class Sandbox:
         try:
             if spec.model_socket is not None and spec.forwarder:
                 await sb.start_forwarder()
-            if spec.files:
-                await sb.put_files(spec.files)
+            if files_tar is not None:
+                await sb._put_tar(files_tar)
         except BaseException as e:
             await asyncio.shield(sb.destroy())
             if isinstance(e, SandboxError) and not isinstance(e, SandboxCreateError):
@@ -452,8 +476,10 @@ class Sandbox:
         Args:
             cmd: a shell command line (run with ``/bin/sh -c``) or an argv list.
             timeout: seconds; at the deadline the command and every process of its process
-                group are SIGKILLed (``timeout -s KILL`` inside the sandbox; the host kills
-                whatever is left after a few seconds' grace) and ``timed_out`` is True.
+                group are SIGKILLed (``timeout -s KILL`` inside the sandbox), then the host
+                SIGKILLs every process still carrying this exec's tag (descendants that left
+                the group with ``setsid``; a command still running after a few seconds' grace)
+                and ``timed_out`` is True.
                 ``None`` = no limit (the sandbox's wall clock still applies).
             env: extra environment variables for this command only (e.g. a session key).
             workdir: working directory (default: the spec's, ``/workspace``).
@@ -470,7 +496,9 @@ class Sandbox:
         Raises:
             SandboxClosedError: after :meth:`destroy`.
             SandboxGoneError: the container vanished (wall clock, reaper, external removal).
-            SandboxSpecError: invalid ``env`` / ``timeout`` / ``max_output_bytes``.
+            SandboxSpecError: invalid ``cmd`` (non-strings, NUL bytes) / ``env``
+                (``CLAWRL_EXEC_ID`` is reserved) / ``user`` (numeric ``uid[:gid]``) /
+                ``stdin`` (not bytes) / ``timeout`` / ``max_output_bytes``.
         """
         self._check_open()
         if timeout is not None and not timeout > 0:
@@ -479,9 +507,15 @@ class Sandbox:
             raise SandboxSpecError("max_output_bytes must be >= 0")
         if env:
             check_env(env, "exec env")
+        if user is not None:
+            check_user(user, "exec user")
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not argv:
             raise SandboxSpecError("empty command")
+        if any(not isinstance(a, str) or "\0" in a for a in argv):
+            raise SandboxSpecError("command arguments must be strings without NUL bytes")
+        if stdin is not None and not isinstance(stdin, bytes | bytearray | memoryview):
+            raise SandboxSpecError(f"stdin must be bytes, got {type(stdin).__name__}")
         tag = uuid.uuid4().hex
         args = ["exec", "--env", f"{_EXEC_TAG}={tag}"]
         if stdin is not None:
@@ -505,6 +539,7 @@ class Sandbox:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
 
         async def feed() -> None:
@@ -528,8 +563,10 @@ class Sandbox:
                 if not done:
                     timed_out = True
                     done, _ = await asyncio.wait({work}, timeout=_KILL_GRACE_S)
+                    # Always: a descendant that left the process group (setsid) and closed
+                    # its output escapes `timeout` but still carries the exec's tag.
+                    await self._kill_tagged(tag)
                     if not done:
-                        await self._kill_tagged(tag)
                         with contextlib.suppress(ProcessLookupError):
                             proc.kill()
                     await work
@@ -614,11 +651,14 @@ class Sandbox:
                 belong to the spec's user.
 
         Raises:
+            SandboxSpecError: a bad path or host source (see :func:`_build_tar`).
             SandboxError: the write failed (e.g. ``/workspace`` is full: ENOSPC).
         """
         self._check_open()
         uid, gid = _uid_gid(self.spec.user)
-        data = _build_tar(files, uid, gid)
+        await self._put_tar(_build_tar(files, uid, gid))
+
+    async def _put_tar(self, data: bytes) -> None:
         r = await self.exec(
             ["tar", "-x", "-f", "-", "-C", "/", "--no-overwrite-dir"],
             stdin=data,

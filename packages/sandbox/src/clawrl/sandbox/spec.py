@@ -121,6 +121,17 @@ class Limits:
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_USER = re.compile(r"^\d+(:\d+)?$")
+#: Environment variable carrying each exec's tag inside the sandbox (reserved).
+EXEC_TAG_VAR = "CLAWRL_EXEC_ID"
+
+
+def check_user(user: str, what: str = "user") -> str:
+    """Return ``user`` if it is a numeric ``uid`` or ``uid:gid``, else raise
+    :class:`SandboxSpecError`."""
+    if not isinstance(user, str) or not _USER.match(user):
+        raise SandboxSpecError(f"{what} must be 'uid' or 'uid:gid' (numeric), got {user!r}")
+    return user
 
 
 def check_env(env: Mapping[str, str], what: str = "env") -> None:
@@ -128,6 +139,10 @@ def check_env(env: Mapping[str, str], what: str = "env") -> None:
     for k, v in env.items():
         if not isinstance(k, str) or not _ENV_NAME.match(k):
             raise SandboxSpecError(f"{what}: invalid variable name {k!r}")
+        if k == EXEC_TAG_VAR:
+            raise SandboxSpecError(
+                f"{what}: {k} is reserved (the per-exec tag used to kill a command's processes)"
+            )
         if not isinstance(v, str) or "\0" in v:
             raise SandboxSpecError(f"{what}: value of {k} must be a str without NUL bytes")
 
@@ -223,8 +238,7 @@ class SandboxSpec:
         for host, inside in self.read_only_mounts.items():
             if not Path(host).is_absolute() or not inside.startswith("/"):
                 raise SandboxSpecError(f"read_only_mounts: {host!r} -> {inside!r} must be absolute")
-        if not re.match(r"^\d+(:\d+)?$", self.user):
-            raise SandboxSpecError(f"user must be 'uid' or 'uid:gid' (numeric), got {self.user!r}")
+        check_user(self.user)
         if not (0 < self.forwarder_port < 65536):
             raise SandboxSpecError(f"forwarder_port out of range: {self.forwarder_port}")
         object.__setattr__(self, "workdir", check_sandbox_path(self.workdir, "workdir"))

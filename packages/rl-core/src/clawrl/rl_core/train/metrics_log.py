@@ -108,8 +108,8 @@ def plot_curves(rows: list[dict[str, Any]], path: str | Path) -> Path:
     line(axes[0][1], "pass_rate", "pass rate (reward = 1)")
     line(axes[0][2], "mean_abs_logprob_diff", "|log π_train − log π_rollout| (mean)")
     line(axes[1][0], "grad_norm", "grad norm")
-    line(axes[1][1], "entropy", "entropy / KL")
-    line(axes[1][1], "kl", "entropy / KL")
+    line(axes[1][1], "entropy_estimate", "entropy (−mean sampled logprob) / KL")
+    line(axes[1][1], "kl", "entropy (−mean sampled logprob) / KL")
     axes[1][1].legend(fontsize=8)
     a = axes[1][2]
     for ph in ("rollout", "settle", "trees", "update", "sync", "eval"):

@@ -43,11 +43,12 @@ def _ctx(**kw: object) -> HarnessContext:
 
 
 def test_registry() -> None:
-    assert harness_names() == ["mini-swe-agent", "oracle", "reference"]
+    names = harness_names()
+    assert {"mini-swe-agent", "oracle", "reference"} <= set(names) and names == sorted(names)
     assert isinstance(get_harness("reference"), ReferenceHarness)
     h = OracleHarness()
     assert get_harness(h) is h
-    with pytest.raises(ValueError, match="known: mini-swe-agent, oracle, reference"):
+    with pytest.raises(ValueError, match=r"known: .*mini-swe-agent.*oracle.*reference"):
         get_harness("nope")
 
 

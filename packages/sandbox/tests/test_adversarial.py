@@ -134,3 +134,21 @@ async def test_gc_right_after_sigkill_during_create_leaves_nothing(delay: float)
     assert containers_of_run(run_id) == []
     await asyncio.sleep(3)  # nothing appears later either
     assert containers_of_run(run_id) == []
+
+
+def test_cli_ls_into_a_closed_pipe_exits_quietly() -> None:
+    # `sandbox ls | head` printed a BrokenPipeError traceback.
+    import subprocess
+    import sys
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "clawrl.sandbox.cli", "ls"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # the reader is gone before the first line is written
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    assert p.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err

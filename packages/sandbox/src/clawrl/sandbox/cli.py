@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import shutil
 import sys
@@ -275,20 +276,31 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "doctor":
+        return asyncio.run(_doctor())
+    if args.command == "ls":
+        return asyncio.run(_ls(args.json))
+    if args.command == "gc":
+        return asyncio.run(_gc(args.run_id, args.force, args.include_foreign))
+    if args.command == "run":
+        return asyncio.run(_run(args))
+    if args.command == "build-image":
+        return asyncio.run(_build(args))
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sandbox`` command; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        if args.command == "doctor":
-            return asyncio.run(_doctor())
-        if args.command == "ls":
-            return asyncio.run(_ls(args.json))
-        if args.command == "gc":
-            return asyncio.run(_gc(args.run_id, args.force, args.include_foreign))
-        if args.command == "run":
-            return asyncio.run(_run(args))
-        if args.command == "build-image":
-            return asyncio.run(_build(args))
+        rc = _dispatch(args)
+        sys.stdout.flush()  # a closed pipe shows up here, not in an ignored exit-time error
+        return rc
+    except BrokenPipeError:  # `sandbox ls | head`: the reader left; not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except SandboxError as e:
         print(f"sandbox: error: {e}", file=sys.stderr)
         return 2

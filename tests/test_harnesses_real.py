@@ -120,6 +120,9 @@ async def test_real_harnesses_solve_with_scripted_oracle_and_run_the_tiny_model(
     for h, r in zip(nh, tiny, strict=True):
         assert r.harness == h.name
         assert r.status is RolloutStatus.OK, (h.name, r.reason, r.stdout[-2000:], r.stderr[-2000:])
-        assert r.exit_code == 0 and r.verifier is not None and r.verifier.ok, h.name
+        # ended by itself (Claude Code exits 1 with an ``error_result`` when the tiny model's
+        # answers keep hitting the output cap: the model failed, not the harness)
+        assert r.exit_code == 0 or r.end_reason == "error_result", (h.name, r.end_reason)
+        assert r.verifier is not None and r.verifier.ok, h.name
         _check_records(r)
         assert {rec["api"] for rec in r.records} == {h.api}

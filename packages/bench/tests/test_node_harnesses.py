@@ -110,6 +110,8 @@ def test_claude_code_outcome_reads_the_result_event() -> None:
     assert o.ok and o.end_reason == "final_answer" and o.turns == 3
     o = h.outcome(1, {}, '{"type":"result","subtype":"error_max_turns","num_turns":5}')
     assert o.ok and o.end_reason == "turn_limit"
+    o = h.outcome(1, {}, '{"type":"result","subtype":"success","is_error":true,"num_turns":4}')
+    assert o.ok and o.end_reason == "error_result" and o.turns == 4
     o = h.outcome(1, {}, "garbage")
     assert not o.ok and o.end_reason == "exit_code_1"
     assert not OpenClawHarness().outcome(2, {}, "").ok

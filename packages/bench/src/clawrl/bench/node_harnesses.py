@@ -231,7 +231,10 @@ class ClaudeCodeHarness(NodeHarness):
     CLAUDE_CODE_ATTRIBUTION_HEADER=0`` (the last removes a per-prompt hash at the start of
     the system prompt that would break prefix sharing). ``max_tokens`` becomes
     ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``. Its stream-json output is stdout; the final
-    ``result`` event gives the end (``success`` / ``error_max_turns``) and the turn count.
+    ``result`` event gives the end (``success`` / ``error_max_turns``) and the turn count;
+    a ``success`` result with ``is_error`` (exit 1: the model's answer was rejected, e.g. the
+    output cap hit on every continuation attempt) counts as ended by itself
+    (``error_result``).
     """
 
     name = "claude-code"
@@ -294,6 +297,10 @@ class ClaudeCodeHarness(NodeHarness):
         sub = str(result.get("subtype") or "")
         if sub == "success" and exit_code == 0:
             return HarnessOutcome(ok=True, end_reason="final_answer", turns=turns)
+        if sub == "success" and result.get("is_error"):
+            # Claude Code ended by itself on a model answer it rejects (e.g. the output token
+            # cap hit again after its 3 continuation attempts): a model failure, exit 1
+            return HarnessOutcome(ok=True, end_reason="error_result", turns=turns)
         if sub == "error_max_turns":
             return HarnessOutcome(ok=True, end_reason="turn_limit", turns=turns)
         if exit_code == 0:

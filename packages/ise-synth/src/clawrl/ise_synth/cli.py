@@ -99,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--agent-model", default="policy")
         q.add_argument("--simulator", choices=["scripted", "llm"], default="llm")
         q.add_argument(
+            "--scripted-max-queries",
+            type=int,
+            default=None,
+            help="scripted simulator: at most this many user turns (>= 2)",
+        )
+        q.add_argument(
             "--sim-base-url",
             help="OpenAI-compatible endpoint of the simulator "
             "(default: the agent's proxy, one session per ISE session)",
@@ -205,7 +211,7 @@ async def _simulate_async(
         agent_timeout_s=args.agent_timeout,
         memory_mb=args.memory_mb,
     )
-    scripted_sim = ScriptedUserSimulator()
+    scripted_sim = ScriptedUserSimulator(max_queries=args.scripted_max_queries)
     backend: Any = None
     hook: AgentHook | None = None
     if args.agent == "scripted":

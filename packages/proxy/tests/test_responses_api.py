@@ -163,6 +163,17 @@ def test_string_input_instructions_and_max_output_tokens(live: Any, renderer: An
     assert prompt.index("Be brief.") < prompt.index("hi")
 
 
+def test_streamed_length_cut_ends_with_completed(live: Any) -> None:
+    """A generation cut by the token limit ends with ``response.completed`` (status
+    ``incomplete``) so that clients like Codex consume it instead of retrying."""
+    client, _ = _client(live, ["y" * 50])
+    with client.responses.create(model="tiny", input="hi", max_output_tokens=8, stream=True) as s:
+        events = list(s)
+    assert events[-1].type == "response.completed"
+    final = events[-1].response
+    assert final.status == "incomplete" and final.output_text
+
+
 def test_typed_errors_in_responses_shape(live: Any) -> None:
     client, _ = _client(live, [])
     with pytest.raises(openai.BadRequestError) as e:

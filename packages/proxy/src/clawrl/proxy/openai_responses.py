@@ -32,7 +32,9 @@ Output: a ``reasoning`` item (``summary`` and ``content`` hold the text; ``encry
 ``message`` item with one ``output_text`` part, one ``function_call`` item per tool call
 (``call_id`` = ``call_<hex>``, ``id`` = ``fc_<hex>``, ``arguments`` a JSON string). Streamed
 as the Responses SSE events (``response.created`` … ``response.completed``, each with
-``sequence_number``); errors after the 200 as an ``error`` event.
+``sequence_number``; also when the token limit cut the generation: the response's ``status``
+is then ``incomplete`` — OpenAI would send ``response.incomplete``, which Codex retries as a
+failed stream); errors after the 200 as an ``error`` event.
 """
 
 from __future__ import annotations
@@ -536,10 +538,11 @@ def stream_events(o: CallOutcome, call: ChatCall) -> list[bytes]:
                 arguments=item["arguments"],
             )
         ev("response.output_item.done", output_index=idx, item=item)
-    ev(
-        "response.incomplete" if full["status"] == "incomplete" else "response.completed",
-        response=full,
-    )
+    # A generation cut by the token limit still ends with ``response.completed`` (its
+    # ``status`` says ``incomplete``): OpenAI sends ``response.incomplete`` there, which Codex
+    # treats as a failed stream and retries — a truncated generation must be consumable by
+    # the harness, as ``finish_reason: length`` is on Chat Completions.
+    ev("response.completed", response=full)
     return out
 
 

@@ -31,7 +31,6 @@ from clawrl.bench import (
     load_builtin_suite,
     local_proxy,
     plan_rollouts,
-    run_rollouts,
     scripted_oracle,
 )
 from clawrl.proxy import ScriptedBackend, SessionInfo, build_default_model
@@ -88,14 +87,11 @@ async def _scripted_run(model_dir: Path, harnesses: list[NodeHarness]) -> list[R
 async def _tiny_run(model_dir: Path, harnesses: list[NodeHarness]) -> list[RolloutResult]:
     from clawrl.proxy import EmbeddedBackend
 
-    return await run_rollouts(
-        [_builtin("csv_to_markdown")],
-        list(harnesses),
-        backend=EmbeddedBackend(model_dir),
-        model_dir=model_dir,
-        options=OPTIONS.model_copy(update={"max_tokens": 24}),
-        concurrency=len(harnesses),
-    )
+    async with local_proxy(EmbeddedBackend(model_dir), model_dir) as endpoint:
+        # the proxy's cap: Codex sends none and the tiny model rarely ends a turn by itself
+        await endpoint.admin.set_sampling(temperature=1.0, max_tokens=24)
+        runner = RolloutRunner(endpoint, OPTIONS, concurrency=len(harnesses))
+        return await runner.run(plan_rollouts([_builtin("csv_to_markdown")], list(harnesses)))
 
 
 async def test_real_harnesses_solve_with_scripted_oracle_and_run_the_tiny_model(

@@ -82,6 +82,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         agent_timeout_s=args.timeout,
     )
     async with local_proxy(backend, model_dir) as endpoint:
+        if args.mode == "tiny":
+            # the proxy's cap (Codex sends none; the tiny model rarely ends a turn by itself)
+            await endpoint.admin.set_sampling(temperature=1.0, max_tokens=args.max_tokens)
 
         async def script(session: Any, spec: Any) -> None:
             if args.mode == "scripted":

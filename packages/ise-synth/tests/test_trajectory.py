@@ -1,0 +1,235 @@
+"""Trajectory format, tool-call statistics, the report, resume files and the stats CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from clawrl.ise_synth import (
+    IntentRecord,
+    IntentSampler,
+    SimulatorReply,
+    TemplateRenderer,
+    TrajectoryError,
+    build_trajectory,
+    load_taxonomy,
+    read_jsonl,
+    synthesis_report,
+    tool_call_stats,
+    validate_trajectory,
+    workspace_changes,
+)
+from clawrl.ise_synth.cli import main
+from hypothesis import given
+from hypothesis import strategies as st
+
+TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+
+
+def _intent() -> IntentRecord:
+    spec = IntentSampler(load_taxonomy(), seed=1).draw(0)
+    return IntentRecord.from_spec(spec, TemplateRenderer().render(spec), "template")
+
+
+def _transcript() -> dict[str, Any]:
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+    }
+    return {
+        "tools": TOOLS,
+        "messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "q1"},
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning_content": "think",
+                "tool_calls": [call],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "exit code 0\n"},
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "q2"},
+            {"role": "assistant", "content": "ok"},
+        ],
+    }
+
+
+def _traj(**stats: Any) -> dict[str, Any]:
+    log = [{"name": "bash", "ok": False}, {"name": "bash", "ok": True}]
+    base = {"simulator_generations": 3, "simulator_drifted": 1, "drift_reasons": ["as-an-ai"]}
+    base.update(stats)
+    return build_trajectory(
+        _intent(),
+        _transcript(),
+        log,
+        [{"query": "q1"}, {"query": "q2"}],
+        SimulatorReply(True, "", "all good", True),
+        base,
+        session_id="s1",
+    )
+
+
+def test_build_trajectory_has_the_design_shape() -> None:
+    t = _traj()
+    assert t["id"].startswith("ise-intent-")
+    assert [m["role"] for m in t["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    a = t["messages"][2]
+    assert a["content"] == "" and a["reasoning_content"] == "think"
+    assert a["tool_calls"][0]["function"] == {"name": "bash", "arguments": '{"command": "ls"}'}
+    assert t["messages"][3]["tool_call_id"] == "c1"
+    assert t["tools"] == TOOLS and t["persona"] == t["intent"]["persona"]
+    s = t["stats"]
+    assert (s["user_turns"], s["assistant_turns"], s["dialogue_turns"]) == (2, 3, 6)
+    assert (s["tool_calls"], s["failed_tool_calls"], s["recovered_failures"]) == (2, 1, 1)
+    assert s["drift_rate"] == pytest.approx(1 / 3)
+    assert t["outcome"]["success"] is True and t["outcome"]["session_id"] == "s1"
+    orjson.loads(orjson.dumps(t))  # JSON-serialisable
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda t: t["messages"].pop(0), "system"),
+        (lambda t: t["messages"].pop(3), "not answered"),
+        (lambda t: t["messages"][3].update(tool_call_id="zz"), "answers no pending"),
+        (lambda t: t["messages"][1].update(content=None), "content must be a string"),
+        (lambda t: t["messages"][1].update(role="robot"), "unknown role"),
+        (
+            lambda t: t["messages"][2]["tool_calls"][0]["function"].update(arguments={}),
+            "JSON string",
+        ),
+        (lambda t: t.update(tools=[{"name": "bash"}]), "function schemas"),
+        (lambda t: t.pop("outcome"), "outcome"),
+    ],
+)
+def test_validate_trajectory_names_the_problem(mutate: Any, match: str) -> None:
+    t = _traj()
+    mutate(t)
+    with pytest.raises(TrajectoryError, match=match):
+        validate_trajectory(t)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["bash", "read_file", "write_file"]), st.booleans()), max_size=30
+    )
+)
+def test_tool_call_stats_invariants(calls: list[tuple[str, bool]]) -> None:
+    s = tool_call_stats([{"name": n, "ok": ok} for n, ok in calls])
+    assert s["tool_calls"] == len(calls)
+    assert s["failed_tool_calls"] == sum(not ok for _, ok in calls)
+    assert 0 <= s["recovered_failures"] <= s["failed_tool_calls"]
+    assert s["distinct_tools"] == len({n for n, _ in calls}) == len(s["tools_used"])
+    # a failure is recovered iff the same tool later succeeds
+    expected = sum(
+        1
+        for i, (n, ok) in enumerate(calls)
+        if not ok and any(m == n and k for m, k in calls[i + 1 :])
+    )
+    assert s["recovered_failures"] == expected
+
+
+def test_workspace_changes_summary() -> None:
+    before = {"a.txt": [1, "x"], "b.md": [2, "y"], "c": [3, "z"]}
+    after = {"a.txt": [1, "x"], "b.md": [4, "w"], "d/e.csv": [5, "v"]}
+    assert workspace_changes(before, after) == "added d/e.csv (5 B); changed b.md (4 B); removed c"
+    assert workspace_changes(after, after) == ""
+
+
+def test_report_matches_the_papers_statistics() -> None:
+    trajs = [_traj(), _traj()]
+    disc = [
+        {
+            "intent_id": "x",
+            "reason": "turn_limit",
+            "stats": {"simulator_generations": 20, "simulator_drifted": 0},
+        }
+    ]
+    r = synthesis_report(
+        trajs, disc, {"generated": 10, "unique": 9, "vendi": 4.5, "embedding": "tfidf"}
+    )
+    assert r["intents"] == {"generated": 10, "unique": 9, "vendi": 4.5, "embedding": "tfidf"}
+    assert r["trajectories"] == {
+        "complete": 2,
+        "discarded": 1,
+        "discarded_by_reason": {"turn_limit": 1},
+        "success": 2,
+    }
+    assert r["user_turns"] == {"mean": 2.0, "median": 2.0, "max": 2.0, "total": 4.0}
+    assert r["dialogue_turns"]["total"] == 12 and r["tool_calls"]["total"] == 4
+    assert (r["failed_tool_calls"], r["failed_followed_by_recovery"]) == (2, 2)
+    assert r["drift"] == {"generations": 26, "drifted": 2, "rate": pytest.approx(2 / 26)}
+    assert r["distinct_tools_all"] == ["bash"]
+
+
+def test_read_jsonl_skips_a_half_written_last_line(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": ')
+    assert [o["a"] for o in read_jsonl(p)] == [1, 2]
+    p.write_bytes(b'{"a": 1}\nnope\n{"a": 2}\n')
+    with pytest.raises(TrajectoryError, match=":2:"):
+        list(read_jsonl(p))
+
+
+def test_stats_cli_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "trajectories.jsonl").write_bytes(orjson.dumps(_traj()) + b"\n")
+    (tmp_path / "intents.stats.json").write_text(
+        json.dumps({"generated": 3, "unique": 3, "vendi": 2.5, "embedding": "tfidf"})
+    )
+    assert main(["stats", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["trajectories"]["complete"] == 1 and report["intents"]["unique"] == 3
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == report
+    assert main(["stats", str(tmp_path / "missing")]) == 2
+
+
+def test_simulate_cli_usage_errors(tmp_path: Path) -> None:
+    assert main(["simulate", "--intents", str(tmp_path / "none.jsonl"), "-o", str(tmp_path)]) == 2
+    intents = tmp_path / "i.jsonl"
+    intents.write_bytes(orjson.dumps(_intent().to_dict()) + b"\n")
+    # the scripted test agent only follows the scripted simulator
+    assert (
+        main(
+            [
+                "simulate",
+                "--intents",
+                str(intents),
+                "-o",
+                str(tmp_path / "o"),
+                "--agent",
+                "scripted",
+                "--simulator",
+                "llm",
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(
+            [
+                "simulate",
+                "--intents",
+                str(intents),
+                "-o",
+                str(tmp_path / "o"),
+                "--agent",
+                "proxy",
+                "--simulator",
+                "scripted",
+            ]
+        )
+        == 2
+    )

@@ -113,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--sim-api-key", default=None)
         q.add_argument("--sim-max-tokens", type=int, default=512)
         q.add_argument("--max-regenerations", type=int, default=3, help="K: drift regenerations")
+        q.add_argument(
+            "--opening",
+            choices=["simulator", "intent"],
+            default="simulator",
+            help="first user message: the simulator's first step, or the intent text",
+        )
         q.add_argument("--max-user-turns", type=int, default=20, help="N: user turns per session")
         q.add_argument("--agent-max-turns", type=int, default=20, help="model calls per user turn")
         q.add_argument("--agent-max-tokens", type=int, default=None)
@@ -210,6 +216,7 @@ async def _simulate_async(
         agent_model=args.agent_model,
         agent_timeout_s=args.agent_timeout,
         memory_mb=args.memory_mb,
+        opening=args.opening,
     )
     scripted_sim = ScriptedUserSimulator(max_queries=args.scripted_max_queries)
     backend: Any = None

@@ -48,7 +48,7 @@ async def test_scripted_pipeline_writes_20_trajectories_with_real_tool_calls(
 ) -> None:
     model_dir = build_default_model("byte")
     backend = ScriptedBackend.from_model_dir(model_dir)
-    simulator = ScriptedUserSimulator(max_queries=3)  # 3 user turns per session (CI time)
+    simulator = ScriptedUserSimulator(max_queries=2)  # 2 user turns per session (CI time)
     intents = _intents(21)
 
     async def script(session: SessionInfo, intent: IntentRecord) -> None:

@@ -13,6 +13,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 from clawrl.bench import local_proxy
 from clawrl.ise_synth import (
@@ -116,7 +117,8 @@ async def test_embedded_model_as_agent_and_llm_simulator(tmp_path: Path) -> None
     model_dir = build_default_model("byte")
     backend = EmbeddedBackend(model_dir)
     intents = _intents(2, seed=1)
-    async with local_proxy(backend, model_dir) as endpoint:
+    capture = tmp_path / "capture"
+    async with local_proxy(backend, model_dir, capture_dir=capture) as endpoint:
         factory = ProxySimulatorFactory(
             endpoint, max_regenerations=1, max_tokens=24, max_user_turns=2
         )
@@ -145,6 +147,11 @@ async def test_embedded_model_as_agent_and_llm_simulator(tmp_path: Path) -> None
     assert set(reasons) <= {"simulator_drift", "turn_limit"}, discarded
     for d in discarded:  # the agent ran turn 1 in its sandbox before the simulator failed
         assert d["stats"]["user_turns"] >= 1
+    # both really generated through the proxy: call records of 2 agent + 2 simulator sessions
+    recorded = [p for p in capture.rglob("*.jsonl") if p.stat().st_size > 0]
+    first = [orjson.loads(p.read_bytes().splitlines()[0]) for p in recorded]
+    kinds = Counter("agent" if r["request"].get("tools") else "simulator" for r in first)
+    assert kinds == {"agent": 2, "simulator": 2}, kinds
     # the simulator really generated (through the proxy) and its bad answers were counted
     assert report["drift"]["generations"] >= 2
     assert report["drift"]["drifted"] >= 1

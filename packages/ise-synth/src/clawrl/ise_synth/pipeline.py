@@ -10,6 +10,7 @@ as it ends, and skips intents already present in either file (the resume point),
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ __all__ = ["ProxySimulatorFactory", "SynthesisRun", "synthesize"]
 class ProxySimulatorFactory:
     """An :class:`LLMUserSimulator` per session, each on its own proxy session (harness
     ``"user-simulator"``) of the given proxy, reached over its model unix socket with the
-    ``openai`` SDK. Call :meth:`aclose` at the end."""
+    ``openai`` SDK. Call :meth:`aclose` at the end (it also closes those proxy sessions)."""
 
     def __init__(
         self, endpoint: ModelEndpoint, model: str = "simulator", **sim_kwargs: Any
@@ -44,6 +45,7 @@ class ProxySimulatorFactory:
         self.endpoint = endpoint
         self.model = model
         self.sim_kwargs = sim_kwargs
+        self.session_ids: list[str] = []
         self._http: Any = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=str(endpoint.model_socket)), timeout=600.0
         )
@@ -54,6 +56,7 @@ class ProxySimulatorFactory:
         s = await self.endpoint.admin.create_session(
             run_id=run_id, task_id=intent.id, harness="user-simulator", group_id=intent.id
         )
+        self.session_ids.append(s.session_id)
         client = openai.AsyncOpenAI(
             base_url=f"http://clawrl-proxy/s/{s.session_id}/v1",
             api_key=s.api_key,
@@ -63,6 +66,12 @@ class ProxySimulatorFactory:
         return LLMUserSimulator(client, self.model, **self.sim_kwargs)
 
     async def aclose(self) -> None:
+        from clawrl.proxy import ProxyError
+
+        for sid in self.session_ids:
+            with contextlib.suppress(ProxyError, OSError):
+                await self.endpoint.admin.close_session(sid)
+        self.session_ids.clear()
         await self._http.aclose()
 
 

@@ -82,6 +82,16 @@ async def test_scripted_pipeline_writes_20_trajectories_with_real_tool_calls(
     assert again.skipped == 20 and again.completed == 1
     trajs = list(read_jsonl(run.trajectories_path))
     assert len(trajs) == 21
+    # the output loads with the `datasets` library (one schema across all lines)
+    from datasets import load_dataset
+
+    ds = load_dataset(
+        "json", data_files=str(run.trajectories_path), split="train",
+        cache_dir=str(tmp_path / "hf-cache"),
+    )
+    assert ds.num_rows == 21
+    assert {"messages", "tools", "intent", "persona", "stats", "outcome"} <= set(ds.column_names)
+    assert [len(m) for m in ds["messages"]] == [len(t["messages"]) for t in trajs]
     for t in trajs:
         validate_trajectory(t)
         queries = simulator.queries_for(IntentRecord.from_dict(t["intent"]))

@@ -27,6 +27,7 @@ from clawrl.proxy.validation import (
     req_list,
     req_obj,
     req_str,
+    tool_call_arguments,
 )
 
 __all__ = ["build_response", "parse_request", "stream_events"]
@@ -58,20 +59,6 @@ def _text(content: Any, param: str) -> str:
         else:
             raise ProxyRequestError(f"{p}: unknown content part type {kind!r}", param=p + ".type")
     return "".join(out)
-
-
-def _arguments(v: Any, param: str) -> Any:
-    """Tool-call arguments for the template: a dict when the JSON string holds an object."""
-    if isinstance(v, dict):
-        return v
-    if v is None:
-        return {}
-    s = req_str(v, param)
-    try:
-        parsed = json.loads(s)
-    except (ValueError, RecursionError):
-        return s
-    return parsed if isinstance(parsed, dict) else s
 
 
 def _message(m: Any, i: int) -> dict[str, Any]:
@@ -112,7 +99,7 @@ def _message(m: Any, i: int) -> dict[str, Any]:
                     "type": "function",
                     "function": {
                         "name": req_str(fn.get("name"), q + ".function.name"),
-                        "arguments": _arguments(fn.get("arguments"), q + ".function.arguments"),
+                        "arguments": tool_call_arguments(fn.get("arguments"), q + ".function.arguments"),
                     },
                 }
             )

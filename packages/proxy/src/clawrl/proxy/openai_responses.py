@@ -56,6 +56,7 @@ from clawrl.proxy.validation import (
     req_list,
     req_obj,
     req_str,
+    tool_call_arguments,
 )
 
 __all__ = [
@@ -131,19 +132,6 @@ def _text(content: Any, param: str) -> str:
     return "".join(out)
 
 
-def _arguments(v: Any, param: str) -> Any:
-    if isinstance(v, dict):
-        return v
-    if v is None:
-        return {}
-    s = req_str(v, param)
-    try:
-        parsed = json.loads(s)
-    except (ValueError, RecursionError):
-        return s
-    return parsed if isinstance(parsed, dict) else s
-
-
 def _reasoning_text(item: dict[str, Any], p: str) -> str:
     enc = opt_str(item.get("encrypted_content"), p + ".encrypted_content")
     if enc:
@@ -212,7 +200,7 @@ def _convert_input(items: list[Any]) -> list[dict[str, Any]]:
                     "type": "function",
                     "function": {
                         "name": req_str(item.get("name"), p + ".name"),
-                        "arguments": _arguments(item.get("arguments"), p + ".arguments"),
+                        "arguments": tool_call_arguments(item.get("arguments"), p + ".arguments"),
                     },
                 }
             )

@@ -3,6 +3,7 @@ the field."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -81,3 +82,22 @@ def opt_number(
     if maximum is not None and f > maximum:
         raise ProxyRequestError(f"{param} must be <= {maximum}, got {f}", param=param)
     return f
+
+
+def tool_call_arguments(v: Any, param: str) -> Any:
+    """Echoed tool-call arguments for the chat template: the dict when ``v`` is (or is a JSON
+    string holding) an object, ``{}`` for None, else the string as sent (rendered verbatim).
+
+    Raises:
+        ProxyRequestError: ``v`` is neither a dict, None nor a string.
+    """
+    if isinstance(v, dict):
+        return v
+    if v is None:
+        return {}
+    s = req_str(v, param)
+    try:
+        parsed = json.loads(s)
+    except (ValueError, RecursionError):
+        return s
+    return parsed if isinstance(parsed, dict) else s

@@ -61,9 +61,19 @@ def test_generated_tasks_score(tmp_path: Path) -> None:
     r0 = verify(task, ws)
     assert r0.ok and r0.reward == 0.0
 
-    (ws / name).write_text("wrong\n")
-    half = verify(task, ws)
-    assert half.reward == 0.5 and half.subscores == {"file_exists": 1.0, "content_correct": 0.0}
+    (ws / name).write_text("0123456789\n")  # right file, nothing of the word
+    part = verify(task, ws)
+    assert part.subscores == {"file_created": 1.0, "name_similarity": 1.0,
+                              "content_similarity": 0.0}
+    assert part.reward == pytest.approx(2 / 3)
+
+    (ws / name).unlink()
+    near = name[:-1] + "Q"  # a near miss of the name, holding the word
+    (ws / near).write_text(word)
+    miss = verify(task, ws)
+    assert miss.subscores["file_created"] == 1.0 and miss.subscores["content_similarity"] == 1.0
+    assert 0.5 < miss.subscores["name_similarity"] < 1.0 and miss.reward < 1.0
+    (ws / near).unlink()
 
     (ws / name).write_text(f"  {word}\n")
     assert verify(task, ws).reward == 1.0
@@ -72,3 +82,24 @@ def test_generated_tasks_score(tmp_path: Path) -> None:
     assert run_solution(task, ws2).exit_code == 0
     assert (ws2 / name).read_text().strip() == word
     assert verify(task, ws2).reward == 1.0
+
+
+def test_restricted_vocabulary() -> None:
+    """n_names / n_words keep the first names (.txt first) and words; a pair's split is the
+    same as in the full family, so a small family's held-out pairs are held out there too."""
+    full_held = {(i.name, i.word) for i in learnable_instances("heldout", 1000, seed=0)}
+    full_train = {(i.name, i.word) for i in learnable_instances("train", 5000, seed=0)}
+    small = learnable_instances("train", 50, seed=3, n_names=8, n_words=12)
+    held = learnable_instances("heldout", 10, seed=3, n_names=8, n_words=12)
+    names = {i.name for i in small + held}
+    words = {i.word for i in small + held}
+    assert len(names) <= 8 and all(n.endswith(".txt") for n in names)
+    assert len(words) <= 12
+    assert not {(i.name, i.word) for i in held} & full_train
+    assert not {(i.name, i.word) for i in small} & full_held
+    with pytest.raises(ValueError, match="n must be"):
+        learnable_instances("heldout", 96, n_names=8, n_words=12)  # only ~20 % are held out
+    with pytest.raises(ValueError, match="n_names"):
+        learnable_instances("train", 1, n_names=0)
+    with pytest.raises(ValueError, match="n_words"):
+        learnable_instances("train", 1, n_words=91)

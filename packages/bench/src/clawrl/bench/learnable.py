@@ -1,13 +1,23 @@
 """A learnable task family for tiny models trained on CPU (the RL quickstart).
 
 Each instance asks: *create the file NAME containing WORD*. One tool call solves it (a
-``write_file`` or ``printf WORD > NAME``). The verifier gives partial credit through two
-sub-scores, so a policy that only learns half the skill still gets a gradient:
+``write_file`` or ``printf WORD > NAME``). The verifier gives graded partial credit through
+three sub-scores, so a policy that only learns part of the skill still gets a gradient
+(a tiny byte-level model's near misses, ``memo.txt`` for ``note.txt``, score between 0 and 1):
 
-* ``file_exists`` — 1 if ``NAME`` exists in the workspace as a regular file;
-* ``content_correct`` — 1 if its content, stripped of surrounding whitespace, is ``WORD``.
+* ``file_created`` — 1 if the workspace (empty at the start) holds a regular file: the
+  model's tool call was well-formed and the harness executed it;
+* ``name_similarity`` — the best ``difflib.SequenceMatcher`` ratio between a file's path
+  (relative to the workspace) and ``NAME`` (1 iff the file exists);
+* ``content_similarity`` — the same ratio between that file's content, stripped of
+  surrounding whitespace, and ``WORD`` (of the best-named file; ties: the better content).
 
-reward = mean of the two (0, 0.5 or 1). The untouched workspace scores 0.
+reward = mean of the three; it is 1 iff ``NAME`` holds ``WORD`` (a pass). The untouched
+workspace scores 0.
+
+Vocabulary: 80 file names (20 stems x 4 extensions) and 90 words. ``n_names`` /
+``n_words`` restrict a draw to the first names (``.txt`` ones first) and words, a smaller
+family that a tiny model learns within CPU minutes (the RL quickstart uses 8 x 12).
 
 Splits: every (name, word) pair is assigned to ``train`` or ``heldout`` by a hash of the
 pair (about 80/20), so the two splits are disjoint for any seeds; within a split,
@@ -183,20 +193,42 @@ def _split_of(name: str, word: str) -> Split:
     return "heldout" if digest[0] * 100 // 256 < _HELDOUT_PERCENT else "train"
 
 
-def learnable_instances(split: Split, n: int, seed: int = 0) -> list[LearnableInstance]:
+def _vocabulary(n_names: int | None, n_words: int | None) -> tuple[list[str], list[str]]:
+    if n_names is None:
+        names = [f"{stem}{ext}" for stem in _STEMS for ext in _EXTS]
+    else:
+        names = [f"{stem}{ext}" for ext in _EXTS for stem in _STEMS][:n_names]
+    words = list(LEARNABLE_WORDS if n_words is None else LEARNABLE_WORDS[:n_words])
+    n_all = len(_STEMS) * len(_EXTS)
+    if n_names is not None and not 1 <= n_names <= n_all:
+        raise ValueError(f"n_names must be in [1, {n_all}], got {n_names}")
+    if n_words is not None and not 1 <= n_words <= len(LEARNABLE_WORDS):
+        raise ValueError(f"n_words must be in [1, {len(LEARNABLE_WORDS)}], got {n_words}")
+    return names, words
+
+
+def learnable_instances(
+    split: Split,
+    n: int,
+    seed: int = 0,
+    *,
+    n_names: int | None = None,
+    n_words: int | None = None,
+) -> list[LearnableInstance]:
     """Draw ``n`` distinct instances of ``split`` deterministically from ``seed``.
 
+    ``n_names`` / ``n_words`` (default: all 80 / 90) restrict the family to the first file
+    names and words; a pair's split does not depend on them.
+
     Raises:
-        ValueError: ``split`` is unknown, ``n`` < 0, or ``n`` exceeds the split's size.
+        ValueError: ``split`` is unknown, ``n`` < 0, ``n`` exceeds the split's size, or
+            ``n_names`` / ``n_words`` are out of range.
     """
     if split not in ("train", "heldout"):
         raise ValueError(f"unknown split {split!r} (train | heldout)")
+    names, words = _vocabulary(n_names, n_words)
     pairs = [
-        (f"{stem}{ext}", word)
-        for stem in _STEMS
-        for ext in _EXTS
-        for word in LEARNABLE_WORDS
-        if _split_of(f"{stem}{ext}", word) == split
+        (name, word) for name in names for word in words if _split_of(name, word) == split
     ]
     if not 0 <= n <= len(pairs):
         raise ValueError(f"n must be in [0, {len(pairs)}] for split {split!r}, got {n}")
@@ -209,7 +241,8 @@ def learnable_instances(split: Split, n: int, seed: int = 0) -> list[LearnableIn
 
 
 _CHECK = '''\
-"""Verifier of a learnable task: file_exists (0.5) + content_correct (0.5)."""
+"""Verifier of a learnable task: file_created, name_similarity, content_similarity."""
+import difflib
 import json
 import os
 from pathlib import Path
@@ -217,18 +250,36 @@ from pathlib import Path
 NAME = {name!r}
 WORD = {word!r}
 
+
+def similarity(a, b):
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
 ws = Path(os.environ.get("CLAWRL_WORKSPACE", "/workspace"))
 out = Path(os.environ.get("CLAWRL_REWARD_DIR", "/logs/verifier"))
-target = ws / NAME
-exists = target.is_file() and not target.is_symlink()
-content = target.read_text(encoding="utf-8", errors="replace").strip() if exists else ""
-scores = {{"file_exists": float(exists), "content_correct": float(exists and content == WORD)}}
+files = sorted(p for p in ws.rglob("*") if p.is_file() and not p.is_symlink())
+best = (0.0, 0.0)
+for p in files[:100]:
+    name = similarity(p.relative_to(ws).as_posix(), NAME)
+    text = p.read_text(encoding="utf-8", errors="replace")[:10000].strip()
+    best = max(best, (name, similarity(text, WORD)))
+scores = {{
+    "file_created": float(bool(files)),
+    "name_similarity": round(best[0], 6),
+    "content_similarity": round(best[1], 6),
+}}
 (out / "reward.json").write_text(json.dumps(scores))
 '''
 
 
 def generate_learnable_tasks(
-    dest: Path | str, split: Split = "train", n: int = 64, seed: int = 0
+    dest: Path | str,
+    split: Split = "train",
+    n: int = 64,
+    seed: int = 0,
+    *,
+    n_names: int | None = None,
+    n_words: int | None = None,
 ) -> list[Task]:
     """Write ``n`` instances of ``split`` as built-in task directories under ``dest``.
 
@@ -241,7 +292,7 @@ def generate_learnable_tasks(
     """
     root = Path(dest)
     tasks: list[Task] = []
-    for inst in learnable_instances(split, n, seed):
+    for inst in learnable_instances(split, n, seed, n_names=n_names, n_words=n_words):
         task_dir = root / inst.task_id
         (task_dir / "environment").mkdir(parents=True, exist_ok=True)
         (task_dir / "tests").mkdir(exist_ok=True)

@@ -94,6 +94,8 @@ class TasksConfig:
     tasks_per_step: tasks sampled per RL step (each gets ``rollout.samples`` rollouts per
         harness).
     path: the suite directory for ``family = "path"``.
+    learnable_names, learnable_words: restrict the learnable family to its first file names
+        and words (0: all 80 names / 90 words; see :func:`clawrl.bench.learnable_instances`).
     """
 
     family: Literal["learnable", "builtin", "path"] = "learnable"
@@ -101,6 +103,8 @@ class TasksConfig:
     heldout_n: int = 16
     tasks_per_step: int = 4
     path: str = ""
+    learnable_names: int = 0
+    learnable_words: int = 0
 
 
 @dataclass

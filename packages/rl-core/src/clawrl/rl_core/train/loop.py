@@ -162,9 +162,14 @@ class TrainLoop:
         t = self.cfg.tasks
         if t.family == "learnable":
             root = self.out / "tasks"
-            train = generate_learnable_tasks(root / "train", "train", t.train_n, self.cfg.run.seed)
-            held = generate_learnable_tasks(root / "heldout", "heldout", t.heldout_n,
-                                            self.cfg.run.seed)
+            vocab = {"n_names": t.learnable_names or None, "n_words": t.learnable_words or None}
+            try:
+                train = generate_learnable_tasks(root / "train", "train", t.train_n,
+                                                 self.cfg.run.seed, **vocab)
+                held = generate_learnable_tasks(root / "heldout", "heldout", t.heldout_n,
+                                                self.cfg.run.seed, **vocab)
+            except ValueError as exc:
+                raise ConfigError(f"[tasks]: {exc}") from exc
             return train, held
         tasks = load_builtin_suite() if t.family == "builtin" else load_suite(t.path)
         tasks = list(tasks)

@@ -1,0 +1,208 @@
+"""The RL quickstart without podman and the proxy: a fast way to tune its recipe.
+
+Same model (clawrl-proxy's tiny byte/qwen3 model), same prompts (the reference harness's
+system prompt and tools rendered by the model's chat template), same scripted-policy
+targets, same tool execution (the reference harness's own ``run_tool``), same verifier
+(bench's ``verify`` of the learnable task, run locally), same trainer (rl-core's tree-packed
+SFT and GRPO / PPO); sampling is rl-core's plain-torch loop instead of the embedded backend
+behind the proxy. A supervised cold start (optionally stopped at a held-out reward), then
+RL; one JSON line per evaluation / RL step on stdout and in ``--out``.
+
+    uv run python tools/train/quickstart_sim.py --sft-steps 150 --rl-steps 15 \\
+        --temperature 1.0 --rl-lr 1e-4 --tasks-per-step 8 --samples 8 --out /tmp/sim.jsonl
+
+It is a developer tool (the figures in packages/rl-core/docs/train.md came from it); the
+quickstart itself is ``uv run train --config examples/quickstart.toml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from clawrl.bench import generate_learnable_tasks, prepare_workspace, reference_agent_path, verify
+from clawrl.prefixtree import Call, PrefixTree, merge_trees
+from clawrl.proxy import ChatRenderer, build_default_model, format_assistant_text, parse_completion
+from clawrl.rl_core import LossConfig, OptimConfig, Trainer, TrainerConfig
+from transformers import AutoModelForCausalLM
+
+
+def _reference_harness() -> Any:
+    spec = importlib.util.spec_from_file_location("reference_agent", reference_agent_path())
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tokenizer", default="byte", choices=("byte", "qwen3"))
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--names", type=int, default=8)
+    p.add_argument("--words", type=int, default=12)
+    p.add_argument("--train-n", type=int, default=64)
+    p.add_argument("--heldout-n", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sft-steps", type=int, default=150)
+    p.add_argument("--sft-batch", type=int, default=16)
+    p.add_argument("--sft-lr", type=float, default=3e-3)
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--stop-at-reward", type=float, default=2.0)
+    p.add_argument("--eval-samples", type=int, default=2)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--algo", default="grpo", choices=("grpo", "ppo"))
+    p.add_argument("--rl-steps", type=int, default=10)
+    p.add_argument("--rl-lr", type=float, default=1e-4)
+    p.add_argument("--updates-per-step", type=int, default=2)
+    p.add_argument("--tasks-per-step", type=int, default=4)
+    p.add_argument("--samples", type=int, default=4)
+    p.add_argument("--rl-eval-every", type=int, default=5)
+    p.add_argument("--checkpoint", help="save the cold-start weights here, or load them")
+    p.add_argument("--out", help="also append the JSON lines to this file")
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)  # more threads decode slower on 2 shared cores
+    torch.manual_seed(a.seed)
+    ra = _reference_harness()
+    md = build_default_model(a.tokenizer, seed=0, num_hidden_layers=a.layers,
+                             hidden_size=a.hidden, intermediate_size=3 * a.hidden)
+    renderer = ChatRenderer.from_model_dir(md)
+    stop = renderer.stop_token_ids[0]
+    tmp = Path(tempfile.mkdtemp(prefix="clawrl-sim-"))
+    vocab = {"n_names": a.names, "n_words": a.words}
+    train = generate_learnable_tasks(tmp / "train", "train", a.train_n, a.seed, **vocab)
+    held = generate_learnable_tasks(tmp / "heldout", "heldout", a.heldout_n, a.seed, **vocab)
+    model = AutoModelForCausalLM.from_pretrained(md, attn_implementation="sdpa",
+                                                 dtype=torch.float32)
+    out = open(a.out, "a") if a.out else None  # noqa: SIM115
+    t0 = time.time()
+
+    def emit(row: dict[str, Any]) -> None:
+        row["t"] = round(time.time() - t0, 1)
+        line = json.dumps(row)
+        print(line, flush=True)
+        if out:
+            out.write(line + "\n")
+            out.flush()
+
+    def prompt(task: Any) -> list[int]:
+        msgs = [{"role": "system", "content": ra.SYSTEM_PROMPT},
+                {"role": "user", "content": task.instruction}]
+        return renderer.encode(renderer.render_text(msgs, ra.TOOLS, add_generation_prompt=True))
+
+    def tree(rid: str, ids: list[int], completion: list[int], lps: list[float]) -> PrefixTree:
+        call = Call(call_id=rid, session_id=rid, seq=0, prompt_ids=np.array(ids),
+                    completion_ids=np.array(completion), completion_logprobs=np.array(lps))
+        return PrefixTree.from_calls([call], rollout_id=rid)
+
+    @torch.no_grad()
+    def sample(ids: list[int], n: int) -> list[tuple[list[int], list[float]]]:
+        """n completions (stopped at the turn end) with logprobs at the temperature."""
+        model.eval()
+        res: list[tuple[list[int], list[float]]] = [([], []) for _ in range(n)]
+        done = [False] * n
+        inp, past = torch.tensor([ids] * n), None
+        for _ in range(a.max_tokens):
+            o = model(input_ids=inp, use_cache=True, past_key_values=past)
+            past = o.past_key_values
+            logp = torch.log_softmax(o.logits[:, -1].double() / a.temperature, -1)
+            tok = torch.multinomial(logp.exp(), 1)
+            for k in range(n):
+                if not done[k]:
+                    res[k][0].append(int(tok[k]))
+                    res[k][1].append(float(logp[k, tok[k]]))
+                    done[k] = int(tok[k]) == stop
+            if all(done):
+                break
+            inp = tok
+        model.train()
+        return res
+
+    def reward(task: Any, completion: list[int]) -> float:
+        """Execute the completion's tool calls with the reference harness's own tools, then
+        run the task's verifier (locally)."""
+        text = renderer.decode(completion)
+        parsed = parse_completion(text, finish_reason="stop" if completion[-1:] == [stop]
+                                  else "length")
+        with tempfile.TemporaryDirectory() as d:
+            ws = prepare_workspace(task, Path(d) / "ws")
+            for tc in parsed.tool_calls:
+                ra.run_tool(tc.name, json.dumps(tc.arguments), ws, 10.0)
+            return float(verify(task, ws).reward)
+
+    def evaluate(tag: str) -> float:
+        rs = [reward(t, c) for t in held for c, _ in sample(prompt(t), a.eval_samples)]
+        value = sum(rs) / len(rs)
+        emit({"kind": "eval", "tag": tag, "eval_reward": value,
+              "eval_pass_rate": sum(r >= 1.0 for r in rs) / len(rs)})
+        return value
+
+    # ---- cold start: SFT on the scripted policy's write_file call
+    ck = Path(a.checkpoint) if a.checkpoint else None
+    if ck is not None and ck.exists():
+        model.load_state_dict(torch.load(ck))
+        emit({"kind": "loaded", "checkpoint": str(ck)})
+    else:
+        targets = [renderer.encode(format_assistant_text(tool_calls=[(
+            "write_file", {"path": t.metadata["file"], "content": t.metadata["word"]})])
+            + renderer.turn_end_text) for t in train]
+        trees = [tree(f"c{i}", prompt(t), targets[i], [0.0] * len(targets[i]))
+                 for i, t in enumerate(train)]
+        sft = Trainer(model, TrainerConfig(
+            loss=LossConfig(aggregation="token_mean"),
+            optim=OptimConfig(lr=a.sft_lr, total_steps=max(1, a.sft_steps)),
+            token_budget=16384, seed=a.seed))
+        rng, order = random.Random(a.seed), []
+        for step in range(1, a.sft_steps + 1):
+            if len(order) < a.sft_batch:
+                perm = list(range(len(trees)))
+                rng.shuffle(perm)
+                order += perm
+            idx, order = order[: a.sft_batch], order[a.sft_batch:]
+            m = sft.sft_step([merge_trees(*[trees[i] for i in idx]).pack()])
+            if step % a.eval_every == 0 or step == a.sft_steps:
+                emit({"kind": "sft", "sft_step": step, "loss": m["loss"]})
+                if evaluate(f"coldstart-{step}") >= a.stop_at_reward:
+                    break
+        if ck is not None:
+            torch.save(model.state_dict(), ck)
+    # ---- RL
+    rl = Trainer(model, TrainerConfig(
+        algorithm=a.algo, loss=LossConfig(temperature=a.temperature),
+        optim=OptimConfig(lr=a.rl_lr, total_steps=max(1, a.rl_steps * a.updates_per_step)),
+        token_budget=16384, seed=a.seed))
+    evaluate("step-0")
+    rng = random.Random(f"rl:{a.seed}")
+    for step in range(1, a.rl_steps + 1):
+        trees_s, rewards, groups = [], {}, {}
+        for ti, task in enumerate(rng.sample(train, a.tasks_per_step)):
+            ids = prompt(task)
+            for k, (completion, lps) in enumerate(sample(ids, a.samples)):
+                rid = f"s{step}t{ti}k{k}"
+                trees_s.append(tree(rid, ids, completion, lps))
+                rewards[rid], groups[rid] = reward(task, completion), f"g{ti}"
+        packed = merge_trees(*trees_s).pack()
+        for _ in range(a.updates_per_step):
+            m = rl.rl_step([packed], rewards, groups=groups)
+        emit({"kind": "train", "step": step,
+              "reward_mean": sum(rewards.values()) / len(rewards),
+              "mean_abs_logprob_diff": m.get("mean_abs_logprob_diff"),
+              "grad_norm": m.get("grad_norm")})
+        if step % a.rl_eval_every == 0 or step == a.rl_steps:
+            evaluate(f"step-{step}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             loss=LossConfig(aggregation="token_mean"),
             optim=OptimConfig(lr=a.sft_lr, total_steps=max(1, a.sft_steps)),
             token_budget=16384, seed=a.seed))
-        rng, order = random.Random(a.seed), []
+        rng, order = random.Random(a.seed), list[int]()
         for step in range(1, a.sft_steps + 1):
             if len(order) < a.sft_batch:
                 perm = list(range(len(trees)))

@@ -586,11 +586,17 @@ class TrainLoop:
                     "empty_rollouts": built.empty_rollouts})
         t0 = time.time()
         if built.trees:
+            metrics = []
             for _ in range(cfg.algo.updates_per_step):
                 self.rl_trainer.policy_version = version
-                m = await asyncio.to_thread(self.rl_trainer.rl_step, built.trees, built.rewards,
-                                            groups=built.groups)
-            row.update({k: v for k, v in m.items()})
+                metrics.append(await asyncio.to_thread(
+                    self.rl_trainer.rl_step, built.trees, built.rewards, groups=built.groups))
+            # the first update is on-policy: its logprob mismatch is trainer vs engine; later
+            # ones see the weights the earlier ones moved (their losses: *_last)
+            row.update(metrics[0])
+            if len(metrics) > 1:
+                row.update({f"{k}_last": metrics[-1][k] for k in
+                            ("loss", "policy_loss", "mean_abs_logprob_diff") if k in metrics[-1]})
         else:
             row["update_skipped"] = True
         row["time/update"] = time.time() - t0

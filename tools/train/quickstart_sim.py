@@ -32,7 +32,7 @@ import torch
 from clawrl.bench import generate_learnable_tasks, prepare_workspace, reference_agent_path, verify
 from clawrl.prefixtree import Call, PrefixTree, merge_trees
 from clawrl.proxy import ChatRenderer, build_default_model, format_assistant_text, parse_completion
-from clawrl.rl_core import LossConfig, OptimConfig, Trainer, TrainerConfig
+from clawrl.rl_core import LossConfig, OptimConfig, Trainer, TrainerConfig, epoch_batches
 from transformers import AutoModelForCausalLM
 
 
@@ -163,13 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             loss=LossConfig(aggregation="token_mean"),
             optim=OptimConfig(lr=a.sft_lr, total_steps=max(1, a.sft_steps)),
             token_budget=16384, seed=a.seed))
-        rng, order = random.Random(a.seed), list[int]()
+        batches = epoch_batches(len(trees), a.sft_batch, random.Random(a.seed))
         for step in range(1, a.sft_steps + 1):
-            if len(order) < a.sft_batch:
-                perm = list(range(len(trees)))
-                rng.shuffle(perm)
-                order += perm
-            idx, order = order[: a.sft_batch], order[a.sft_batch:]
+            idx = next(batches)
             m = sft.sft_step([merge_trees(*[trees[i] for i in idx]).pack()])
             if step % a.eval_every == 0 or step == a.sft_steps:
                 emit({"kind": "sft", "sft_step": step, "loss": m["loss"]})

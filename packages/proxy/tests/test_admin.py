@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from clawrl.proxy import AdminClient, AsyncAdminClient, ProxyAdminError
+from clawrl.proxy import AdminClient, AsyncAdminClient, ProxyAdminError, ProxyError
 
 
 def _chat(live: Any, s: Any, **kw: Any) -> httpx.Response:
@@ -156,3 +157,18 @@ def test_admin_token_and_tcp(live_factory: Any, scripted: Any) -> None:
         r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     assert r.choices[0].message.content == "Done."
     assert live.server.started.is_set()
+
+
+async def test_unreachable_proxy_is_a_typed_admin_error(tmp_path: Path) -> None:
+    """A dead socket (or a dropped connection) is a ProxyAdminError with status 0, not a
+    raw httpx exception that callers catching ProxyError would miss."""
+    dead = str(tmp_path / "no-proxy.sock")
+    async with AsyncAdminClient(socket=dead) as client:
+        with pytest.raises(ProxyError) as info:
+            await client.close_session("s-1")
+    assert isinstance(info.value, ProxyAdminError) and info.value.status == 0
+    assert "POST /sessions/s-1/close" in str(info.value)
+    # the discard port: connection refused
+    with AdminClient(base_url="http://127.0.0.1:9") as sync_client, \
+            pytest.raises(ProxyAdminError, match="unreachable"):
+        sync_client.records("s-1")

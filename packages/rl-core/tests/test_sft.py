@@ -24,6 +24,8 @@ from clawrl.rl_core import (
     render_sft_sequences,
     split_by_token_budget,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
 
@@ -125,3 +127,32 @@ def test_sft_errors(tmp_path: Path, chat_tokenizer: Any) -> None:
     assert read_trajectories(p)[0]["id"] == "t0"
     with pytest.raises(SFTDataError, match="cannot read"):
         read_trajectories(tmp_path / "missing.jsonl")
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(1, 40), batch_size=st.integers(1, 16), seed=st.integers(0, 99))
+def test_epoch_batches_see_every_example_equally_often(n: int, batch_size: int,
+                                                       seed: int) -> None:
+    import random
+    from itertools import islice
+
+    from clawrl.rl_core import epoch_batches
+
+    epochs = 3
+    n_batches = epochs * n // batch_size  # whole batches within 3 epochs
+    seen = [i for b in islice(epoch_batches(n, batch_size, random.Random(seed)), n_batches)
+            for i in b]
+    assert len(seen) == n_batches * batch_size
+    counts = [seen.count(i) for i in range(n)]
+    assert max(counts) - min(counts) <= 1  # at most one partial epoch among them
+    again = list(islice(epoch_batches(n, batch_size, random.Random(seed)), n_batches))
+    assert [i for b in again for i in b] == seen  # deterministic in the rng
+
+
+def test_epoch_batches_bad_arguments() -> None:
+    import random
+
+    from clawrl.rl_core import epoch_batches
+
+    with pytest.raises(ValueError, match="batch_size"):
+        next(epoch_batches(0, 4, random.Random(0)))

@@ -59,6 +59,33 @@ def _transport_args(
     }
 
 
+def _unreachable(request: httpx.Request, exc: httpx.TransportError) -> ProxyAdminError:
+    return ProxyAdminError(
+        f"admin call {request.method} {request.url.path} failed: the proxy is unreachable "
+        f"or dropped the connection ({type(exc).__name__}: {exc})",
+        status=0, code="admin_unreachable")
+
+
+class _Transport(httpx.HTTPTransport):
+    """httpx transport whose connection failures surface as :class:`ProxyAdminError`."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return super().handle_request(request)
+        except httpx.TransportError as exc:
+            raise _unreachable(request, exc) from exc
+
+
+class _AsyncTransport(httpx.AsyncHTTPTransport):
+    """Async twin of :class:`_Transport`."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await super().handle_async_request(request)
+        except httpx.TransportError as exc:
+            raise _unreachable(request, exc) from exc
+
+
 def _check(r: httpx.Response) -> Any:
     if r.status_code >= 400:
         try:
@@ -103,7 +130,9 @@ class AdminClient:
         token: admin bearer token, if the proxy requires one.
         timeout: seconds per call (loading weights may take long).
 
-    Every method raises :class:`ProxyAdminError` (with ``status``) when the proxy refuses.
+    Every method raises :class:`ProxyAdminError` (with ``status``) when the proxy refuses,
+    and with ``status`` 0 (code ``admin_unreachable``) when it cannot be reached or drops
+    the connection.
     """
 
     def __init__(
@@ -115,8 +144,7 @@ class AdminClient:
         timeout: float = 600.0,
     ):
         kw = _transport_args(socket, base_url, token, timeout)
-        transport = httpx.HTTPTransport(uds=socket) if socket else None
-        self._http = httpx.Client(transport=transport, **kw)
+        self._http = httpx.Client(transport=_Transport(uds=socket), **kw)
 
     def __enter__(self) -> AdminClient:
         return self
@@ -210,8 +238,7 @@ class AsyncAdminClient:
         timeout: float = 600.0,
     ):
         kw = _transport_args(socket, base_url, token, timeout)
-        transport = httpx.AsyncHTTPTransport(uds=socket) if socket else None
-        self._http = httpx.AsyncClient(transport=transport, **kw)
+        self._http = httpx.AsyncClient(transport=_AsyncTransport(uds=socket), **kw)
 
     async def __aenter__(self) -> AsyncAdminClient:
         return self

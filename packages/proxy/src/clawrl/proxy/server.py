@@ -153,7 +153,9 @@ class ProxyServer:
         }
         self._servers = [
             _Server(uvicorn.Config(self.app.model_app, timeout_keep_alive=75, **common)),
-            _Server(uvicorn.Config(self.app.admin_app, **common)),
+            # keep-alive well above httpx's 5 s client expiry: with equal timeouts a pooled
+            # connection is reused just as the server closes it (RemoteProtocolError)
+            _Server(uvicorn.Config(self.app.admin_app, timeout_keep_alive=75, **common)),
         ]
         tasks = [
             asyncio.ensure_future(self._servers[0].serve(sockets=model_socks)),

@@ -55,7 +55,12 @@ from clawrl.rl_core.packing import (
     validate_packed_tree,
 )
 from clawrl.rl_core.sampling import Completion, sample_completions
-from clawrl.rl_core.sft import pack_sft_trajectories, read_trajectories, render_sft_sequences
+from clawrl.rl_core.sft import (
+    epoch_batches,
+    pack_sft_trajectories,
+    read_trajectories,
+    render_sft_sequences,
+)
 from clawrl.rl_core.step import (
     OldPass,
     PreparedRL,
@@ -100,6 +105,7 @@ __all__ = [
     "clipped_surrogate_loss",
     "correction_metrics",
     "entropy_bonus",
+    "epoch_batches",
     "gae_along_paths",
     "geometric_sequence_mask",
     "grpo_advantages",

@@ -13,7 +13,8 @@ branches off, exactly like the rollouts the proxy records.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import random
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,27 @@ from clawrl.prefixtree import PackedTree
 from clawrl.rl_core.errors import SFTDataError
 from clawrl.rl_core.packing import TokenSequence, pack_token_sequences
 
-__all__ = ["pack_sft_trajectories", "read_trajectories", "render_sft_sequences"]
+__all__ = ["epoch_batches", "pack_sft_trajectories", "read_trajectories", "render_sft_sequences"]
+
+
+def epoch_batches(n: int, batch_size: int, rng: random.Random) -> Iterator[list[int]]:
+    """Endless batches of ``batch_size`` indices into ``n`` examples: each epoch is a fresh
+    ``rng`` permutation, and a batch that would run past an epoch's end takes the rest
+    of it plus the start of the next epoch (so every example is seen equally often).
+
+    Raises:
+        ValueError: ``n`` < 1 or ``batch_size`` < 1.
+    """
+    if n < 1 or batch_size < 1:
+        raise ValueError(f"need n >= 1 and batch_size >= 1, got {n}, {batch_size}")
+    order: list[int] = []
+    while True:
+        while len(order) < batch_size:
+            perm = list(range(n))
+            rng.shuffle(perm)
+            order += perm
+        batch, order = order[:batch_size], order[batch_size:]
+        yield batch
 
 
 def read_trajectories(path: str | Path) -> list[dict[str, Any]]:

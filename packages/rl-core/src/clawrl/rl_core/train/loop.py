@@ -72,6 +72,7 @@ from clawrl.rl_core.config import (
     TrainerConfig,
 )
 from clawrl.rl_core.errors import ConfigError, RLCoreError
+from clawrl.rl_core.sft import epoch_batches
 from clawrl.rl_core.train.config import TrainConfig
 from clawrl.rl_core.train.metrics_log import MetricsLog, plot_curves, read_jsonl
 from clawrl.rl_core.train.serving import serve_proxy
@@ -331,15 +332,11 @@ class TrainLoop:
             optim=OptimConfig(lr=cs.lr, max_grad_norm=1.0, total_steps=max(1, cs.steps)),
             token_budget=self.cfg.algo.token_budget, chunk_size=self.cfg.algo.chunk_size,
             seed=self.cfg.run.seed))
-        rng = random.Random(f"coldstart:{self.cfg.run.seed}")
-        order: list[int] = []
+        batches = epoch_batches(len(trees), cs.batch_size,
+                                random.Random(f"coldstart:{self.cfg.run.seed}"))
         version = self.state.policy_version
         for step in range(1, cs.steps + 1):
-            if len(order) < cs.batch_size:
-                perm = list(range(len(trees)))
-                rng.shuffle(perm)
-                order += perm
-            idx, order = order[: cs.batch_size], order[cs.batch_size:]
+            idx = next(batches)
             batch = merge_trees(*[trees[i] for i in idx]).pack()
             t1 = time.time()
             m = await asyncio.to_thread(sft.sft_step, [batch])

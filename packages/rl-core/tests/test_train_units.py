@@ -201,3 +201,21 @@ def test_jsonl_skips_torn_line_and_plot_writes_png(tmp_path: Path) -> None:
     png = plot_curves(got, tmp_path / "curves.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert np.isclose(got[2]["reward_mean/reference"], 0.3)
+
+
+def test_learnable_vocabulary_from_config(tmp_path: Path) -> None:
+    """[tasks] learnable_names / learnable_words reach bench's generator; out-of-range
+    values are a ConfigError naming the section, before anything runs."""
+    from clawrl.rl_core.train import TrainLoop
+
+    q = load_config(EXAMPLES / "quickstart.toml",
+                    [f'run.out="{tmp_path / "q"}"', "tasks.train_n=20", "tasks.heldout_n=5"])
+    assert (q.tasks.learnable_names, q.tasks.learnable_words) == (8, 12)
+    train, held = TrainLoop(q)._tasks()
+    assert {t.metadata["file"] for t in train + held} <= {
+        f"{s}.txt" for s in ("note", "hello", "data", "todo", "out", "memo", "list", "log")}
+    assert len({t.metadata["word"] for t in train + held}) <= 12
+    assert not {t.id for t in train} & {t.id for t in held}
+    bad = load_config(overrides=[f'run.out="{tmp_path / "b"}"', "tasks.learnable_words=500"])
+    with pytest.raises(ConfigError, match=r"\[tasks\].*n_words"):
+        TrainLoop(bad)._tasks()

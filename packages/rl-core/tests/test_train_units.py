@@ -219,3 +219,19 @@ def test_learnable_vocabulary_from_config(tmp_path: Path) -> None:
     bad = load_config(overrides=[f'run.out="{tmp_path / "b"}"', "tasks.learnable_words=500"])
     with pytest.raises(ConfigError, match=r"\[tasks\].*n_words"):
         TrainLoop(bad)._tasks()
+
+
+def test_resume_supersedes_rows_of_steps_that_run_again(tmp_path: Path) -> None:
+    log = MetricsLog(tmp_path)
+    rows = [{"kind": "sft", "sft_step": 1}, {"kind": "eval", "step": 0, "tag": "coldstart-1"},
+            {"kind": "train", "step": 1}, {"kind": "train", "step": 2},
+            {"kind": "eval", "step": 2, "tag": "step-2"}, {"kind": "train", "step": 3}]
+    for r in rows:
+        log.write(r)
+    assert log.supersede_after(1) == 3  # checkpoint after step 1: steps 2-3 run again
+    kept = read_jsonl(tmp_path / "metrics.jsonl")
+    assert kept == rows[:3]
+    assert read_jsonl(tmp_path / "metrics.superseded.jsonl") == rows[3:]
+    assert log.supersede_after(1) == 0  # idempotent
+    log.write({"kind": "train", "step": 2})
+    assert [r.get("step") for r in read_jsonl(tmp_path / "metrics.jsonl")] == [None, 0, 1, 2]

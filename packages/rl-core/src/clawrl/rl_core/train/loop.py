@@ -422,6 +422,10 @@ class TrainLoop:
             self.say("no checkpoint to resume from: starting afresh")
         if latest is not None:
             self.state = LoopState(**json.loads((latest / "loop_state.json").read_text()))
+            moved = self.log.supersede_after(self.state.next_step)
+            if moved:
+                self.say(f"{moved} metrics row(s) of steps after {latest.name} moved to "
+                         "metrics.superseded.jsonl (those steps run again)")
 
         backend = self._backend()
         async with serve_proxy(backend, self.model_dir,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,27 @@ class MetricsLog:
                 if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
                     self._tb.add_scalar(f"{row.get('kind', 'train')}/{k}", v, step)
             self._tb.flush()
+
+    def supersede_after(self, step: int) -> int:
+        """On resume from the checkpoint of RL step ``step``: move the ``train`` / ``eval``
+        rows of later steps (written by the interrupted process, about to run again) to
+        ``metrics.superseded.jsonl``, so that ``metrics.jsonl`` has each step once. Rewrites
+        the file atomically; returns how many rows moved."""
+        if not self.path.exists():
+            return 0
+        rows = read_jsonl(self.path)
+        later = [r for r in rows if r.get("kind") in ("train", "eval")
+                 and int(r.get("step", 0)) > step]
+        if not later:
+            return 0
+        with (self.path.parent / "metrics.superseded.jsonl").open("a") as f:
+            f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in later)
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        ids = {id(r) for r in later}
+        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n"
+                               for r in rows if id(r) not in ids))
+        os.replace(tmp, self.path)
+        return len(later)
 
     def close(self) -> None:
         if self._tb is not None:

@@ -194,17 +194,16 @@ def _split_of(name: str, word: str) -> Split:
 
 
 def _vocabulary(n_names: int | None, n_words: int | None) -> tuple[list[str], list[str]]:
-    if n_names is None:
-        names = [f"{stem}{ext}" for stem in _STEMS for ext in _EXTS]
-    else:
-        names = [f"{stem}{ext}" for ext in _EXTS for stem in _STEMS][:n_names]
-    words = list(LEARNABLE_WORDS if n_words is None else LEARNABLE_WORDS[:n_words])
     n_all = len(_STEMS) * len(_EXTS)
     if n_names is not None and not 1 <= n_names <= n_all:
         raise ValueError(f"n_names must be in [1, {n_all}], got {n_names}")
     if n_words is not None and not 1 <= n_words <= len(LEARNABLE_WORDS):
         raise ValueError(f"n_words must be in [1, {len(LEARNABLE_WORDS)}], got {n_words}")
-    return names, words
+    if n_names is None:  # the full family keeps its original pair order (same draws)
+        names = [f"{stem}{ext}" for stem in _STEMS for ext in _EXTS]
+    else:
+        names = [f"{stem}{ext}" for ext in _EXTS for stem in _STEMS][:n_names]
+    return names, list(LEARNABLE_WORDS[:n_words])
 
 
 def learnable_instances(
@@ -261,7 +260,8 @@ files = sorted(p for p in ws.rglob("*") if p.is_file() and not p.is_symlink())
 best = (0.0, 0.0)
 for p in files[:100]:
     name = similarity(p.relative_to(ws).as_posix(), NAME)
-    text = p.read_text(encoding="utf-8", errors="replace")[:10000].strip()
+    with p.open(encoding="utf-8", errors="replace") as f:
+        text = f.read(10000).strip()
     best = max(best, (name, similarity(text, WORD)))
 scores = {{
     "file_created": float(bool(files)),

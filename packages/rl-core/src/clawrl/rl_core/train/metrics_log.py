@@ -77,16 +77,18 @@ class MetricsLog:
         if not self.path.exists():
             return 0
         rows = read_jsonl(self.path)
-        later = [r for r in rows if r.get("kind") in ("train", "eval")
-                 and int(r.get("step", 0)) > step]
+
+        def rerun(r: dict[str, Any]) -> bool:
+            return r.get("kind") in ("train", "eval") and int(r.get("step", 0)) > step
+
+        later = [r for r in rows if rerun(r)]
         if not later:
             return 0
         with (self.path.parent / "metrics.superseded.jsonl").open("a") as f:
             f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in later)
         tmp = self.path.with_suffix(".jsonl.tmp")
-        ids = {id(r) for r in later}
         tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n"
-                               for r in rows if id(r) not in ids))
+                               for r in rows if not rerun(r)))
         os.replace(tmp, self.path)
         return len(later)
 

@@ -34,6 +34,7 @@ tasks_per_step = 2
 samples = 2
 max_tokens = 24
 concurrency = 4
+verifier = "{verifier}"
 [cold_start]
 enabled = true
 tasks = 2
@@ -75,7 +76,8 @@ def _records(out: Path, run_id: str) -> list[dict[str, Any]]:
 def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cfg = tmp_path / "short.toml"
-    cfg.write_text(SHORT.format(out=out, steps=2))
+    # the quickstart's host verifier: the cold start needs its scripted rollouts to pass
+    cfg.write_text(SHORT.format(out=out, steps=2, verifier="host"))
     res = _train(cfg)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     train = _rows(out, "train")
@@ -115,7 +117,8 @@ def test_kill_mid_step_then_resume(tmp_path: Path) -> None:
 
     out = tmp_path / "run"
     cfg = tmp_path / "short.toml"
-    cfg.write_text(SHORT.format(out=out, steps=3).replace("enabled = true", "enabled = false"))
+    cfg.write_text(SHORT.format(out=out, steps=3, verifier="sandbox")
+                   .replace("enabled = true", "enabled = false"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(cfg)],

@@ -18,6 +18,7 @@ quickstart itself is ``uv run train --config examples/quickstart.toml``.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import json
 import random
@@ -32,7 +33,15 @@ import torch
 from clawrl.bench import generate_learnable_tasks, prepare_workspace, reference_agent_path, verify
 from clawrl.prefixtree import Call, PrefixTree, merge_trees
 from clawrl.proxy import ChatRenderer, build_default_model, format_assistant_text, parse_completion
-from clawrl.rl_core import LossConfig, OptimConfig, Trainer, TrainerConfig, epoch_batches
+from clawrl.rl_core import (
+    GRPOConfig,
+    LossConfig,
+    OptimConfig,
+    PPOConfig,
+    Trainer,
+    TrainerConfig,
+    epoch_batches,
+)
 from transformers import AutoModelForCausalLM
 
 
@@ -69,6 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks-per-step", type=int, default=4)
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--rl-eval-every", type=int, default=5)
+    p.add_argument("--kl-coef", type=float, default=0.0)
+    p.add_argument("--adam-eps", type=float, default=1e-8)
+    p.add_argument("--warmup", type=int, default=0, help="RL optimiser warm-up steps")
+    p.add_argument("--value-lr", type=float, default=None, help="PPO value head's lr")
+    p.add_argument("--value-coef", type=float, default=0.5)
+    p.add_argument("--aggregation", default="token_mean")
+    p.add_argument("--exact-reward", action="store_true",
+                   help="reward = mean(file_created, name exact, content exact)")
+    p.add_argument("--show", action="store_true", help="print eval completions on stderr")
+    p.add_argument("--no-std", action="store_true", help="GRPO without the group-std scale")
     p.add_argument("--checkpoint", help="save the cold-start weights here, or load them")
     p.add_argument("--out", help="also append the JSON lines to this file")
     a = p.parse_args(argv)
@@ -129,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         model.train()
         return res
 
-    def reward(task: Any, completion: list[int]) -> float:
+    def reward(task: Any, completion: list[int]) -> tuple[float, dict[str, float]]:
         """Execute the completion's tool calls with the reference harness's own tools, then
         run the task's verifier (locally)."""
         text = renderer.decode(completion)
@@ -139,13 +158,28 @@ def main(argv: list[str] | None = None) -> int:
             ws = prepare_workspace(task, Path(d) / "ws")
             for tc in parsed.tool_calls:
                 ra.run_tool(tc.name, json.dumps(tc.arguments), ws, 10.0)
-            return float(verify(task, ws).reward)
+            v = verify(task, ws)
+            sub = dict(v.subscores)
+            if a.exact_reward:
+                sub["name_exact"] = float(sub.get("name_similarity", 0.0) >= 1.0)
+                sub["content_exact"] = float(sub.get("content_similarity", 0.0) >= 1.0)
+                return (sub.get("file_created", 0.0) + sub["name_exact"]
+                        + sub["content_exact"]) / 3, sub
+            return float(v.reward), sub
 
     def evaluate(tag: str) -> float:
-        rs = [reward(t, c) for t in held for c, _ in sample(prompt(t), a.eval_samples)]
+        comps = [(t, c) for t in held for c, _ in sample(prompt(t), a.eval_samples)]
+        if a.show:
+            for t, c in comps[::4]:
+                print(tag, t.metadata["file"], t.metadata["word"], repr(renderer.decode(c)),
+                      file=sys.stderr)
+        scored = [reward(t, c) for t, c in comps]
+        rs = [r for r, _ in scored]
         value = sum(rs) / len(rs)
+        subs = {k: round(sum(s.get(k, 0.0) for _, s in scored) / len(scored), 3)
+                for k in scored[0][1]}
         emit({"kind": "eval", "tag": tag, "eval_reward": value,
-              "eval_pass_rate": sum(r >= 1.0 for r in rs) / len(rs)})
+              "eval_pass_rate": sum(r >= 1.0 for r in rs) / len(rs), "subscores": subs})
         return value
 
     # ---- cold start: SFT on the scripted policy's write_file call
@@ -174,10 +208,15 @@ def main(argv: list[str] | None = None) -> int:
         if ck is not None:
             torch.save(model.state_dict(), ck)
     # ---- RL
+    ref = copy.deepcopy(model).eval() if a.kl_coef > 0 else None
     rl = Trainer(model, TrainerConfig(
-        algorithm=a.algo, loss=LossConfig(temperature=a.temperature),
-        optim=OptimConfig(lr=a.rl_lr, total_steps=max(1, a.rl_steps * a.updates_per_step)),
-        token_budget=16384, seed=a.seed))
+        algorithm=a.algo, loss=LossConfig(temperature=a.temperature, kl_coef=a.kl_coef,
+                                             aggregation=a.aggregation),
+        grpo=GRPOConfig(scale_by_std=not a.no_std), ppo=PPOConfig(value_coef=a.value_coef),
+        optim=OptimConfig(lr=a.rl_lr, eps=a.adam_eps, warmup_steps=a.warmup, value_lr=a.value_lr,
+                          schedule="constant_with_warmup" if a.warmup else "constant",
+                          total_steps=max(1, a.rl_steps * a.updates_per_step)),
+        token_budget=16384, seed=a.seed), ref_model=ref)
     evaluate("step-0")
     rng = random.Random(f"rl:{a.seed}")
     for step in range(1, a.rl_steps + 1):
@@ -187,14 +226,14 @@ def main(argv: list[str] | None = None) -> int:
             for k, (completion, lps) in enumerate(sample(ids, a.samples)):
                 rid = f"s{step}t{ti}k{k}"
                 trees_s.append(tree(rid, ids, completion, lps))
-                rewards[rid], groups[rid] = reward(task, completion), f"g{ti}"
+                rewards[rid], groups[rid] = reward(task, completion)[0], f"g{ti}"
         packed = merge_trees(*trees_s).pack()
-        for _ in range(a.updates_per_step):
-            m = rl.rl_step([packed], rewards, groups=groups)
+        ms = [rl.rl_step([packed], rewards, groups=groups) for _ in range(a.updates_per_step)]
         emit({"kind": "train", "step": step,
               "reward_mean": sum(rewards.values()) / len(rewards),
-              "mean_abs_logprob_diff": m.get("mean_abs_logprob_diff"),
-              "grad_norm": m.get("grad_norm")})
+              "mean_abs_logprob_diff": ms[0].get("mean_abs_logprob_diff"),
+              "mean_abs_logprob_diff_last": ms[-1].get("mean_abs_logprob_diff"),
+              "grad_norm": ms[0].get("grad_norm")})
         if step % a.rl_eval_every == 0 or step == a.rl_steps:
             evaluate(f"step-{step}")
     return 0

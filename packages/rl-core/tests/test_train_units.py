@@ -59,6 +59,7 @@ def test_saved_config_round_trips(tmp_path: Path) -> None:
         (["rollout.samples=1"], "GRPO needs"),
         (["backend.kind=sglang"], "sglang_url"),
         (["rollout.temperature=0"], "temperature"),
+        (["rollout.verifier='local'"], "rollout.verifier"),
         (["runsteps"], "section.key=value"),
     ],
 )
@@ -235,3 +236,19 @@ def test_resume_supersedes_rows_of_steps_that_run_again(tmp_path: Path) -> None:
     assert log.supersede_after(1) == 0  # idempotent
     log.write({"kind": "train", "step": 2})
     assert [r.get("step") for r in read_jsonl(tmp_path / "metrics.jsonl")] == [None, 0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"steps": 200, "eval_every": 50, "eval_from": 100}, [100, 150, 200]),
+        ({"steps": 200, "eval_every": 50}, [50, 100, 150, 200]),
+        ({"steps": 120, "eval_every": 50, "eval_from": 75}, [100, 120]),
+        ({"steps": 30}, [30]),  # eval_every = 0: only the last step
+    ],
+)
+def test_cold_start_eval_schedule(fields: dict[str, int], expected: list[int]) -> None:
+    from clawrl.rl_core.train import ColdStartConfig
+
+    cs = ColdStartConfig(**fields)
+    assert [s for s in range(1, cs.steps + 1) if cs.evaluates_at(s)] == expected

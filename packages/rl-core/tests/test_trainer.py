@@ -117,6 +117,28 @@ def test_value_warmup_trains_only_the_value_head(tiny_model_factory: Callable[..
     assert not all(torch.equal(before[k], after2[k]) for k in before)
 
 
+def test_value_lr_trains_the_value_head_faster(tiny_model_factory: Callable[..., Any],
+                                               toy_task: Callable[..., Any]) -> None:
+    """optim.value_lr is the value head's own learning rate: Adam's first step moves a
+    parameter by about its group's lr, so the zero-initialised bias moves by value_lr
+    and no policy weight by more than lr."""
+    model = tiny_model_factory(torch.float32, seed=3, vocab=16)
+    cfg = TrainerConfig(algorithm="ppo", optim=OptimConfig(lr=1e-4, value_lr=1e-2,
+                                                           weight_decay=0.0, max_grad_norm=None))
+    trainer = Trainer(model, cfg)
+    assert [g["lr"] for g in trainer.optimizer.param_groups] == [1e-4, 1e-2]
+    before = {k: v.clone() for k, v in trainer.unwrapped.policy.state_dict().items()}
+    trees, rewards = toy_task(model, 4, 1, 0)
+    trainer.rl_step(trees, rewards)
+    bias = trainer.unwrapped.value_head.state_dict()["linear.bias"]  # type: ignore[union-attr]
+    assert float(bias.abs().max()) == pytest.approx(1e-2, rel=1e-3)
+    after = trainer.unwrapped.policy.state_dict()
+    moved = max(float((after[k] - before[k]).abs().max()) for k in before)
+    assert 0 < moved <= 1e-4 * (1 + 1e-3)
+    with pytest.raises(ConfigError, match="value_lr"):
+        OptimConfig(value_lr=0.0)
+
+
 def test_separate_critic_and_reference_kl(tiny_model_factory: Callable[..., Any],
                                           toy_task: Callable[..., Any]) -> None:
     from clawrl.rl_core import Critic

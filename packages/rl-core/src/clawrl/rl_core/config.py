@@ -133,6 +133,10 @@ class OptimConfig:
         max_grad_norm: clip the global gradient norm (None: off).
         schedule: a ``transformers.get_scheduler`` name ("constant", "linear", "cosine", ...).
         warmup_steps, total_steps: schedule length in optimizer steps.
+        value_lr: learning rate of the PPO value head / critic (None: ``lr``). A value
+            head starts at zero, and Adam moves each weight by about ``lr`` per step, so at
+            a policy-sized lr (1e-4) V stays near 0 for the whole run and Â = R − V carries
+            no baseline; critics usually train faster than the policy.
     """
 
     lr: float = 1e-6
@@ -143,10 +147,13 @@ class OptimConfig:
     schedule: str = "constant"
     warmup_steps: int = 0
     total_steps: int = 1000
+    value_lr: float | None = None
 
     def __post_init__(self) -> None:
         if self.lr <= 0 or self.total_steps < 1 or self.warmup_steps < 0:
             raise ConfigError("need lr > 0, total_steps >= 1, warmup_steps >= 0")
+        if self.value_lr is not None and self.value_lr <= 0:
+            raise ConfigError("value_lr must be > 0 or None")
 
 
 @dataclass

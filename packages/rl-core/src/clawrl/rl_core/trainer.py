@@ -85,10 +85,13 @@ class Trainer:
         if cfg.algorithm == "ppo" and critic is None:
             hidden = int(getattr(model.config, "hidden_size"))  # noqa: B009
             head = ValueHead(hidden).to(next(model.parameters()).dtype)
-        params = list(model.parameters()) + (list(head.parameters()) if head else []) + (
-            list(critic.parameters()) if critic is not None else [])
         o = cfg.optim
-        optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps,
+        value_params = (list(head.parameters()) if head else []) + (
+            list(critic.parameters()) if critic is not None else [])
+        groups: list[dict[str, Any]] = [{"params": list(model.parameters())}]
+        if value_params:
+            groups.append({"params": value_params, "lr": o.value_lr or o.lr})
+        optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps,
                                       weight_decay=o.weight_decay)
         scheduler = get_scheduler(o.schedule, optimizer, num_warmup_steps=o.warmup_steps,
                                   num_training_steps=o.total_steps)

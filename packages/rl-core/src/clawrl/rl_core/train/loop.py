@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from clawrl.bench import (
     HarnessAdapter,
+    LocalExecutor,
     ModelEndpoint,
     RolloutEvent,
     RolloutOptions,
@@ -192,7 +193,7 @@ class TrainLoop:
             corrections=CorrectionConfig(tis_cap=a.tis_cap, mask_low=a.mask_low,
                                          mask_high=a.mask_high),
             optim=OptimConfig(lr=a.lr, max_grad_norm=a.max_grad_norm,
-                              weight_decay=a.weight_decay,
+                              weight_decay=a.weight_decay, value_lr=a.value_lr or None,
                               total_steps=max(1, self.cfg.run.steps * a.updates_per_step)),
             token_budget=a.token_budget,
             chunk_size=a.chunk_size,
@@ -237,7 +238,8 @@ class TrainLoop:
                               agent_timeout_s=r.agent_timeout_s, retries=r.retries)
         return RolloutRunner(endpoint, opts, concurrency=r.concurrency,
                              run_id=run_id or self.run_id, progress=self.progress,
-                             session_hook=session_hook)
+                             session_hook=session_hook,
+                             verify_executor=LocalExecutor() if r.verifier == "host" else None)
 
     async def _settle(self, endpoint: ModelEndpoint, results: Sequence[RolloutResult]
                       ) -> dict[str, list[dict[str, Any]]]:
@@ -346,8 +348,7 @@ class TrainLoop:
                             "time/update": time.time() - t1})
             if step % 10 == 0 or step == cs.steps:
                 self.say(f"cold start: SFT step {step}/{cs.steps} loss {m['loss']:.3f}")
-            last = step == cs.steps
-            if (cs.eval_every and step % cs.eval_every == 0) or last:
+            if cs.evaluates_at(step):
                 if not self.cfg.eval.enabled:
                     version += 1
                     await self.sync_weights(endpoint, backend, version)

@@ -11,6 +11,12 @@ RL; one JSON line per evaluation / RL step on stdout and in ``--out``.
     uv run python tools/train/quickstart_sim.py --sft-steps 150 --rl-steps 15 \\
         --temperature 1.0 --rl-lr 1e-4 --tasks-per-step 8 --samples 8 --out /tmp/sim.jsonl
 
+Diagnostics: ``--show`` prints held-out completions on stderr, every eval row carries the
+mean verifier sub-scores; ``--no-std`` (Dr. GRPO), ``--kl-coef``, ``--warmup``, ``--adam-eps``,
+``--aggregation``, ``--value-lr`` / ``--value-coef`` (PPO) and ``--exact-reward`` (mean of
+file_created and exact name / content matches) are the variants compared in
+packages/rl-core/docs/train.md#measured.
+
 It is a developer tool (the figures in packages/rl-core/docs/train.md came from it); the
 quickstart itself is ``uv run train --config examples/quickstart.toml``.
 """

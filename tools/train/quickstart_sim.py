@@ -11,7 +11,7 @@ RL; one JSON line per evaluation / RL step on stdout and in ``--out``.
     uv run python tools/train/quickstart_sim.py --sft-steps 150 --rl-steps 15 \\
         --temperature 1.0 --rl-lr 1e-4 --tasks-per-step 8 --samples 8 --out /tmp/sim.jsonl
 
-Diagnostics: ``--show`` prints held-out completions on stderr, every eval row carries the
+Diagnostics: ``--show`` prints every 4th held-out completion on stderr, every eval row carries the
 mean verifier sub-scores; ``--no-std`` (Dr. GRPO), ``--kl-coef``, ``--warmup``, ``--adam-eps``,
 ``--aggregation``, ``--value-lr`` / ``--value-coef`` (PPO) and ``--exact-reward`` (mean of
 file_created and exact name / content matches) are the variants compared in
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--aggregation", default="token_mean")
     p.add_argument("--exact-reward", action="store_true",
                    help="reward = mean(file_created, name exact, content exact)")
-    p.add_argument("--show", action="store_true", help="print eval completions on stderr")
+    p.add_argument("--show", action="store_true", help="print every 4th eval completion on stderr")
     p.add_argument("--no-std", action="store_true", help="GRPO without the group-std scale")
     p.add_argument("--checkpoint", help="save the cold-start weights here, or load them")
     p.add_argument("--out", help="also append the JSON lines to this file")

@@ -30,7 +30,7 @@ def test_defaults_and_quickstart_load() -> None:
     assert cfg.algo.name == "grpo" and cfg.rollout.harnesses == ["reference"]
     q = load_config(EXAMPLES / "quickstart.toml")
     assert q.cold_start.enabled and q.backend.kind == "embedded"
-    assert q.model.tokenizer == "byte"
+    assert q.model.tokenizer == "qwen3"
 
 
 def test_overrides_parse_toml_values(tmp_path: Path) -> None:

@@ -30,7 +30,10 @@ def test_defaults_and_quickstart_load() -> None:
     assert cfg.algo.name == "grpo" and cfg.rollout.harnesses == ["reference"]
     q = load_config(EXAMPLES / "quickstart.toml")
     assert q.cold_start.enabled and q.backend.kind == "embedded"
-    assert q.model.tokenizer == "qwen3"
+    assert q.model.tokenizer == "byte"
+    q3 = load_config(EXAMPLES / "quickstart_qwen3.toml")
+    assert q3.model.tokenizer == "qwen3" and q3.cold_start.stop_at_reward == 0.25
+    assert [s for s in range(1, 61) if q3.cold_start.evaluates_at(s)][:3] == [35, 40, 45]
 
 
 def test_overrides_parse_toml_values(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -140,9 +141,13 @@ def test_kill_mid_step_then_resume(tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert (out / "checkpoints" / "latest").read_text() == "step-000001"
+    # what kill -9 left on the host: the proxy's socket directory, the rollouts' workspaces
+    left = lambda: sorted(Path(tempfile.gettempdir()).glob(f"clawrl-*-{proc.pid}.*"))  # noqa: E731
+    assert any(p.name.startswith("clawrl-train-px-") for p in left())
     res = _train(cfg, "--resume")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "resumed from step-000001" in res.stdout
+    assert left() == [] and "temporary director" in res.stdout  # reaped when resuming
     train = _rows(out, "train")
     assert [r["step"] for r in train] == [1, 2, 3]  # step 2 ran again, once in the log
     assert train[-1]["policy_version"] == 3

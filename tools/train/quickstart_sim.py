@@ -24,10 +24,12 @@ quickstart itself is ``uv run train --config examples/quickstart.toml``.
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
 import importlib.util
 import json
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -105,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     renderer = ChatRenderer.from_model_dir(md)
     stop = renderer.stop_token_ids[0]
     tmp = Path(tempfile.mkdtemp(prefix="clawrl-sim-"))
+    atexit.register(shutil.rmtree, tmp, True)
     vocab = {"n_names": a.names, "n_words": a.words}
     train = generate_learnable_tasks(tmp / "train", "train", a.train_n, a.seed, **vocab)
     held = generate_learnable_tasks(tmp / "heldout", "heldout", a.heldout_n, a.seed, **vocab)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -369,3 +370,4 @@ def test_kill_9_during_streamed_call_leaves_readable_capture(tmp_path: Path) -> 
             proc.wait()
         if proc.stderr:
             proc.stderr.close()
+        shutil.rmtree(sockdir, ignore_errors=True)  # /tmp: unix socket paths are short

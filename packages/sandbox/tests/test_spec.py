@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 import tarfile
+import tempfile
 from pathlib import Path, PurePosixPath
 
 import clawrl.sandbox as sbx
@@ -148,6 +151,37 @@ def test_identity_and_liveness() -> None:
     assert ContainerInfo("id", "n", "running", rebooted, 0.0).owner_alive() is False
     foreign = dict(labels, **{"clawrl.owner_host": "some-other-host"})
     assert ContainerInfo("id", "n", "running", foreign, 0.0).owner_alive() is None
+
+
+def test_owned_tempdirs_of_dead_processes_are_reaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``kill -9`` leaves (the owner's exit never removed it) goes; the directories of
+    live processes and other names stay."""
+    code = (
+        "import os, clawrl.sandbox as s\n"
+        "d = s.owned_tempdir('clawrl-rollout-')\n"
+        "open(os.path.join(d.name, 'f'), 'w').write('x')\n"
+        "print(d.name, flush=True)\n"
+        "os._exit(0)\n"  # no cleanup, like SIGKILL
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "TMPDIR": str(tmp_path)}, check=True)
+    dead = Path(res.stdout.strip())
+    assert dead.parent == tmp_path and (dead / "f").exists()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    other = tmp_path / "clawrl-rollout-abc12345"  # no owner in the name: not ours to judge
+    other.mkdir()
+    reused = tmp_path / f"clawrl-px-{os.getpid()}.{process_start_ticks(os.getpid())}9-x"
+    reused.mkdir()  # our pid with another start time: a dead process whose pid was reused
+    with sbx.owned_tempdir("clawrl-train-px-") as live:
+        assert Path(live).name.startswith(f"clawrl-train-px-{os.getpid()}.")
+        assert sorted(sbx.gc_tempdirs()) == sorted([dead, reused])
+        assert Path(live).is_dir() and other.is_dir() and not dead.exists()
+    assert not Path(live).exists()
+    assert sbx.gc_tempdirs(tmp_path) == []
+    with pytest.raises(ValueError, match="prefix"):
+        sbx.owned_tempdir("rollout")
 
 
 def test_safe_members_drop_escapes() -> None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -57,7 +56,7 @@ from clawrl.bench.task import Task
 from clawrl.bench.verify import VerifierResult, VerifierStatus, prepare_workspace, verify
 from clawrl.bench.workspace_diff import FileChange, workspace_diff
 from clawrl.proxy import AsyncAdminClient, ProxyError, SessionInfo
-from clawrl.sandbox import Limits, Sandbox, SandboxError, SandboxSpec
+from clawrl.sandbox import Limits, Sandbox, SandboxError, SandboxSpec, owned_tempdir
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
@@ -237,9 +236,9 @@ async def local_proxy(
 
     with contextlib.ExitStack() as stack:
         sock_root = Path(
-            socket_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="clawrl-px-"))
+            socket_dir or stack.enter_context(owned_tempdir("clawrl-px-"))
         )
-        cap = capture_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="clawrl-cap-"))
+        cap = capture_dir or stack.enter_context(owned_tempdir("clawrl-cap-"))
         config = ServerConfig(
             socket=str(sock_root / "model.sock"),
             admin_socket=str(sock_root / "admin.sock"),
@@ -435,7 +434,7 @@ class RolloutRunner:
             return infra(f"harness runtime: {install_error}")
         session: SessionInfo | None = None
         admin = self.endpoint.admin if self.endpoint else None
-        with tempfile.TemporaryDirectory(prefix="clawrl-rollout-") as tmp_name:
+        with owned_tempdir("clawrl-rollout-") as tmp_name:
             tmp = Path(tmp_name)
             initial = prepare_workspace(task, tmp / "initial")
             final = tmp / "final"

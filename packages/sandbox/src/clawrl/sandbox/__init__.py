@@ -6,6 +6,8 @@ Public API (see the package README for a runnable example):
 * :class:`Sandbox` — create / exec / files / destroy (asyncio), :class:`ExecResult`;
 * :class:`SandboxPool` — bounded, warm, fair pool of sandboxes, :class:`PoolMetrics`;
 * :func:`gc`, :func:`list_containers` — the reaper of dead runs' containers;
+* :func:`owned_tempdir`, :func:`gc_tempdirs` — host temporary directories that name their
+  process, and their reaper (for what ``kill -9`` leaves);
 * :func:`build_image` — a hermetic Debian image (debootstrap + ``podman import``);
 * :class:`SyncSandbox` — a thin synchronous wrapper;
 * the exception hierarchy rooted at :class:`SandboxError`.
@@ -27,7 +29,15 @@ from .errors import (
 from .image import DEFAULT_IMAGE_PACKAGES, build_image, image_tag
 from .podman import Podman
 from .pool import PoolMetrics, SandboxPool
-from .reaper import ContainerInfo, RunIdentity, current_identity, gc, list_containers
+from .reaper import (
+    ContainerInfo,
+    RunIdentity,
+    current_identity,
+    gc,
+    gc_tempdirs,
+    list_containers,
+    owned_tempdir,
+)
 from .rootfs import default_rootfs
 from .sandbox import DEFAULT_OUTPUT_CAP, ExecStream, Sandbox
 from .spec import (
@@ -76,7 +86,9 @@ __all__ = [
     "current_identity",
     "default_rootfs",
     "gc",
+    "gc_tempdirs",
     "image_tag",
     "list_containers",
+    "owned_tempdir",
     "parse_size",
 ]

@@ -17,7 +17,7 @@ import orjson
 from .errors import SandboxError
 from .image import DEFAULT_IMAGE_PACKAGES, DEFAULT_MIRROR, build_image
 from .podman import Podman, cgroup_mode
-from .reaper import gc, list_containers
+from .reaper import gc, gc_tempdirs, list_containers
 from .sandbox import Sandbox
 from .spec import Limits, SandboxSpec
 
@@ -181,6 +181,10 @@ async def _gc(run_id: str | None, force: bool, include_foreign: bool) -> int:
     for c in removed:
         print(f"removed {c.name} (run {c.run_id})")
     print(f"{len(removed)} container(s) removed")
+    if run_id is None:  # host temporary directories carry no run id, only their owner's pid
+        dirs = gc_tempdirs()
+        print(f"{len(dirs)} temporary director{'y' if len(dirs) == 1 else 'ies'} of dead "
+              "processes removed")
     return 0
 
 

@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import shutil
 import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import orjson
 
@@ -38,7 +42,9 @@ __all__ = [
     "RunIdentity",
     "current_identity",
     "gc",
+    "gc_tempdirs",
     "list_containers",
+    "owned_tempdir",
 ]
 
 LABEL_PREFIX = "clawrl."
@@ -212,3 +218,58 @@ async def gc(
             doomed.append(c)
     await remove_containers([c.id for c in doomed], podman)
     return doomed
+
+
+# ``{prefix}{pid}.{start ticks}-{random}``: a host temporary directory that names its owner
+_OWNED_DIR = re.compile(r"^clawrl-[a-z0-9-]*?-(\d+)\.(\d+)-")
+
+
+def owned_tempdir(prefix: str) -> tempfile.TemporaryDirectory[str]:
+    """A host temporary directory that names the process owning it, for :func:`gc_tempdirs`.
+
+    ``tempfile.TemporaryDirectory`` named ``{prefix}{pid}.{start ticks}-{random}`` under
+    ``tempfile.gettempdir()``; it is removed when the context exits, and by
+    :func:`gc_tempdirs` once its process is dead (e.g. after ``kill -9``, which skips the exit).
+
+    Args:
+        prefix: ``clawrl-`` followed by lowercase letters, digits and dashes, ending in ``-``
+            (e.g. ``"clawrl-rollout-"``).
+
+    Raises:
+        ValueError: ``prefix`` is not of that form.
+    """
+    if not re.fullmatch(r"clawrl-[a-z0-9-]*-", prefix):
+        raise ValueError(f"owned_tempdir prefix must look like 'clawrl-name-', got {prefix!r}")
+    pid = os.getpid()
+    return tempfile.TemporaryDirectory(prefix=f"{prefix}{pid}.{process_start_ticks(pid) or 0}-")
+
+
+def gc_tempdirs(root: str | Path | None = None) -> list[Path]:
+    """Remove the :func:`owned_tempdir` directories whose owning process is dead.
+
+    A directory's owner is dead when no process with its pid and start time exists on this
+    host (the start time guards against pid reuse). Directories of live processes, and any
+    other names, are left alone; one that cannot be removed is skipped.
+
+    Args:
+        root: where to look (default ``tempfile.gettempdir()``).
+
+    Returns:
+        The directories removed.
+    """
+    base = Path(root) if root is not None else Path(tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _OWNED_DIR.match(entry.name)
+        if m is None or not entry.is_dir() or entry.is_symlink():
+            continue
+        if process_start_ticks(int(m.group(1))) == int(m.group(2)):
+            continue  # its owner is alive
+        shutil.rmtree(entry, ignore_errors=True)
+        if not entry.exists():
+            removed.append(entry)
+    return removed

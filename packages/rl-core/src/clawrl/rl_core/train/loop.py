@@ -399,6 +399,7 @@ class TrainLoop:
     async def run(self) -> dict[str, Any]:
         """Run (or resume) the whole loop; returns a summary (also ``summary.json``)."""
         from clawrl.sandbox import gc as sandbox_gc
+        from clawrl.sandbox import gc_tempdirs
         from transformers import AutoModelForCausalLM
 
         cfg = self.cfg
@@ -411,6 +412,10 @@ class TrainLoop:
         removed = await sandbox_gc()
         if removed:
             self.say(f"removed {len(removed)} sandbox(es) left by dead runs")
+        stale = await asyncio.to_thread(gc_tempdirs)
+        if stale:
+            self.say(f"removed {len(stale)} temporary director"
+                     f"{'y' if len(stale) == 1 else 'ies'} left by dead runs")
         seed_everything(cfg.run.seed)
         self.model_dir = await asyncio.to_thread(self._model_dir)
         train, held = await asyncio.to_thread(self._tasks)

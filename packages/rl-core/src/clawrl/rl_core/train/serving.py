@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from clawrl.bench import ModelEndpoint
 from clawrl.proxy import AsyncAdminClient, ChatRenderer, ProxyServer, ServerConfig, build_proxy_app
 from clawrl.rl_core.errors import RLCoreError
+from clawrl.sandbox import owned_tempdir
 
 __all__ = ["serve_proxy"]
 
@@ -29,7 +29,7 @@ async def serve_proxy(
     Raises:
         RLCoreError: the proxy stopped or did not listen within ``start_timeout_s``.
     """
-    with tempfile.TemporaryDirectory(prefix="clawrl-train-px-") as sock_root:
+    with owned_tempdir("clawrl-train-px-") as sock_root:
         config = ServerConfig(socket=str(Path(sock_root) / "model.sock"),
                               admin_socket=str(Path(sock_root) / "admin.sock"),
                               capture_dir=str(capture_dir))

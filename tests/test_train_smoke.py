@@ -78,9 +78,19 @@ def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cfg = tmp_path / "short.toml"
     # the quickstart's host verifier: the cold start needs its scripted rollouts to pass
-    cfg.write_text(SHORT.format(out=out, steps=2, verifier="host"))
+    cfg.write_text(SHORT.format(out=out, steps=2, verifier="host")
+                   .replace("[eval]\nenabled = false", "[eval]\nenabled = true\nsamples = 1"))
     res = _train(cfg)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    # held-out evals after the cold start and at the end, with the verifier's sub-scores
+    evals = _rows(out, "eval")
+    assert [r["tag"] for r in evals] == ["coldstart-2", "step-2"]
+    for r in evals:
+        assert r["eval_n"] == 2 and 0.0 <= r["eval_reward"] <= 1.0
+        subs = [r[f"eval_subscore/{k}"] for k in
+                ("file_created", "name_similarity", "content_similarity")]
+        assert all(0.0 <= v <= 1.0 for v in subs)
+        assert abs(sum(subs) / 3 - r["eval_reward"]) < 1e-9  # the graded reward is their mean
     train = _rows(out, "train")
     assert [r["step"] for r in train] == [1, 2]
     # cold start synced version 1; every RL step adds one
@@ -108,7 +118,8 @@ def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
     assert train[-1]["policy_version"] == 4
     assert len(_rows(out, "sft")) == 2
     resumed = _run_ids(out)[1]
-    assert {r["policy_version"] for r in _records(out, resumed)} == {3}
+    # step 3's rollouts ran at version 3, the held-out eval after it at version 4
+    assert {r["policy_version"] for r in _records(out, resumed)} == {3, 4}
 
 
 def test_kill_mid_step_then_resume(tmp_path: Path) -> None:

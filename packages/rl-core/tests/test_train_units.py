@@ -31,6 +31,9 @@ def test_defaults_and_quickstart_load() -> None:
     q = load_config(EXAMPLES / "quickstart.toml")
     assert q.cold_start.enabled and q.backend.kind == "embedded"
     assert q.model.tokenizer == "byte"
+    # a fixed-length cold start on every training task, evaluated once at its end
+    assert q.cold_start.tasks == q.tasks.train_n
+    assert [s for s in range(1, 301) if q.cold_start.evaluates_at(s)] == [125]
     q3 = load_config(EXAMPLES / "quickstart_qwen3.toml")
     assert q3.model.tokenizer == "qwen3" and q3.cold_start.stop_at_reward == 0.25
     assert [s for s in range(1, 61) if q3.cold_start.evaluates_at(s)][:3] == [35, 40, 45]

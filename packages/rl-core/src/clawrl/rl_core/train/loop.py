@@ -268,7 +268,8 @@ class TrainLoop:
 
     async def evaluate(self, endpoint: ModelEndpoint, tasks: Sequence[Task],
                        harnesses: Sequence[HarnessAdapter], tag: str) -> dict[str, Any]:
-        """Mean reward and pass rate on ``tasks`` (held-out) at the current weights."""
+        """Mean reward, pass rate and verifier sub-scores (``eval_subscore/NAME``, a missing
+        sub-score counting 0) on ``tasks`` (held-out) at the current weights."""
         t0 = time.time()
         runner = self._runner(endpoint)
         specs = plan_rollouts(list(tasks), list(harnesses), self.cfg.eval.samples,
@@ -289,6 +290,8 @@ class TrainLoop:
         for h in harnesses:
             hr = [x.reward for x in ok if x.harness == h.name]
             row[f"eval_reward/{h.name}"] = _mean_std(hr)[0]
+        for name in sorted({k for x in ok for k in x.subscores}):  # the verifier's sub-scores
+            row[f"eval_subscore/{name}"] = _mean_std([x.subscores.get(name, 0.0) for x in ok])[0]
         return row
 
     # ------------------------------------------------------------------ cold start

@@ -251,7 +251,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="check podman, runtime, cgroups and limits; print fixes")
     ls = sub.add_parser("ls", help="list clawrl sandbox containers")
     ls.add_argument("--json", action="store_true")
-    g = sub.add_parser("gc", help="remove containers of dead runs")
+    g = sub.add_parser(
+        "gc", help="remove containers of dead runs (and, without --run, temp dirs of dead processes)")
     g.add_argument("--run", dest="run_id", help="only this run id")
     g.add_argument("--force", action="store_true", help="also remove containers of live runs")
     g.add_argument("--include-foreign", action="store_true", help="also containers of other hosts")

@@ -153,7 +153,9 @@ def test_kill_mid_step_then_resume(tmp_path: Path) -> None:
         proc.wait()
     assert (out / "checkpoints" / "latest").read_text() == "step-000001"
     # what kill -9 left on the host: the proxy's socket directory, the rollouts' workspaces
-    left = lambda: sorted(Path(tempfile.gettempdir()).glob(f"clawrl-*-{proc.pid}.*"))  # noqa: E731
+    def left() -> list[Path]:
+        return sorted(Path(tempfile.gettempdir()).glob(f"clawrl-*-{proc.pid}.*"))
+
     assert any(p.name.startswith("clawrl-train-px-") for p in left())
     res = _train(cfg, "--resume")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -1,4 +1,5 @@
-"""Container labels, run ownership, and the reaper that removes containers of dead runs.
+"""Container labels, run ownership, and the reaper that removes containers of dead runs
+(and, by :func:`gc_tempdirs`, the host temporary directories of dead processes).
 
 Every sandbox container carries these labels:
 
@@ -221,7 +222,8 @@ async def gc(
 
 
 # ``{prefix}{pid}.{start ticks}-{random}``: a host temporary directory that names its owner
-_OWNED_DIR = re.compile(r"^clawrl-[a-z0-9-]*?-(\d+)\.(\d+)-")
+_OWNED_PREFIX = r"clawrl-[a-z0-9-]*-"
+_OWNED_DIR = re.compile(rf"^{_OWNED_PREFIX}(\d+)\.(\d+)-")
 
 
 def owned_tempdir(prefix: str) -> tempfile.TemporaryDirectory[str]:
@@ -238,7 +240,7 @@ def owned_tempdir(prefix: str) -> tempfile.TemporaryDirectory[str]:
     Raises:
         ValueError: ``prefix`` is not of that form.
     """
-    if not re.fullmatch(r"clawrl-[a-z0-9-]*-", prefix):
+    if not re.fullmatch(_OWNED_PREFIX, prefix):
         raise ValueError(f"owned_tempdir prefix must look like 'clawrl-name-', got {prefix!r}")
     pid = os.getpid()
     return tempfile.TemporaryDirectory(prefix=f"{prefix}{pid}.{process_start_ticks(pid) or 0}-")

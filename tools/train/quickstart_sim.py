@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=0, help="RL optimiser warm-up steps")
     p.add_argument("--value-lr", type=float, default=None, help="PPO value head's lr")
     p.add_argument("--value-coef", type=float, default=0.5)
+    p.add_argument("--whiten", action="store_true", help="PPO advantage whitening")
     p.add_argument("--aggregation", default="token_mean")
     p.add_argument("--exact-reward", action="store_true",
                    help="reward = mean(file_created, name exact, content exact)")
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     rl = Trainer(model, TrainerConfig(
         algorithm=a.algo, loss=LossConfig(temperature=a.temperature, kl_coef=a.kl_coef,
                                              aggregation=a.aggregation),
-        grpo=GRPOConfig(scale_by_std=not a.no_std), ppo=PPOConfig(value_coef=a.value_coef),
+        grpo=GRPOConfig(scale_by_std=not a.no_std), ppo=PPOConfig(value_coef=a.value_coef, whiten_advantages=a.whiten),
         optim=OptimConfig(lr=a.rl_lr, eps=a.adam_eps, warmup_steps=a.warmup, value_lr=a.value_lr,
                           schedule="constant_with_warmup" if a.warmup else "constant",
                           total_steps=max(1, a.rl_steps * a.updates_per_step)),
@@ -242,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
               "reward_mean": sum(rewards.values()) / len(rewards),
               "mean_abs_logprob_diff": ms[0].get("mean_abs_logprob_diff"),
               "mean_abs_logprob_diff_last": ms[-1].get("mean_abs_logprob_diff"),
-              "grad_norm": ms[0].get("grad_norm")})
+              "grad_norm": ms[0].get("grad_norm"),
+              "advantage_mean": ms[0].get("advantage_mean"),
+              "value_mean": ms[0].get("value_mean")})
         if step % a.rl_eval_every == 0 or step == a.rl_steps:
             evaluate(f"step-{step}")
     return 0

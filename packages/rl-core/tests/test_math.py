@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from clawrl.rl_core import (
     ConfigError,
+    OldPass,
+    PPOConfig,
+    TreeBatch,
     aggregation_weights,
     clipped_surrogate_loss,
     correction_metrics,
@@ -17,11 +22,14 @@ from clawrl.rl_core import (
     geometric_sequence_mask,
     grpo_advantages,
     kl_k3,
+    pack_token_sequences,
+    prepare_rl,
     ratio_mask,
     truncated_importance_weights,
     value_loss,
+    whiten_advantages,
 )
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 
@@ -76,6 +84,72 @@ def test_gae_matches_per_path_loop(seed: int, gamma: float, lam: float) -> None:
     if gamma == 1.0 and lam == 1.0:
         np.testing.assert_allclose(adv, rew[tr] - val)
 
+
+def test_whiten_advantages_hand_computed() -> None:
+    a = np.array([1.0, 3.0, 100.0, 5.0])
+    m = np.array([True, True, False, True])
+    # over the mask: mean 3, population std sqrt(8/3)
+    sd = math.sqrt(8 / 3)
+    np.testing.assert_allclose(whiten_advantages(a, m, eps=0.0),
+                               [-2 / sd, 0.0, 97 / sd, 2 / sd])
+    np.testing.assert_allclose(whiten_advantages(np.array([-1.0, 1.0])),
+                               [-1 / (1 + 1e-8), 1 / (1 + 1e-8)], rtol=1e-12)
+    np.testing.assert_array_equal(whiten_advantages(np.array([0.4, 0.4]), eps=0.0), [0.0, 0.0])
+    np.testing.assert_array_equal(whiten_advantages(a, np.zeros(4, bool)), a)
+    for bad in (dict(advantages=np.array([1.0, math.inf])),
+                dict(advantages=a, mask=np.ones(3, bool)),
+                dict(advantages=a, eps=-1.0)):
+        with pytest.raises(ConfigError):
+            whiten_advantages(**bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), n_seq=st.integers(1, 7),
+       gamma=st.sampled_from([1.0, 0.9]), lam=st.sampled_from([1.0, 0.8]))
+def test_whitened_ppo_advantages_equal_flat(
+    seq_factory: Callable[..., Any], seed: int, n_seq: int, gamma: float, lam: float,
+) -> None:
+    """PPO with ``whiten_advantages``: the tree's advantages equal the flat computation —
+    GAE along each trajectory's own trainable tokens (a per-path loop), then mean/std over
+    the flat list of every non-side-path trajectory's tokens — also where trajectories share
+    a token (one V, one advantage per trajectory)."""
+    rng = random.Random(seed)
+    seqs = seq_factory(rng, n_seq, side_prob=0.3)
+    batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
+    if batch.num_memberships == 0:
+        return
+    npr = np.random.default_rng(seed)
+    lp = np.zeros(batch.num_tokens)
+    lp[batch.mem_token] = batch.mem_logprob  # on-policy: ρ = 1
+    old = OldPass(logprobs=lp, values=npr.normal(0.4, 0.3, batch.num_tokens))
+    rewards = {s.rollout_id: rng.random() for s in seqs}
+    ppo = PPOConfig(gamma=gamma, lam=lam, whiten_advantages=True)
+    got = prepare_rl(batch, old, rewards, algorithm="ppo", ppo_cfg=ppo)
+    raw = prepare_rl(batch, old, rewards, algorithm="ppo",
+                     ppo_cfg=PPOConfig(gamma=gamma, lam=lam))
+    flat: dict[int, float] = {}  # membership -> flat GAE advantage
+    side = np.asarray([t.side_path for t in batch.trajectories])
+    for k, traj in enumerate(batch.trajectories):
+        mem = np.nonzero(batch.mem_traj == k)[0]
+        mem = mem[np.argsort(batch.position_ids[batch.mem_token[mem]])]
+        ref = _gae_loop([float(old.values[batch.mem_token[m]]) for m in mem],
+                        rewards[traj.rollout_id], gamma, lam)
+        flat.update(zip(mem.tolist(), ref, strict=True))
+    a = np.asarray([flat[m] for m in range(batch.num_memberships)])
+    inc = ~side[batch.mem_traj]
+    np.testing.assert_allclose(raw.advantage, a, rtol=1e-10, atol=1e-12)
+    if not inc.any():
+        np.testing.assert_allclose(got.advantage, a)
+        return
+    pool = a[inc]  # the flat list: every counted (token, trajectory) once
+    want = (a - pool.mean()) / (pool.std() + 1e-8)
+    np.testing.assert_allclose(got.advantage, want, rtol=1e-9, atol=1e-9)
+    assert got.metrics["advantage_mean"] == pytest.approx(pool.mean())  # reported before
+    assert got.metrics["advantage_std"] == pytest.approx(pool.std())
+    if pool.std() > 1e-6:
+        assert got.advantage[inc].mean() == pytest.approx(0.0, abs=1e-9)
+        assert got.advantage[inc].std() == pytest.approx(1.0, rel=1e-4)
 
 def test_aggregation_weights_hand_computed() -> None:
     # token 5 shared by trajectories 0 and 1; trajectory 2 is its own group

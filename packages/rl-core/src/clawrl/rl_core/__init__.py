@@ -5,7 +5,7 @@ losses and gradients of training every root-to-leaf path separately; the math li
 functions (advantages, losses, corrections), the trainer orchestrates.
 """
 
-from clawrl.rl_core.advantages import gae_along_paths, grpo_advantages
+from clawrl.rl_core.advantages import gae_along_paths, grpo_advantages, whiten_advantages
 from clawrl.rl_core.config import (
     Aggregation,
     CorrectionConfig,
@@ -130,4 +130,5 @@ __all__ = [
     "truncated_importance_weights",
     "validate_packed_tree",
     "value_loss",
+    "whiten_advantages",
 ]

@@ -1,4 +1,4 @@
-"""Advantages on the membership list: GRPO per group, GAE along each path.
+"""Advantages on the membership list: GRPO per group, GAE along each path, batch whitening.
 
 All functions are NumPy, float64, no gradients (advantages are constants in the loss).
 """
@@ -10,7 +10,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 from clawrl.rl_core.errors import ConfigError
 
-__all__ = ["gae_along_paths", "grpo_advantages"]
+__all__ = ["gae_along_paths", "grpo_advantages", "whiten_advantages"]
 
 
 def grpo_advantages(
@@ -124,3 +124,44 @@ def gae_along_paths(
     adv = np.empty(m)
     adv[order] = adv_s
     return adv, adv + v
+
+
+def whiten_advantages(
+    advantages: np.ndarray, mask: np.ndarray | None = None, *, eps: float = 1e-8,
+) -> np.ndarray:
+    """Batch advantage whitening (normalisation) over the trainable tokens.
+
+        Â ← (Â − mean(Â)) / (std(Â) + ε),   mean and std over the memberships in ``mask``
+
+    Token-level, as PPO implementations do it (verl's and OpenRLHF's ``masked_whiten``;
+    Andrychowicz et al. 2021, "What Matters in On-Policy RL", §3.3). A membership is one
+    (trainable token, trajectory) pair, the unit of the flat per-path computation, so the
+    tree gives the flat result. std is the population standard deviation (ddof = 0). Outside
+    ``mask`` the same affine map applies (those memberships carry no loss weight).
+
+    Args:
+        advantages: float [M] per membership.
+        mask: bool [M], the memberships that set mean and std (default: all).
+        eps: ε ≥ 0; a batch with one distinct advantage gets Â = 0 even with ε = 0.
+
+    Returns:
+        float64 [M]; an empty mask returns the advantages unchanged.
+
+    Raises:
+        ConfigError: shapes differ, eps < 0, or an advantage is not finite.
+    """
+    a = np.asarray(advantages, dtype=np.float64)
+    m = np.ones(a.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    if a.ndim != 1 or m.shape != a.shape:
+        raise ConfigError("advantages and mask must be 1-D of equal length")
+    if eps < 0:
+        raise ConfigError("eps must be >= 0")
+    if not np.all(np.isfinite(a)):
+        raise ConfigError("advantages must be finite")
+    if not m.any():
+        return a.copy()
+    centred = a - a[m].mean()
+    denom = float(np.sqrt(np.mean(centred[m] ** 2))) + eps
+    if denom == 0.0:
+        return np.zeros_like(a)
+    return centred / denom

@@ -83,6 +83,9 @@ class PPOConfig:
         value_coef: weight of the value loss.
         value_clip: clip the new value to V_old ± value_clip in the value loss (None: off).
         value_warmup_steps: first steps train only the value function (policy loss off).
+        whiten_advantages: normalise the GAE advantages to mean 0, std 1 over the batch's
+            trainable tokens (:func:`clawrl.rl_core.whiten_advantages`); keeps a value
+            function that lags the reward from making most advantages one sign.
     """
 
     gamma: float = 1.0
@@ -90,6 +93,7 @@ class PPOConfig:
     value_coef: float = 0.5
     value_clip: float | None = 0.2
     value_warmup_steps: int = 0
+    whiten_advantages: bool = False
 
     def __post_init__(self) -> None:
         if not (0 <= self.gamma <= 1 and 0 <= self.lam <= 1):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from clawrl.rl_core.advantages import gae_along_paths, grpo_advantages
+from clawrl.rl_core.advantages import gae_along_paths, grpo_advantages, whiten_advantages
 from clawrl.rl_core.config import CorrectionConfig, GRPOConfig, LossConfig, PPOConfig
 from clawrl.rl_core.corrections import (
     correction_metrics,
@@ -234,6 +234,9 @@ def prepare_rl(
                                    batch.position_ids[batch.mem_token],
                                    gamma=ppo_cfg.gamma, lam=ppo_cfg.lam)
         metrics["advantage_mean"] = float(adv[inc].mean()) if inc.any() else 0.0
+        metrics["advantage_std"] = float(adv[inc].std()) if inc.any() else 0.0
+        if ppo_cfg.whiten_advantages:
+            adv = whiten_advantages(adv, inc)
         metrics["value_mean"] = float(v_mem[inc].mean()) if inc.any() else 0.0
         metrics["reward_mean"] = float(traj_reward.mean())
         return PreparedRL(weight=pol_w, advantage=adv, value_weight=w, returns=ret,

@@ -147,7 +147,8 @@ class AlgoConfig:
     out groups whose rewards are all equal (their GRPO advantage is 0). kl_coef > 0 adds a
     k3 KL term to a frozen copy of the policy as it was when RL started (after the cold
     start). value_lr: PPO value head's learning rate (0: ``lr``; see
-    :class:`clawrl.rl_core.OptimConfig`).
+    :class:`clawrl.rl_core.OptimConfig`). whiten_advantages: PPO's advantages normalised over
+    the batch (:class:`clawrl.rl_core.PPOConfig`).
     """
 
     name: Literal["grpo", "ppo"] = "grpo"
@@ -170,6 +171,7 @@ class AlgoConfig:
     value_clip: float | None = 0.2
     value_warmup_steps: int = 0
     value_lr: float = 0.0
+    whiten_advantages: bool = False
     gamma: float = 1.0
     lam: float = 1.0
     token_budget: int | None = 8192

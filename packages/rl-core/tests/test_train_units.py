@@ -83,10 +83,34 @@ def test_unreadable_config_file(tmp_path: Path) -> None:
         load_config(bad)
 
 
+def test_per_algorithm_tables(tmp_path: Path) -> None:
+    """[algo.ppo] keys apply only with algo.name = "ppo"; the command line wins over both."""
+    p = tmp_path / "c.toml"
+    p.write_text('[algo]\nlr = 1e-4\nkl_coef = 0.01\n[algo.ppo]\nkl_coef = 0.05\n'
+                 'value_lr = 1e-3\n[algo.grpo]\nlr = 2e-4\n')
+    g = load_config(p)
+    assert (g.algo.name, g.algo.lr, g.algo.kl_coef, g.algo.value_lr) == ("grpo", 2e-4, 0.01, 0.0)
+    q = load_config(p, ["algo.name='ppo'"])
+    assert (q.algo.lr, q.algo.kl_coef, q.algo.value_lr) == (1e-4, 0.05, 1e-3)
+    assert load_config(p, ["algo.kl_coef=0", "algo.name='ppo'"]).algo.kl_coef == 0.0
+    assert load_config(p, ["algo.ppo.kl_coef=0.2", "algo.name='ppo'"]).algo.kl_coef == 0.2
+    assert load_config(p, ["algo.ppo.kl_coef=0.2"]).algo.kl_coef == 0.01
+    q.save(tmp_path / "config.json")  # saved resolved: no per-algorithm tables
+    assert load_config(tmp_path / "config.json") == q
+    assert "ppo" not in json.loads((tmp_path / "config.json").read_text())["algo"]
+    for text, match in (('[algo.ppo]\nbogus = 1\n', "bogus"),
+                        ('[algo]\nppo = 3\n', r"\[algo.ppo\] must be a table"),
+                        ('[algo.ppo]\nname = "grpo"\n', "cannot set name")):
+        p.write_text(text)
+        with pytest.raises(ConfigError, match=match):
+            load_config(p, ["algo.name='ppo'"])
+
+
 def test_apply_overrides_does_not_mutate() -> None:
-    raw: dict[str, Any] = {"run": {"steps": 1}}
-    out = apply_overrides(raw, ["run.steps=2"])
+    raw: dict[str, Any] = {"run": {"steps": 1}, "algo": {"ppo": {"kl_coef": 0.1}}}
+    out = apply_overrides(raw, ["run.steps=2", "algo.ppo.kl_coef=0.3"])
     assert raw["run"]["steps"] == 1 and out["run"]["steps"] == 2
+    assert raw["algo"]["ppo"]["kl_coef"] == 0.1 and out["algo"]["ppo"]["kl_coef"] == 0.3
 
 
 def test_to_dict_uses_toml_section_names() -> None:

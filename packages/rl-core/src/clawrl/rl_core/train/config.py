@@ -148,7 +148,8 @@ class AlgoConfig:
     k3 KL term to a frozen copy of the policy as it was when RL started (after the cold
     start). value_lr: PPO value head's learning rate (0: ``lr``; see
     :class:`clawrl.rl_core.OptimConfig`). whiten_advantages: PPO's advantages normalised over
-    the batch (:class:`clawrl.rl_core.PPOConfig`).
+    the batch (:class:`clawrl.rl_core.PPOConfig`). In a TOML, keys under ``[algo.grpo]`` or
+    ``[algo.ppo]`` apply only to that algorithm (see :func:`load_config`).
     """
 
     name: Literal["grpo", "ppo"] = "grpo"
@@ -336,23 +337,59 @@ def _parse_value(text: str) -> Any:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``section.key=value`` overrides (values parsed as TOML) to a raw config dict.
+    """Apply ``section.key=value`` overrides (values parsed as TOML) to a raw config dict;
+    ``algo.ppo.key=value`` sets a key of a per-algorithm table (see :func:`load_config`).
 
     Raises:
         ConfigError: an override without ``=`` or without a section.
     """
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    out = {k: {kk: dict(vv) if isinstance(vv, dict) else vv for kk, vv in v.items()}
+           if isinstance(v, dict) else v for k, v in data.items()}
     for item in overrides:
         key, sep, raw = item.partition("=")
         section, dot, name = key.strip().partition(".")
         if not sep or not dot or not name:
             raise ConfigError(f"override {item!r} is not section.key=value")
-        out.setdefault(section, {})[name] = _parse_value(raw.strip())
+        table = out.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"[{section}] must be a table")
+        sub, dot, leaf = name.partition(".")
+        if dot and section == "algo" and sub in ALGO_TABLES and leaf:
+            sub_table = table.setdefault(sub, {})
+            if not isinstance(sub_table, dict):
+                raise ConfigError(f"[algo.{sub}] must be a table")
+            sub_table[leaf] = _parse_value(raw.strip())
+        else:
+            table[name] = _parse_value(raw.strip())
     return out
+
+
+ALGO_TABLES = ("grpo", "ppo")
+
+
+def _select_algo_table(data: dict[str, Any], name: str) -> dict[str, Any]:
+    """[algo] with the keys of its [algo.NAME] table laid over it; the other algorithm's
+    table is dropped."""
+    algo = data.get("algo")
+    if not isinstance(algo, dict):
+        return data
+    algo = dict(algo)
+    tables = {k: algo.pop(k) for k in ALGO_TABLES if k in algo}
+    for k, t in tables.items():
+        if not isinstance(t, dict):
+            raise ConfigError(f"[algo.{k}] must be a table")
+        if "name" in t:
+            raise ConfigError(f"[algo.{k}] cannot set name (it applies when name = {k!r})")
+    algo.update(tables.get(name, {}))
+    return {**data, "algo": algo}
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Read a TOML (or a saved ``config.json``) and apply overrides.
+
+    ``[algo.grpo]`` / ``[algo.ppo]`` tables hold keys that apply only when ``algo.name`` is
+    that algorithm (``--algo ppo``), laid over ``[algo]``; overrides (``--set``) apply last,
+    so ``algo.KEY=...`` on the command line wins over both.
 
     Raises:
         ConfigError: unreadable file, unknown sections / keys, invalid values.
@@ -368,4 +405,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             raise ConfigError(f"{p}: {exc}") from exc
-    return _build(apply_overrides(data, overrides or []))
+    overrides = overrides or []
+    algo = apply_overrides(data, overrides).get("algo")
+    name = algo.get("name", AlgoConfig.name) if isinstance(algo, dict) else AlgoConfig.name
+    data = apply_overrides(_select_algo_table(data, name), overrides)
+    return _build(_select_algo_table(data, name))

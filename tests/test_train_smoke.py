@@ -79,7 +79,8 @@ def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
     cfg = tmp_path / "short.toml"
     # the quickstart's host verifier: the cold start needs its scripted rollouts to pass
     cfg.write_text(SHORT.format(out=out, steps=2, verifier="host")
-                   .replace("[eval]\nenabled = false", "[eval]\nenabled = true\nsamples = 1"))
+                   .replace("[eval]\nenabled = false", "[eval]\nenabled = true\nsamples = 1")
+                   + "[algo]\nkl_coef = 0.05\n")  # a KL term to the policy as RL started
     res = _train(cfg)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     # held-out evals after the cold start and at the end, with the verifier's sub-scores
@@ -109,6 +110,9 @@ def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["policy_version"] == 3
 
+    ref = out / "checkpoints" / "ref_policy.safetensors"
+    ref_bytes = ref.read_bytes()
+
     # --resume with more steps continues from the checkpoint (no cold start again)
     res = _train(cfg, "--resume", "--steps", "3")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -120,6 +124,11 @@ def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
     resumed = _run_ids(out)[1]
     # step 3's rollouts ran at version 3, the held-out eval after it at version 4
     assert {r["policy_version"] for r in _records(out, resumed)} == {3, 4}
+    # the KL reference after --resume is still the policy as RL started, not the freshly
+    # built (pre-cold-start) model: the KL stays of the first run's size (≈ 0 here, the
+    # policy barely moves in 2 steps at lr 1e-5); to the pre-cold-start model it is ≈ 0.05
+    assert ref.read_bytes() == ref_bytes
+    assert train[-1]["kl"] < train[1]["kl"] + 0.01, [r["kl"] for r in train]
 
 
 def test_kill_mid_step_then_resume(tmp_path: Path) -> None:

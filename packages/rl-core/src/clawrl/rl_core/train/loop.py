@@ -399,6 +399,25 @@ class TrainLoop:
             shutil.rmtree(p, ignore_errors=True)
         return final
 
+    def _reference_policy(self, *, resumed: bool) -> None:
+        """The KL term's reference is the policy as RL started (after the cold start): saved
+        once to ``checkpoints/ref_policy.safetensors``, loaded from there on ``--resume``
+        (the freshly built model would be the pre-cold-start weights)."""
+        from safetensors.torch import load_model, save_model
+
+        assert self.ref_model is not None
+        path = self.ckpt_dir / "ref_policy.safetensors"
+        if path.exists():
+            load_model(self.ref_model, str(path))
+            return
+        if resumed and self.state.next_step > 0:
+            self.say(f"warning: no {path.name} (a run from before it was saved): the KL "
+                     "reference is the resumed checkpoint's policy, not RL's start")
+        self.ref_model.load_state_dict(self.policy.state_dict())
+        tmp = path.with_name(f".{path.name}.tmp")
+        save_model(self.ref_model, str(tmp))
+        os.replace(tmp, path)
+
     # ------------------------------------------------------------------ main
     async def run(self) -> dict[str, Any]:
         """Run (or resume) the whole loop; returns a summary (also ``summary.json``)."""
@@ -454,6 +473,8 @@ class TrainLoop:
                 self.say(f"resumed from {latest.name}: step {self.state.next_step}, "
                          f"policy version {self.state.policy_version}")
                 await self.sync_weights(endpoint, backend, self.state.policy_version)
+            if self.ref_model is not None:
+                await asyncio.to_thread(self._reference_policy, resumed=latest is not None)
             elif cfg.cold_start.enabled:
                 self.save_checkpoint()
             if self.state.next_step == 0 and cfg.eval.enabled and not (

@@ -34,6 +34,11 @@ def test_defaults_and_quickstart_load() -> None:
     # a fixed-length cold start on every training task, evaluated once at its end
     assert q.cold_start.tasks == q.tasks.train_n
     assert [s for s in range(1, 301) if q.cold_start.evaluates_at(s)] == [125]
+    # PPO's own keys ([algo.ppo]) reach only --algo ppo
+    assert (q.algo.kl_coef, q.algo.value_lr) == (0.0, 0.0)
+    qp = load_config(EXAMPLES / "quickstart.toml", ["algo.name='ppo'"])
+    assert (qp.algo.kl_coef, qp.algo.value_lr, qp.algo.value_coef) == (0.05, 1e-3, 0.02)
+    assert (qp.algo.lr, qp.algo.updates_per_step) == (q.algo.lr, q.algo.updates_per_step)
     q3 = load_config(EXAMPLES / "quickstart_qwen3.toml")
     assert q3.model.tokenizer == "qwen3" and q3.cold_start.stop_at_reward == 0.25
     assert [s for s in range(1, 61) if q3.cold_start.evaluates_at(s)][:3] == [35, 40, 45]

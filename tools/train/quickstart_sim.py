@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     rl = Trainer(model, TrainerConfig(
         algorithm=a.algo, loss=LossConfig(temperature=a.temperature, kl_coef=a.kl_coef,
                                              aggregation=a.aggregation),
-        grpo=GRPOConfig(scale_by_std=not a.no_std), ppo=PPOConfig(value_coef=a.value_coef, whiten_advantages=a.whiten),
+        grpo=GRPOConfig(scale_by_std=not a.no_std),
+        ppo=PPOConfig(value_coef=a.value_coef, whiten_advantages=a.whiten),
         optim=OptimConfig(lr=a.rl_lr, eps=a.adam_eps, warmup_steps=a.warmup, value_lr=a.value_lr,
                           schedule="constant_with_warmup" if a.warmup else "constant",
                           total_steps=max(1, a.rl_steps * a.updates_per_step)),

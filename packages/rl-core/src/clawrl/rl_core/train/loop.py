@@ -473,10 +473,10 @@ class TrainLoop:
                 self.say(f"resumed from {latest.name}: step {self.state.next_step}, "
                          f"policy version {self.state.policy_version}")
                 await self.sync_weights(endpoint, backend, self.state.policy_version)
-            if self.ref_model is not None:
-                await asyncio.to_thread(self._reference_policy, resumed=latest is not None)
             elif cfg.cold_start.enabled:
                 self.save_checkpoint()
+            if self.ref_model is not None:
+                await asyncio.to_thread(self._reference_policy, resumed=latest is not None)
             if self.state.next_step == 0 and cfg.eval.enabled and not (
                     cfg.cold_start.enabled and self.state.evals):
                 row = await self.evaluate(endpoint, held, harnesses, "step-0")

@@ -37,7 +37,7 @@ def test_defaults_and_quickstart_load() -> None:
     # PPO's own keys ([algo.ppo]) reach only --algo ppo
     assert (q.algo.kl_coef, q.algo.value_lr) == (0.0, 0.0)
     qp = load_config(EXAMPLES / "quickstart.toml", ["algo.name='ppo'"])
-    assert (qp.algo.kl_coef, qp.algo.value_lr, qp.algo.value_coef) == (0.05, 1e-3, 0.02)
+    assert (qp.algo.kl_coef, qp.algo.value_lr, qp.algo.value_coef) == (0.05, 3e-3, 0.02)
     assert (qp.algo.lr, qp.algo.updates_per_step) == (q.algo.lr, q.algo.updates_per_step)
     q3 = load_config(EXAMPLES / "quickstart_qwen3.toml")
     assert q3.model.tokenizer == "qwen3" and q3.cold_start.stop_at_reward == 0.25

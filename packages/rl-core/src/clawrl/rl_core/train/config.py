@@ -336,6 +336,9 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+_ALGO_TABLES = ("grpo", "ppo")  # [algo.NAME] tables: keys for that algorithm only
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``section.key=value`` overrides (values parsed as TOML) to a raw config dict;
     ``algo.ppo.key=value`` sets a key of a per-algorithm table (see :func:`load_config`).
@@ -354,7 +357,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not isinstance(table, dict):
             raise ConfigError(f"[{section}] must be a table")
         sub, dot, leaf = name.partition(".")
-        if dot and section == "algo" and sub in ALGO_TABLES and leaf:
+        if dot and section == "algo" and sub in _ALGO_TABLES and leaf:
             sub_table = table.setdefault(sub, {})
             if not isinstance(sub_table, dict):
                 raise ConfigError(f"[algo.{sub}] must be a table")
@@ -364,8 +367,6 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
-ALGO_TABLES = ("grpo", "ppo")
-
 
 def _select_algo_table(data: dict[str, Any], name: str) -> dict[str, Any]:
     """[algo] with the keys of its [algo.NAME] table laid over it; the other algorithm's
@@ -374,7 +375,7 @@ def _select_algo_table(data: dict[str, Any], name: str) -> dict[str, Any]:
     if not isinstance(algo, dict):
         return data
     algo = dict(algo)
-    tables = {k: algo.pop(k) for k in ALGO_TABLES if k in algo}
+    tables = {k: algo.pop(k) for k in _ALGO_TABLES if k in algo}
     for k, t in tables.items():
         if not isinstance(t, dict):
             raise ConfigError(f"[algo.{k}] must be a table")

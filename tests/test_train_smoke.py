@@ -74,12 +74,26 @@ def _records(out: Path, run_id: str) -> list[dict[str, Any]]:
     return recs
 
 
+def _assert_same_weights(ref: Path, checkpoint: Path) -> None:
+    """Every tensor of ``ref`` equals the checkpoint's tensor of the same name (the
+    checkpoint's names may carry a wrapper's prefix)."""
+    import torch
+    from safetensors.torch import load_file
+
+    a, b = load_file(str(ref)), load_file(str(checkpoint))
+    for name, t in a.items():
+        match = [k for k in b if k == name or k.endswith("." + name)]
+        assert len(match) == 1, (name, sorted(b)[:5])
+        assert torch.equal(t, b[match[0]]), name
+
+
 def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cfg = tmp_path / "short.toml"
     # the quickstart's host verifier: the cold start needs its scripted rollouts to pass
     cfg.write_text(SHORT.format(out=out, steps=2, verifier="host")
                    .replace("[eval]\nenabled = false", "[eval]\nenabled = true\nsamples = 1")
+                   .replace("checkpoint_every = 1", "checkpoint_every = 1\nkeep_checkpoints = 3")
                    + "[algo]\nkl_coef = 0.05\n")  # a KL term to the policy as RL started
     res = _train(cfg)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -112,6 +126,11 @@ def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
 
     ref = out / "checkpoints" / "ref_policy.safetensors"
     ref_bytes = ref.read_bytes()
+    # a fresh run with a KL term checkpoints RL's start (step 0, after the cold start), and
+    # its KL reference is exactly that policy
+    ckpts = sorted(p.name for p in (out / "checkpoints").glob("step-*"))
+    assert ckpts == ["step-000000", "step-000001", "step-000002"]
+    _assert_same_weights(ref, out / "checkpoints" / "step-000000" / "model.safetensors")
 
     # --resume with more steps continues from the checkpoint (no cold start again)
     res = _train(cfg, "--resume", "--steps", "3")

@@ -367,7 +367,6 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
-
 def _select_algo_table(data: dict[str, Any], name: str) -> dict[str, Any]:
     """[algo] with the keys of its [algo.NAME] table laid over it; the other algorithm's
     table is dropped."""

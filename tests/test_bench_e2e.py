@@ -259,10 +259,7 @@ async def test_mini_swe_agent_submits_scripted_tool_calls(
     from clawrl.bench import MiniSweAgentHarness
 
     harness = MiniSweAgentHarness()
-    if not harness.installed():
-        pytest.skip(
-            "mini-swe-agent not installed yet (test_mini_swe_agent_with_the_tiny_model installs it)"
-        )
+    harness.prepare()  # cached by test_mini_swe_agent_with_the_tiny_model; run alone, it installs
     backend, endpoint = scripted
     task = load_task(FIXTURES / "harbor_greeting")  # workspace /app
     solve = "mkdir -p output && sed 's/.*/Hello, &!/' data/names.txt > output/greeting.txt"

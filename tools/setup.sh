@@ -19,6 +19,16 @@ command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 # the SGLang installer (tools/sglang/install.sh) builds a stub libcuda with cc and nm
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v nm >/dev/null 2>&1 || need+=(binutils)
+# sandboxes see the host's /usr: the reference harness, mini-swe-agent's venv and most task
+# checks run /usr/bin/python3 (with sqlite3); fix_js_cart's oracle and checks run
+# /usr/bin/node; the npm harnesses' tests (tests/test_harnesses_real.py, skipped without npm)
+# install them with npm; tools/harnesses/install.sh takes its lock with flock
+[ -x /usr/bin/python3 ] || need+=(python3)
+[ -x /usr/bin/node ] || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v flock >/dev/null 2>&1 || need+=(util-linux)
+# uv is installed with pip when missing
+command -v uv >/dev/null 2>&1 || python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ ${#need[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
     log "installing ${need[*]} (apt-get)"
@@ -32,7 +42,8 @@ fi
 # --- uv ---
 if ! command -v uv >/dev/null 2>&1; then
   log "installing uv (pip)"
-  python3 -m pip install -q uv
+  # Debian 12+ marks its python3 externally managed (PEP 668): plain pip refuses there
+  python3 -m pip install -q uv 2>/dev/null || python3 -m pip install -q --break-system-packages uv
 fi
 
 log "uv sync --locked"

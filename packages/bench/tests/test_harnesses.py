@@ -3,13 +3,17 @@ as scripted turns — no podman needed; the real runs are in the root tests/test
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from clawrl.bench import (
     HarnessContext,
+    HarnessInstallError,
     MiniSweAgentHarness,
     OracleHarness,
     ReferenceHarness,
@@ -21,6 +25,7 @@ from clawrl.bench import (
     reference_agent_path,
     workspace_diff,
 )
+from clawrl.bench.harnesses import run_streamed
 from clawrl.proxy import parse_completion
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -108,6 +113,64 @@ def test_mini_swe_agent_launch_and_outcomes(tmp_path: Path) -> None:
     bad = h.outcome(1, traj("APIConnectionError"), "")
     assert not bad.ok and bad.end_reason == "apiconnectionerror"
     assert not h.outcome(1, {}, "").ok
+
+
+def _fake_uv(tmp_path: Path, pip_rc: int = 0) -> Path:
+    """A `uv` on PATH that fakes `uv venv DIR` (DIR/bin/mini) and `uv pip install`."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    uv = bin_dir / "uv"
+    uv.write_text(
+        "#!/bin/sh\n"
+        'echo "fake uv $*"\n'
+        'if [ "$1" = venv ]; then for a; do d="$a"; done; mkdir -p "$d/bin"; : > "$d/bin/mini"; fi\n'
+        f'if [ "$1" = pip ]; then echo "pip failed" >&2; exit {pip_rc}; fi\n'
+    )
+    uv.chmod(0o755)
+    return bin_dir
+
+
+def test_mini_swe_agent_first_install_closes_its_pipes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first-use install (an empty cache) under filterwarnings=error: every installer
+    pipe is closed (issue 18: an unclosed pipe was a ResourceWarning that failed the e2e
+    test on a fresh machine only); progress lines are reported; a second prepare is a no-op."""
+    monkeypatch.setenv("PATH", f"{_fake_uv(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    h = MiniSweAgentHarness(python=sys.executable, cache_dir=tmp_path / "cache")
+    lines: list[str] = []
+    h.prepare(lines.append)
+    gc.collect()  # an unclosed pipe left for the collector warns here at the latest
+    assert h.installed() and (h.prefix / "bin" / "mini").is_symlink()
+    assert any(x.startswith("fake uv venv") for x in lines)
+    assert any(x.startswith("fake uv pip install mini-swe-agent==") for x in lines)
+    lines.clear()
+    h.prepare(lines.append)
+    assert lines == []
+
+
+def test_mini_swe_agent_failed_install_is_typed_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{_fake_uv(tmp_path, pip_rc=3)}{os.pathsep}{os.environ['PATH']}")
+    h = MiniSweAgentHarness(python=sys.executable, cache_dir=tmp_path / "cache")
+    with pytest.raises(HarnessInstallError, match=r"(?s)mini-swe-agent install failed.*pip failed"):
+        h.prepare()
+    gc.collect()
+    assert not h.prefix.exists() and not h.installed()
+
+
+def test_run_streamed_kills_the_installer_when_reading_is_interrupted() -> None:
+    """`say` raising mid-output: the process is killed and reaped, the pipe closed."""
+
+    def say(line: str) -> None:
+        raise KeyboardInterrupt
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_streamed(["sh", "-c", "echo one; exec sleep 60"], say)
+    gc.collect()
+    assert time.monotonic() - t0 < 30
 
 
 def test_oracle_mounts_the_solution_and_needs_no_model() -> None:

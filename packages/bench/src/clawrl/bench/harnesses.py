@@ -282,6 +282,57 @@ class ReferenceHarness(HarnessAdapter):
         return {**super().describe(), "python": self.python, "bash_timeout_s": self.bash_timeout_s}
 
 
+# ------------------------------------------------------------------------ installers
+
+
+def run_streamed(
+    argv: list[str],
+    say: ProgressFn,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    tail_lines: int = 20,
+) -> tuple[int, list[str]]:
+    """Run an installer command to its end, passing each non-empty line of its combined
+    stdout/stderr to ``say``; returns its exit status and its last ``tail_lines`` lines.
+
+    The pipe is always closed and the process always reaped (a ``with`` block: an unclosed
+    pipe is a ``ResourceWarning``, an error under the tests' ``filterwarnings=error``); if
+    reading is interrupted (``say`` raising, ``KeyboardInterrupt``), the process is killed
+    first, so it can never be left running or block on a full pipe.
+
+    Raises:
+        HarnessInstallError: the command cannot be started.
+    """
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+    except OSError as exc:
+        raise HarnessInstallError(f"cannot start {argv[0]!r}: {exc}") from exc
+    with proc:
+        assert proc.stdout is not None
+        tail: list[str] = []
+        try:
+            for line in proc.stdout:
+                line = line.rstrip()
+                if line:
+                    tail = [*tail, line][-tail_lines:]
+                    say(line)
+        except BaseException:
+            proc.kill()
+            raise
+        rc = proc.wait()
+    return rc, tail
+
+
 # ------------------------------------------------------------------------ mini-swe-agent
 
 
@@ -365,31 +416,20 @@ class MiniSweAgentHarness(HarnessAdapter):
                 [uv, "venv", "-q", "--python", self.python, str(self.venv)],
                 [uv, "pip", "install", f"mini-swe-agent=={self.version}"],
             ]
-            for argv in steps:
-                proc = subprocess.Popen(
-                    argv,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    errors="replace",
-                )
-                assert proc.stdout is not None
-                tail: list[str] = []
-                for line in proc.stdout:
-                    line = line.rstrip()
-                    if line:
-                        tail = [*tail[-20:], line]
-                        say(line)
-                if proc.wait() != 0:
-                    shutil.rmtree(self.prefix, ignore_errors=True)
-                    raise HarnessInstallError(
-                        f"mini-swe-agent install failed ({' '.join(argv[:3])}): "
-                        + "\n".join(tail[-5:])
-                    )
-            (self.prefix / "bin").mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileExistsError):
-                (self.prefix / "bin" / "mini").symlink_to("../venv/bin/mini")
+            try:
+                for argv in steps:
+                    rc, tail = run_streamed(argv, say, env=env)
+                    if rc != 0:
+                        raise HarnessInstallError(
+                            f"mini-swe-agent install failed ({' '.join(argv[:3])}): "
+                            + "\n".join(tail[-5:])
+                        )
+                (self.prefix / "bin").mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    (self.prefix / "bin" / "mini").symlink_to("../venv/bin/mini")
+            except BaseException:
+                shutil.rmtree(self.prefix, ignore_errors=True)
+                raise
             (self.prefix / ".complete").touch()
             say(f"mini-swe-agent {self.version}: installed in {time.monotonic() - started:.0f} s")
 
@@ -514,6 +554,7 @@ class OracleHarness(HarnessAdapter):
 
 
 # ------------------------------------------------------------------------------ registry
+
 
 def _node(name: str) -> Callable[[], HarnessAdapter]:
     def make() -> HarnessAdapter:

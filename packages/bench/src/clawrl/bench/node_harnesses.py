@@ -37,7 +37,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
@@ -52,6 +51,7 @@ from clawrl.bench.harnesses import (
     ProgressFn,
     WireAPI,
     harness_cache_dir,
+    run_streamed,
 )
 from clawrl.bench.task import Task
 
@@ -151,23 +151,7 @@ class NodeHarness(HarnessAdapter):
             pkg.write_text('{"private": true}\n')
         argv = [npm, "install", "--no-audit", "--no-fund", "--save-exact", *specs]
         say(f"{self.key}: npm install {' '.join(specs)}")
-        tail: list[str] = []
-        with subprocess.Popen(
-            argv,
-            cwd=self.prefix,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        ) as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                line = line.rstrip()
-                if line:
-                    tail = [*tail[-20:], line]
-                    say(line)
-            rc = proc.wait()
+        rc, tail = run_streamed(argv, say, env=env, cwd=self.prefix)
         if rc != 0:
             raise HarnessInstallError(
                 f"{self.key} install failed (npm install {' '.join(specs)}): "

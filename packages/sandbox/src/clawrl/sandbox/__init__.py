@@ -3,7 +3,9 @@
 Public API (see the package README for a runnable example):
 
 * :class:`SandboxSpec`, :class:`Limits` — what to create;
-* :class:`Sandbox` — create / exec / files / destroy (asyncio), :class:`ExecResult`;
+* :class:`Sandbox` — create / exec / files / kill_all / destroy (asyncio), :class:`ExecResult`;
+  files come out through the host (:class:`CopyLimits`, :class:`CopyStats`), never through a
+  program of the sandbox;
 * :class:`SandboxPool` — bounded, warm, fair pool of sandboxes, :class:`PoolMetrics`;
 * :func:`gc`, :func:`list_containers` — the reaper of dead runs' containers;
 * :func:`owned_tempdir`, :func:`gc_tempdirs` — host temporary directories that name their
@@ -20,12 +22,14 @@ from .errors import (
     PoolClosedError,
     PoolTimeoutError,
     SandboxClosedError,
+    SandboxCopyLimitError,
     SandboxCreateError,
     SandboxError,
     SandboxFileNotFoundError,
     SandboxGoneError,
     SandboxSpecError,
 )
+from .hostfs import CopyLimits, CopyStats
 from .image import DEFAULT_IMAGE_PACKAGES, build_image, image_tag
 from .podman import Podman
 from .pool import PoolMetrics, SandboxPool
@@ -59,6 +63,8 @@ __all__ = [
     "MODEL_SOCKET_PATH",
     "WORKSPACE",
     "ContainerInfo",
+    "CopyLimits",
+    "CopyStats",
     "ExecResult",
     "ExecStream",
     "ImageBuildError",
@@ -73,6 +79,7 @@ __all__ = [
     "RunIdentity",
     "Sandbox",
     "SandboxClosedError",
+    "SandboxCopyLimitError",
     "SandboxCreateError",
     "SandboxError",
     "SandboxFileNotFoundError",

@@ -13,6 +13,7 @@ __all__ = [
     "PoolClosedError",
     "PoolTimeoutError",
     "SandboxClosedError",
+    "SandboxCopyLimitError",
     "SandboxCreateError",
     "SandboxError",
     "SandboxFileNotFoundError",
@@ -76,3 +77,18 @@ class ImageBuildError(SandboxError):
 
 class SandboxFileNotFoundError(SandboxError, FileNotFoundError):
     """A path asked for by :meth:`Sandbox.get_file` / :meth:`Sandbox.get_dir` does not exist."""
+
+
+class SandboxCopyLimitError(SandboxError):
+    """A copy out of a sandbox hit one of its bounds (:class:`~clawrl.sandbox.CopyLimits`):
+    what the sandbox holds is too large, too many, too deep, or too slow to read. The sandbox's
+    content caused it, so a rollout reports it as the agent's failure, not as infrastructure.
+
+    Attributes:
+        limit: the bound that was hit (``max_bytes``, ``max_files``, ``max_path_length``,
+            ``max_depth`` or ``timeout_s``).
+    """
+
+    def __init__(self, limit: str, message: str) -> None:
+        self.limit = limit
+        super().__init__(message)

@@ -20,7 +20,7 @@ from .errors import (
 )
 from .podman import Podman, shared_podman
 from .reaper import ContainerInfo, RunIdentity, current_identity, gc
-from .sandbox import _EXEC_TAG, Sandbox
+from .sandbox import Sandbox
 from .spec import WORKSPACE, SandboxSpec
 
 __all__ = ["PoolMetrics", "SandboxPool"]
@@ -30,14 +30,6 @@ WARM_RETRY_S = 1.0
 
 # Kills every process started through exec (all carry the CLAWRL_EXEC_ID tag; the forwarder's
 # tag is "forwarder" and survives), then empties the writable places.
-_RESET_SCRIPT = (
-    "me=$$; for d in /proc/[0-9]*; do p=${d#/proc/}; "
-    '{ [ "$p" = "$me" ] || [ "$p" = "$PPID" ]; } && continue; '  # this script and its `timeout`
-    f'grep -qsxz \'{_EXEC_TAG}=[0-9a-f]*\' "$d/environ" && kill -9 "$p" 2>/dev/null; done; '
-    'for d in {dirs}; do [ -d "$d" ] && find "$d" -mindepth 1 -delete; done; exit 0'
-)
-
-
 @dataclass(frozen=True)
 class PoolMetrics:
     """A snapshot of a pool's counters.
@@ -86,11 +78,13 @@ class SandboxPool:
       and the head of the queue needs another spec, an idle sandbox of another spec is
       destroyed to make room.
     * **Reuse**: on :meth:`release` a sandbox is destroyed and replaced (default: every rollout
-      starts from a fresh container), or with ``reuse=True`` reset in place — every process
-      started through ``exec`` killed (the forwarder is kept), ``/workspace``, ``/tmp``, the
-      home directory, ``/var/tmp`` and ``/dev/shm`` emptied, the spec's files written again —
-      and returned to the idle set. Reset sandboxes share their kernel objects with earlier
-      rollouts; use reuse only among rollouts of one trust domain.
+      starts from a fresh container), or with ``reuse=True`` reset in place — from the host,
+      every process but PID 1 killed, ``/workspace``, ``/tmp``, the home directory,
+      ``/var/tmp``, ``/dev/shm`` and ``/run`` emptied (its mount points stay), the forwarder
+      restarted, the spec's files written again — and returned to the idle set. Only
+      sandboxes with a read-only root are reused (a writable one is destroyed: it may hold a
+      planted program). Reset sandboxes share their kernel objects with earlier rollouts; use
+      reuse only among rollouts of one trust domain.
     * **Cleanup**: :meth:`start` first removes containers of dead runs (:func:`~.reaper.gc`),
       so a SIGKILLed orchestrator's leftovers vanish at the next pool start; :meth:`close`
       destroys everything the pool created.
@@ -441,11 +435,18 @@ class SandboxPool:
     async def _reset(self, sb: Sandbox) -> None:
         uid = sb.spec.user.partition(":")[0]
         home = "/root" if uid == "0" else "/home/sandbox"
-        script = _RESET_SCRIPT.replace("{dirs}", f"{WORKSPACE} /tmp {home} /var/tmp /dev/shm")
         try:
-            r = await sb.exec(["/bin/sh", "-c", script], user="0:0", workdir="/", timeout=60)
-            if not r.ok:
-                raise SandboxError(f"reset failed: {r.stderr!r}")
+            if not sb.spec.read_only_root:
+                # a writable root may hold what the last user planted (a replaced /bin/sh, an
+                # /etc/ld.so.preload): only read-only-root sandboxes are reset and reused
+                raise SandboxError("a sandbox with a writable root is never reused")
+            # from the host: every process but PID 1 killed, then every writable place emptied
+            await sb.kill_all()
+            for d in (WORKSPACE, "/tmp", home, "/var/tmp", "/dev/shm", "/run"):
+                if not await sb.wipe(d) and d != "/run":  # /run keeps its mount points
+                    raise SandboxError(f"reset failed: {d} could not be emptied")
+            if sb.spec.model_socket is not None and sb.spec.forwarder:
+                await sb.start_forwarder()
             if sb.spec.files:
                 await sb.put_files(sb.spec.files)
         except Exception:  # SandboxError, or e.g. an OSError from a host file

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import inspect
 import io
 import os
@@ -15,7 +16,7 @@ import tarfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
@@ -24,9 +25,17 @@ from .errors import (
     SandboxClosedError,
     SandboxCreateError,
     SandboxError,
-    SandboxFileNotFoundError,
     SandboxGoneError,
     SandboxSpecError,
+)
+from .hostfs import (
+    CopyLimits,
+    CopyStats,
+    SandboxInit,
+    copy_tree,
+    kill_sandbox_processes,
+    read_file,
+    wipe_tree,
 )
 from .podman import Podman, die_with_parent, shared_podman
 from .reaper import RunIdentity, current_identity
@@ -60,6 +69,13 @@ _EXEC_TAG = EXEC_TAG_VAR
 _KILL_GRACE_S = 5.0
 _NPROC = 4096
 _GONE_MARKERS = ("no such container", "container state improper", "is not running")
+# The container's PID 1 and main process: ``sleep`` (the wall clock) with SIGCHLD ignored, so
+# that orphans reparented to it are reaped by the kernel. A PID 1 without signal handlers
+# ignores every signal sent from inside its PID namespace, SIGKILL included: the agent can
+# neither end the sandbox early nor make it vanish mid-rollout.
+_MAIN = ("env", "--ignore-signal=CHLD", "sleep")
+# Size of /run and /dev/shm.
+_SMALL_TMPFS = 16 << 20
 
 
 # Containers this process created and has not destroyed: removed at interpreter exit, so a
@@ -179,26 +195,6 @@ def _build_tar(files: Mapping[str, FileContent], uid: int, gid: int) -> bytes:
     return buf.getvalue()
 
 
-def _skip_unsafe(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    """tarfile's ``data`` filter, skipping (not failing on) members it rejects."""
-    try:
-        return tarfile.data_filter(member, dest)
-    except tarfile.FilterError:
-        return None
-
-
-def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """Members that stay inside the destination (fallback for tarfile without filters)."""
-    out = []
-    for m in tar.getmembers():
-        p = PurePosixPath(m.name)
-        if p.is_absolute() or ".." in p.parts or not (m.isfile() or m.isdir()):
-            continue  # links, devices and escaping paths are dropped
-        m.mode &= 0o755
-        out.append(m)
-    return out
-
-
 class _Collector:
     """Collects one output stream up to a cap, forwarding every chunk to a callback."""
 
@@ -300,6 +296,7 @@ class Sandbox:
         self._podman = podman
         self._closed = False
         self.created_at = time.time()
+        self._init: SandboxInit | None = None
 
     # ------------------------------------------------------------------ creation
     @classmethod
@@ -358,6 +355,7 @@ class Sandbox:
         _register_exit_cleanup(pm)
         _LIVE[sb.id] = pm
         try:
+            await sb._find_init()
             if spec.model_socket is not None and spec.forwarder:
                 await sb.start_forwarder()
             if files_tar is not None:
@@ -378,7 +376,8 @@ class Sandbox:
         # RLIMIT_NPROC counts a uid's processes host-wide (root is exempt); the pids cgroup
         # is the real per-sandbox cap. Values near the host's hard limit fail in runc.
         nproc = min(_NPROC, _host_hard_limit(resource.RLIMIT_NPROC, _NPROC))
-        a = ["run", "-d", "--rm", "--name", name, "--init", "--network", spec.network]
+        # No --init: PID 1 is the main process itself (see _MAIN), which nothing inside can kill.
+        a = ["run", "-d", "--rm", "--name", name, "--network", spec.network]
         a += ["--hostname", "sandbox", "--no-hosts"]
         a += ["--memory", str(lim.memory_bytes), "--pids-limit", str(lim.pids)]
         if lim.cpus is not None:
@@ -391,6 +390,10 @@ class Sandbox:
         a += ["--tmpfs", f"{WORKSPACE}:rw,exec,size={lim.workspace_bytes},mode=0755{own}"]
         a += ["--tmpfs", f"/tmp:rw,exec,size={lim.tmp_bytes},mode=1777"]
         a += ["--tmpfs", f"{home}:rw,exec,size={lim.tmp_bytes},mode=0700{own}"]
+        # every writable tmpfs has a size (an unsized one is half the host's RAM)
+        a += ["--read-only-tmpfs=false", "--shm-size", str(_SMALL_TMPFS)]
+        a += ["--tmpfs", f"/run:rw,nosuid,nodev,size={_SMALL_TMPFS},mode=0755"]
+        a += ["--tmpfs", f"/var/tmp:rw,nosuid,nodev,size={lim.tmp_bytes},mode=1777"]
         env = {"PATH": PATH_ENV, "HOME": home, "LANG": "C.UTF-8", "TERM": "dumb", **spec.env}
         for k, v in env.items():
             a += ["--env", f"{k}={v}"]
@@ -399,11 +402,12 @@ class Sandbox:
         if spec.model_socket is not None:
             if not spec.model_socket.exists():
                 raise SandboxSpecError(f"model_socket {spec.model_socket} does not exist")
-            a += ["-v", f"{spec.model_socket}:{MODEL_SOCKET_PATH}"]
+            # read-only: connecting still works, chmod / unlink / replacing it do not
+            a += ["-v", f"{spec.model_socket}:{MODEL_SOCKET_PATH}:ro"]
             a += ["-v", f"{FORWARDER_SOURCE}:{FORWARDER_PATH}:ro"]
         for host, inside in spec.read_only_mounts.items():
             a += ["-v", f"{host}:{inside}:ro"]
-        main = ["sleep", "infinity" if lim.wall_clock_s is None else f"{lim.wall_clock_s:g}"]
+        main = [*_MAIN, "infinity" if lim.wall_clock_s is None else f"{lim.wall_clock_s:g}"]
         if spec.image is not None:
             return [*a, "--pull", "never", "--entrypoint", "[]", spec.image, *main]
         if spec.rootfs is not None:
@@ -682,58 +686,106 @@ class Sandbox:
             raise SandboxSpecError(f"{host_dir} is not a directory")
         await self.put_files({dest: p})
 
+    async def _find_init(self) -> SandboxInit:
+        if self._init is None:
+            r = await self._podman.run(
+                "inspect", "--format", "{{.State.Pid}}", self.id, check=False, timeout=30
+            )
+            pid = r.stdout.decode().strip()
+            if r.returncode != 0 or not pid.isdigit() or pid == "0":
+                raise SandboxGoneError(f"sandbox {self.name} is gone (no PID 1)")
+            self._init = await asyncio.to_thread(SandboxInit.of, int(pid))
+        return self._init
+
     async def get_file(self, path: str, max_bytes: int = 1 << 30) -> bytes:
-        """Read one file from the sandbox.
+        """Read one regular file from the sandbox, from the host (see :mod:`.hostfs`).
 
         Raises:
-            SandboxFileNotFoundError: no such file (or it is a directory / unreadable).
-            SandboxError: the file is larger than ``max_bytes``.
+            SandboxFileNotFoundError: no such regular file (a directory, FIFO, device, or a
+                symlink anywhere on the path counts as missing).
+            SandboxCopyLimitError: the file is larger than ``max_bytes``.
+            SandboxGoneError: the sandbox is gone.
         """
         self._check_open()
         p = check_sandbox_path(path)
-        r = await self.exec(
-            ["cat", "--", p], user="0:0", workdir="/", max_output_bytes=max_bytes, timeout=300
-        )
-        if r.exit_code != 0:
-            raise SandboxFileNotFoundError(f"{p}: {r.stderr.decode(errors='replace').strip()}")
-        if r.stdout_truncated:
-            raise SandboxError(f"{p} is larger than max_bytes={max_bytes}")
-        return r.stdout
+        init = await self._find_init()
+        return await asyncio.to_thread(read_file, init, p, max_bytes)
 
-    async def get_dir(self, path: str, host_dest: Path | str, max_bytes: int = 1 << 30) -> Path:
+    async def get_dir(
+        self,
+        path: str,
+        host_dest: Path | str,
+        max_bytes: int = 1 << 30,
+        *,
+        limits: CopyLimits | None = None,
+    ) -> Path:
         """Copy the sandbox directory ``path`` recursively into the host directory ``host_dest``.
 
-        The archive is extracted with tarfile's ``data`` filter; members it rejects are skipped:
-        absolute paths, ``..``, links pointing outside ``host_dest`` (e.g. a venv's absolute
-        ``python3`` link), device files.
+        Read from the host through the sandbox's ``/proc/<pid>/root`` without running any
+        program of the sandbox and without following its symlinks (see :mod:`.hostfs`): only
+        regular files and directories are copied; symlinks, FIFOs, sockets and devices are
+        skipped. Call :meth:`kill_all` first when no process of the sandbox may change the
+        files while they are read.
+
+        Args:
+            path: directory in the sandbox.
+            host_dest: host directory (created); files land only inside it.
+            max_bytes: bound on the bytes of file content (overrides ``limits.max_bytes``).
+            limits: the other bounds (file count, path length, depth, wall time).
 
         Returns:
             ``host_dest`` as a :class:`~pathlib.Path`.
 
         Raises:
             SandboxFileNotFoundError: ``path`` is not a directory in the sandbox.
+            SandboxCopyLimitError: a bound was hit; ``host_dest`` holds a partial copy.
+            SandboxGoneError: the sandbox is gone.
         """
+        await self.copy_out(path, host_dest, max_bytes, limits=limits)
+        return Path(host_dest)
+
+    async def copy_out(
+        self,
+        path: str,
+        host_dest: Path | str,
+        max_bytes: int = 1 << 30,
+        *,
+        limits: CopyLimits | None = None,
+    ) -> CopyStats:
+        """:meth:`get_dir`, returning what was copied and skipped (:class:`CopyStats`)."""
         self._check_open()
         p = check_sandbox_path(path)
-        r = await self.exec(
-            ["tar", "-c", "-f", "-", "-C", p, "."],
-            user="0:0",
-            workdir="/",
-            max_output_bytes=max_bytes,
-            timeout=300,
-        )
-        if r.exit_code != 0:
-            raise SandboxFileNotFoundError(f"{p}: {r.stderr.decode(errors='replace').strip()}")
-        if r.stdout_truncated:
-            raise SandboxError(f"{p} is larger than max_bytes={max_bytes} as a tar archive")
-        dest = Path(host_dest)
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(r.stdout), mode="r:") as tar:
-            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
-                tar.extractall(dest, filter=_skip_unsafe)
-            else:
-                tar.extractall(dest, members=_safe_members(tar))
-        return dest
+        lim = dataclasses.replace(limits or CopyLimits(), max_bytes=max_bytes)
+        init = await self._find_init()
+        return await asyncio.to_thread(copy_tree, init, p, Path(host_dest), lim)
+
+    async def kill_all(self, timeout: float = 10.0) -> int:
+        """SIGKILL every process in the sandbox except its PID 1, from the host, and return
+        once none is left (the sandbox stays up and accepts :meth:`exec`).
+
+        The forwarder is killed too; :meth:`start_forwarder` restarts it.
+
+        Returns:
+            How many processes were signalled.
+
+        Raises:
+            SandboxGoneError: the sandbox is gone.
+            SandboxError: some process was still alive after ``timeout`` seconds.
+        """
+        self._check_open()
+        init = await self._find_init()
+        return await asyncio.to_thread(kill_sandbox_processes, init, timeout)
+
+    async def wipe(self, path: str) -> bool:
+        """Delete everything inside the sandbox directory ``path``, from the host, without
+        following symlinks (mount points stay). Returns True if it is now empty.
+
+        Raises:
+            SandboxGoneError: the sandbox is gone.
+        """
+        self._check_open()
+        init = await self._find_init()
+        return await asyncio.to_thread(wipe_tree, init, check_sandbox_path(path))
 
     # ------------------------------------------------------------------ lifetime
     async def alive(self) -> bool:

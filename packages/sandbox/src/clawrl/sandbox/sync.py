@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from .hostfs import CopyLimits
 from .podman import Podman
 from .sandbox import DEFAULT_OUTPUT_CAP, Sandbox
 from .spec import WORKSPACE, ExecResult, FileContent, SandboxSpec
@@ -104,13 +105,24 @@ class SyncSandbox:
         """See :meth:`Sandbox.put_dir`."""
         _call(self.sandbox.put_dir(host_dir, dest))
 
-    def get_file(self, path: str) -> bytes:
+    def get_file(self, path: str, max_bytes: int = 1 << 30) -> bytes:
         """See :meth:`Sandbox.get_file`."""
-        return _call(self.sandbox.get_file(path))
+        return _call(self.sandbox.get_file(path, max_bytes))
 
-    def get_dir(self, path: str, host_dest: Path | str) -> Path:
+    def get_dir(
+        self,
+        path: str,
+        host_dest: Path | str,
+        max_bytes: int = 1 << 30,
+        *,
+        limits: CopyLimits | None = None,
+    ) -> Path:
         """See :meth:`Sandbox.get_dir`."""
-        return _call(self.sandbox.get_dir(path, host_dest))
+        return _call(self.sandbox.get_dir(path, host_dest, max_bytes, limits=limits))
+
+    def kill_all(self, timeout: float = 10.0) -> int:
+        """See :meth:`Sandbox.kill_all`."""
+        return _call(self.sandbox.kill_all(timeout))
 
     def destroy(self) -> None:
         """See :meth:`Sandbox.destroy`."""

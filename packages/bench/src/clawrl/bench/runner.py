@@ -12,14 +12,18 @@ verifier. For each rollout the runner
    ``/run/clawrl/model.sock`` and the forwarder on ``127.0.0.1:8000``, sized from the task's
    limits, ``--network none``;
 4. lets the adapter write its config files, starts the harness with the task's agent
-   timeout, collects the harness's own logs and copies the final workspace out;
+   timeout, then SIGKILLs every process the agent left (from the host), collects the
+   harness's own logs and copies the final workspace out from the host, within
+   :meth:`RolloutRunner.copy_limits` (the sandbox has a wall clock of the agent timeout
+   + 300 s, so a leaked one ends by itself);
 5. destroys the sandbox, verifies the workspace in a fresh sandbox (tamper-proof, see
    :func:`~clawrl.bench.verify`), computes the workspace diff, reads the session's call
    records and closes the session.
 
 Statuses: ``ok`` (the harness ended by itself or at its turn limit, and the verifier gave
 a reward), ``timeout`` (the harness was killed at the agent timeout; still verified),
-``harness-error`` (the harness failed; still verified), ``verifier-error`` (a missing or
+``harness-error`` (the harness failed; still verified — or its processes could not be
+stopped, or its workspace hit a copy-out bound: then not verified, reward 0), ``verifier-error`` (a missing or
 garbled reward, or a verifier timeout; reward 0), ``infra-error`` (sandbox, proxy or
 runtime failure: retried up to ``retries`` times with a new sandbox and session, then
 reported and excluded from scores).
@@ -56,7 +60,15 @@ from clawrl.bench.task import Task
 from clawrl.bench.verify import VerifierResult, VerifierStatus, prepare_workspace, verify
 from clawrl.bench.workspace_diff import FileChange, workspace_diff
 from clawrl.proxy import AsyncAdminClient, ProxyError, SessionInfo
-from clawrl.sandbox import Limits, Sandbox, SandboxError, SandboxSpec, owned_tempdir
+from clawrl.sandbox import (
+    CopyLimits,
+    Limits,
+    Sandbox,
+    SandboxCopyLimitError,
+    SandboxError,
+    SandboxSpec,
+    owned_tempdir,
+)
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
@@ -73,6 +85,9 @@ __all__ = [
 ]
 
 _WRITABLE_ROOTS = ("/workspace", "/tmp", "/root")
+# A sandbox outlives its agent timeout by at most this much (collecting logs and the
+# workspace), even if the orchestrator dies: its PID 1 is a `sleep` of that length.
+_WALL_CLOCK_SLACK_S = 300.0
 
 
 class RolloutStatus(StrEnum):
@@ -379,9 +394,18 @@ class RolloutRunner:
 
     # ----------------------------------------------------------------- one attempt
 
+    def copy_limits(self, task: Task) -> CopyLimits:
+        """Bounds of copying ``task``'s final workspace out of its sandbox: at most the
+        workspace's size in bytes (a sparse file counts its apparent size), 100,000 entries,
+        paths of 1,024 characters, 64 levels, 120 s. A bound that is hit fails the rollout
+        (``harness-error``, reward 0, scored)."""
+        memory = self.options.memory_mb or task.limits.memory_mb
+        return CopyLimits(max_bytes=min(task.limits.storage_mb, memory) << 20)
+
     def _sandbox_spec(self, spec: RolloutSpec, workspace: Path) -> SandboxSpec:
         task, h = spec.task, spec.harness
         memory = self.options.memory_mb or task.limits.memory_mb
+        agent_s = self.options.agent_timeout_s or task.timeouts.agent_s
         ws_path = PurePosixPath(task.workspace_path)
         writable = any(
             ws_path == PurePosixPath(r) or PurePosixPath(r) in ws_path.parents
@@ -396,6 +420,7 @@ class RolloutRunner:
                 cpus=task.limits.cpus,
                 pids=max(64, task.limits.pids),
                 workspace_size=f"{min(task.limits.storage_mb, memory)}m",
+                wall_clock_s=agent_s + _WALL_CLOCK_SLACK_S,
             ),
             model_socket=(self.endpoint.model_socket if h.needs_model and self.endpoint else None),
             read_only_mounts=h.mounts(task),
@@ -481,9 +506,15 @@ class RolloutRunner:
                 except (ProxyError, OSError) as exc:
                     return infra(f"proxy records: {exc}", session_id=session.session_id)
             t_verify = time.time()
-            verdict = await asyncio.to_thread(verify, task, final, self.verify_executor)
+            diff: list[FileChange] = []
+            if harness_out.get("refused"):
+                verdict = VerifierResult(
+                    reward=0.0, status=VerifierStatus.ERROR, reason=harness_out["reason"]
+                )
+            else:
+                verdict = await asyncio.to_thread(verify, task, final, self.verify_executor)
+                diff = workspace_diff(initial, final, opts.diff_cap_bytes)
             timing["verify"] = time.time() - t_verify
-            diff = workspace_diff(initial, final, opts.diff_cap_bytes)
         timing["finished"] = time.time()
         timing["total"] = timing["finished"] - t_start
         status, reason = harness_out["status"], harness_out["reason"]
@@ -548,14 +579,29 @@ class RolloutRunner:
         )
         timing["harness"] = time.time() - t0
         t1 = time.time()
+        # The agent phase is over: no process it started may survive to touch what is read.
+        try:
+            await sb.kill_all()
+        except SandboxError as exc:
+            if not await sb.alive():
+                raise
+            return _refused(f"cannot stop the agent's processes: {exc}", res)
         logs: dict[str, str] = {}
         for name, path in launch.log_paths.items():
             try:
-                data = await sb.get_file(path)
+                data = await sb.get_file(path, max_bytes=4 * opts.log_cap_bytes)
             except FileNotFoundError:
                 continue
+            except SandboxCopyLimitError as exc:
+                data = f"[log not collected: {exc}]".encode()
             logs[name] = _cap(data.decode("utf-8", errors="replace"), opts.log_cap_bytes)
-        await sb.get_dir(task.workspace_path, final)
+        try:
+            await sb.get_dir(task.workspace_path, final, limits=self.copy_limits(task))
+        except SandboxCopyLimitError as exc:
+            # The agent made its workspace too large / too many / too deep to read: its
+            # failure, scored, never an infra-error that would leave it out of the scores.
+            timing["collect"] = time.time() - t1
+            return _refused(f"workspace copy-out refused: {exc}", res)
         timing["collect"] = time.time() - t1
         stdout = res.stdout.decode("utf-8", errors="replace")
         stderr = res.stderr.decode("utf-8", errors="replace")
@@ -582,6 +628,21 @@ class RolloutRunner:
             "stderr": stderr,
             "logs": logs,
         }
+
+
+def _refused(reason: str, res: Any) -> dict[str, Any]:
+    """The harness outcome of a rollout whose workspace is not verified (scored as 0)."""
+    return {
+        "status": RolloutStatus.HARNESS_ERROR,
+        "reason": reason,
+        "end_reason": "refused",
+        "turns": None,
+        "exit_code": None if res.timed_out else res.exit_code,
+        "stdout": res.stdout.decode("utf-8", errors="replace"),
+        "stderr": res.stderr.decode("utf-8", errors="replace"),
+        "logs": {},
+        "refused": True,
+    }
 
 
 def _cap(text: str, cap: int) -> str:

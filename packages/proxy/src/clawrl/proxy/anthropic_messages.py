@@ -22,8 +22,10 @@ from clawrl.proxy.errors import ProxyRequestError, UnsupportedParameterError
 from clawrl.proxy.validation import (
     opt_bool,
     opt_int,
+    opt_kind,
     opt_number,
     opt_str,
+    opt_top_k,
     req_list,
     req_obj,
     req_str,
@@ -42,7 +44,7 @@ def _system_text(v: Any, param: str) -> str:
     parts: list[str] = []
     for i, b in enumerate(req_list(v, param)):
         b = req_obj(b, f"{param}[{i}]")
-        if b.get("type", "text") != "text":
+        if opt_kind(b.get("type"), f"{param}[{i}].type") not in (None, "text"):
             raise ProxyRequestError(
                 f"{param}[{i}] must be a text block", param=f"{param}[{i}].type"
             )
@@ -59,7 +61,7 @@ def _result_text(v: Any, param: str) -> str:
     for i, b in enumerate(req_list(v, param)):
         q = f"{param}[{i}]"
         b = req_obj(b, q)
-        kind = b.get("type")
+        kind = opt_kind(b.get("type"), q + ".type")
         if kind == "text":
             parts.append(req_str(b.get("text"), q + ".text"))
         elif kind in _UNSUPPORTED_BLOCKS:
@@ -80,7 +82,7 @@ def _convert_messages(msgs: list[Any]) -> list[dict[str, Any]]:
     for i, m in enumerate(msgs):
         p = f"messages[{i}]"
         m = req_obj(m, p)
-        role = m.get("role")
+        role = opt_kind(m.get("role"), p + ".role")
         if role not in ("user", "assistant", "system"):
             raise ProxyRequestError(
                 f"{p}.role must be user, assistant or system", param=p + ".role"
@@ -97,7 +99,7 @@ def _convert_messages(msgs: list[Any]) -> list[dict[str, Any]]:
             calls: list[dict[str, Any]] = []
             for j, b in enumerate(blocks):
                 q = f"{p}.content[{j}]"
-                kind = b.get("type")
+                kind = opt_kind(b.get("type"), q + ".type")
                 if kind == "text":
                     texts.append(req_str(b.get("text"), q + ".text"))
                 elif kind == "thinking":
@@ -134,7 +136,7 @@ def _convert_messages(msgs: list[Any]) -> list[dict[str, Any]]:
         pending: list[str] = []
         for j, b in enumerate(blocks):
             q = f"{p}.content[{j}]"
-            kind = b.get("type")
+            kind = opt_kind(b.get("type"), q + ".type")
             if kind == "text":
                 pending.append(req_str(b.get("text"), q + ".text"))
             elif kind == "tool_result":
@@ -164,7 +166,7 @@ def _tools(v: Any) -> list[dict[str, Any]] | None:
     for i, t in enumerate(req_list(v, "tools")):
         p = f"tools[{i}]"
         t = req_obj(t, p)
-        if t.get("type") not in (None, "custom"):
+        if opt_kind(t.get("type"), p + ".type") not in (None, "custom"):
             continue  # server tools (web_search_..., bash_...): not rendered for this model
         spec: dict[str, Any] = {"name": req_str(t.get("name"), p + ".name")}
         if t.get("description") is not None:
@@ -198,7 +200,9 @@ def parse_request(body: Any) -> ChatCall:
     tool_choice = body.get("tool_choice")
     choice_type = None
     if tool_choice is not None:
-        choice_type = req_obj(tool_choice, "tool_choice").get("type")
+        choice_type = opt_kind(
+            req_obj(tool_choice, "tool_choice").get("type"), "tool_choice.type"
+        )
         if choice_type not in ("auto", "any", "tool", "none"):
             raise ProxyRequestError(
                 "tool_choice.type must be auto, any, tool or none", param="tool_choice.type"
@@ -215,7 +219,7 @@ def parse_request(body: Any) -> ChatCall:
         max_tokens=opt_int(body.get("max_tokens"), "max_tokens", minimum=1),
         temperature=opt_number(body.get("temperature"), "temperature", minimum=0, maximum=1),
         top_p=top_p,
-        top_k=opt_int(body.get("top_k"), "top_k", minimum=-1),
+        top_k=opt_top_k(body.get("top_k")),
         stream=bool(opt_bool(body.get("stream"), "stream")),
         body=body,
     )

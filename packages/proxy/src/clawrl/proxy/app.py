@@ -53,7 +53,15 @@ from clawrl.proxy.errors import (
     openai_error_body,
 )
 from clawrl.proxy.session import Session
-from clawrl.proxy.validation import opt_int, opt_number, opt_str, req_list, req_obj
+from clawrl.proxy.validation import (
+    MAX_JSON_DEPTH,
+    check_json_depth,
+    opt_int,
+    opt_number,
+    opt_str,
+    req_list,
+    req_obj,
+)
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -104,7 +112,8 @@ async def read_json(request: Request, limit: int) -> Any:
 
     Raises:
         PayloadTooLargeError: more than ``limit`` bytes.
-        ProxyRequestError: not valid JSON.
+        ProxyRequestError: not valid JSON, or nested deeper than
+            :data:`~clawrl.proxy.validation.MAX_JSON_DEPTH` levels (code ``json_too_deep``).
     """
     cl = request.headers.get("content-length")
     if cl is not None and cl.isdigit() and int(cl) > limit:
@@ -118,9 +127,35 @@ async def read_json(request: Request, limit: int) -> Any:
         chunks.append(chunk)
     data = b"".join(chunks)
     try:
-        return orjson.loads(data)
+        body = orjson.loads(data)
     except orjson.JSONDecodeError as e:
+        if "depth" in str(e) or "recursion" in str(e).lower():
+            raise ProxyRequestError(
+                f"the request body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels",
+                param="body",
+                code="json_too_deep",
+            ) from e
         raise ProxyRequestError(f"the request body is not valid JSON: {e}") from e
+    # fewer brackets than the limit cannot nest deeper than it
+    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH:
+        check_json_depth(body)
+    return body
+
+
+def _parsed(parse: Callable[[Any], Any], body: Any) -> Any:
+    """``parse(body)``; an unexpected exception from a parser (which only reads the client's
+    JSON) is the client's malformed request: a typed 400, never a 500.
+
+    Raises:
+        ProxyRequestError: the body is malformed.
+    """
+    try:
+        return parse(body)
+    except ProxyError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as e:
+        log.warning("malformed request not caught by its parser", exc_info=True)
+        raise ProxyRequestError(f"malformed request: {type(e).__name__}: {e}") from e
 
 
 def _api_key(request: Request) -> str | None:
@@ -262,7 +297,7 @@ class ProxyApp:
         received = time.time()
         session = self._session(request)
         body = await read_json(request, self.max_body_bytes)
-        call, include_usage = openai_chat.parse_request(body)
+        call, include_usage = _parsed(openai_chat.parse_request, body)
         run = self.core.run_call(
             session, call, received=received, disconnected=_disconnect_waiter(request)
         )
@@ -282,7 +317,7 @@ class ProxyApp:
         received = time.time()
         session = self._session(request)
         body = await read_json(request, self.max_body_bytes)
-        call = anthropic_messages.parse_request(body)
+        call = _parsed(anthropic_messages.parse_request, body)
         run = self.core.run_call(
             session, call, received=received, disconnected=_disconnect_waiter(request)
         )
@@ -303,7 +338,7 @@ class ProxyApp:
         received = time.time()
         session = self._session(request)
         body = await read_json(request, self.max_body_bytes)
-        call = openai_responses.parse_request(body)
+        call = _parsed(openai_responses.parse_request, body)
         run = self.core.run_call(
             session, call, received=received, disconnected=_disconnect_waiter(request)
         )
@@ -323,7 +358,7 @@ class ProxyApp:
     async def _count_tokens(self, request: Request) -> Response:
         session = self._session(request)
         body = await read_json(request, self.max_body_bytes)
-        call = anthropic_messages.parse_count_tokens(body)
+        call = _parsed(anthropic_messages.parse_count_tokens, body)
         build = self.core.build_prompt(session, call)
         return JSONResponse({"input_tokens": len(build.ids)})
 

@@ -182,6 +182,8 @@ class ProxyCore:
             top_p = 1.0 if call.top_p is None else call.top_p
             top_k = -1 if call.top_k is None else call.top_k
             mode = "eval"
+        if top_k >= self.backend.vocab_size:
+            top_k = -1  # the whole vocabulary: the same distribution as no top-k
         params = SamplingParams(
             max_tokens=min(caps),
             temperature=float(temperature),

@@ -22,8 +22,11 @@ from clawrl.proxy.errors import ProxyRequestError, UnsupportedParameterError
 from clawrl.proxy.validation import (
     opt_bool,
     opt_int,
+    opt_kind,
     opt_number,
+    opt_seed,
     opt_str,
+    opt_top_k,
     req_list,
     req_obj,
     req_str,
@@ -49,7 +52,7 @@ def _text(content: Any, param: str) -> str:
             out.append(part)
             continue
         part = req_obj(part, p)
-        kind = part.get("type")
+        kind = opt_kind(part.get("type"), p + ".type")
         if kind == "text":
             out.append(req_str(part.get("text"), p + ".text"))
         elif kind in ("image_url", "input_audio", "file", "image", "input_image"):
@@ -64,7 +67,7 @@ def _text(content: Any, param: str) -> str:
 def _message(m: Any, i: int) -> dict[str, Any]:
     p = f"messages[{i}]"
     m = req_obj(m, p)
-    role = m.get("role")
+    role = opt_kind(m.get("role"), p + ".role")
     if role not in _ROLES:
         if role == "function":
             raise UnsupportedParameterError(
@@ -115,7 +118,7 @@ def _tools(v: Any) -> list[dict[str, Any]] | None:
     for i, t in enumerate(req_list(v, "tools")):
         p = f"tools[{i}]"
         t = req_obj(t, p)
-        if t.get("type", "function") != "function":
+        if opt_kind(t.get("type"), p + ".type") not in (None, "function"):
             continue  # custom / built-in tool types: nothing the template can render
         fn = req_obj(t.get("function"), p + ".function")
         name = req_str(fn.get("name"), p + ".function.name")
@@ -176,8 +179,8 @@ def parse_request(body: Any) -> tuple[ChatCall, bool]:
         max_tokens=max_tokens,
         temperature=opt_number(body.get("temperature"), "temperature", minimum=0, maximum=2),
         top_p=opt_number(body.get("top_p"), "top_p", minimum=0, maximum=1),
-        top_k=opt_int(body.get("top_k"), "top_k", minimum=-1),
-        seed=opt_int(body.get("seed"), "seed"),
+        top_k=opt_top_k(body.get("top_k")),
+        seed=opt_seed(body.get("seed")),
         stream=stream,
         body=body,
     )

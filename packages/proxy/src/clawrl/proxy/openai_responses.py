@@ -51,8 +51,11 @@ from clawrl.proxy.errors import ProxyError, ProxyRequestError, UnsupportedParame
 from clawrl.proxy.validation import (
     opt_bool,
     opt_int,
+    opt_kind,
     opt_number,
+    opt_seed,
     opt_str,
+    opt_top_k,
     req_list,
     req_obj,
     req_str,
@@ -118,7 +121,7 @@ def _text(content: Any, param: str) -> str:
     for i, part in enumerate(req_list(content, param)):
         p = f"{param}[{i}]"
         part = req_obj(part, p)
-        kind = part.get("type")
+        kind = opt_kind(part.get("type"), p + ".type")
         if kind in _TEXT_PARTS:
             out.append(req_str(part.get("text"), p + ".text"))
         elif kind == "refusal":
@@ -168,9 +171,11 @@ def _convert_input(items: list[Any]) -> list[dict[str, Any]]:
     for i, item in enumerate(items):
         p = f"input[{i}]"
         item = req_obj(item, p)
-        kind = item.get("type", "message" if "role" in item else None)
+        kind = opt_kind(item.get("type"), p + ".type")
+        if kind is None and "role" in item:
+            kind = "message"
         if kind == "message":
-            role = item.get("role")
+            role = opt_kind(item.get("role"), p + ".role")
             if role not in ("system", "developer", "user", "assistant"):
                 raise ProxyRequestError(
                     f"{p}.role must be system, developer, user or assistant", param=p + ".role"
@@ -290,8 +295,8 @@ def parse_request(body: Any) -> ChatCall:
         max_tokens=opt_int(body.get("max_output_tokens"), "max_output_tokens", minimum=1),
         temperature=opt_number(body.get("temperature"), "temperature", minimum=0, maximum=2),
         top_p=top_p,
-        top_k=opt_int(body.get("top_k"), "top_k", minimum=-1),
-        seed=opt_int(body.get("seed"), "seed"),
+        top_k=opt_top_k(body.get("top_k")),
+        seed=opt_seed(body.get("seed")),
         stream=bool(opt_bool(body.get("stream"), "stream")),
         body=body,
     )

@@ -203,8 +203,19 @@ class ChatRenderer:
                     eos_token=self.turn_end_text,
                 )
             )
-        except (jinja2.exceptions.TemplateError, TypeError, ValueError, KeyError) as e:
-            raise ProxyRequestError(f"the conversation cannot be rendered: {e}") from e
+        except (
+            jinja2.exceptions.TemplateError,
+            TypeError,
+            ValueError,
+            KeyError,
+            AttributeError,
+            IndexError,
+            RecursionError,
+        ) as e:
+            # the template is trusted; what it fails on is the client's conversation
+            raise ProxyRequestError(
+                f"the conversation cannot be rendered: {type(e).__name__}: {e}"
+            ) from e
 
     def segments(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None

@@ -39,6 +39,22 @@ __all__ = ["CallOutcome", "ChatCall", "ClientDisconnected", "ProxyCore", "Traini
 log = logging.getLogger("clawrl.proxy")
 
 
+def _text_chars(value: Any) -> int:
+    """Characters in the strings (and object keys) of a JSON-like value."""
+    n = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            n += len(v)
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+    return n
+
+
 class ClientDisconnected(Exception):
     """The client went away before its answer was ready; the call was recorded as aborted."""
 
@@ -149,8 +165,33 @@ class ProxyCore:
     # -- prompts ----------------------------------------------------------------------------
 
     def build_prompt(self, session: Session | None, call: ChatCall) -> PromptBuild:
+        """The prompt ids of ``call``.
+
+        Before anything is tokenized, the characters of the client's strings are counted:
+        more than ``max_context * renderer.max_chars_per_token`` cannot fit in the context
+        and are refused at once, so a huge message costs one pass over its text, not a
+        tokenization that would hold the event loop (and every other session) for seconds.
+        Tokenizing also stops as soon as the prompt leaves no room for a completion token.
+
+        Raises:
+            ContextLengthExceededError: the prompt cannot fit in the context window.
+            ProxyRequestError: the template cannot render the conversation.
+        """
+        limit = self.backend.max_context
+        chars = _text_chars([call.messages, call.tools])
+        if chars > limit * self.renderer.max_chars_per_token:
+            raise ContextLengthExceededError(
+                f"the request holds {chars} characters of text, more than a context window of "
+                f"{limit} tokens can take (at most {self.renderer.max_chars_per_token} "
+                "characters per token)",
+                param="messages",
+            )
         return build_prompt(
-            self.renderer, call.messages, call.tools, session.memory if session else None
+            self.renderer,
+            call.messages,
+            call.tools,
+            session.memory if session else None,
+            max_tokens=limit - 1,
         )
 
     def sampling_for(

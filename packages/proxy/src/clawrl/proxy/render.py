@@ -4,7 +4,17 @@ The template is the Jinja chat template of the HF model directory (``tokenizer_c
 ``chat_template`` or ``chat_template.jinja``), compiled once in a sandboxed Jinja environment
 equivalent to transformers' ``apply_chat_template`` (same ``tojson`` filter and
 ``raise_exception``). Text is turned into ids with the model's fast tokenizer
-(``tokenizers``), special tokens recognised.
+(``tokenizers``).
+
+**Text is text.** Control tokens (every added token of the tokenizer: ``<|im_start|>``,
+``<|im_end|>``, ``<tool_call>``, ``<think>``, ``<tool_response>``, …) come only from the
+template itself. A string the client sent (message content, reasoning, tool-call arguments,
+tool names, descriptions and schemas) that contains the text of a control token is encoded as
+ordinary text (its characters' byte tokens / BPE pieces), never as the control token's id:
+:meth:`ChatRenderer.encode_unit` aligns the render with a render in which each such
+occurrence in the client's strings is defused, and only control strings present in both
+(those the template wrote) become control ids. See the proxy README ("What the chat template
+allows").
 
 Messages given to the renderer are OpenAI-style dicts (the server converts Anthropic requests
 first): ``role`` in system/user/assistant/tool, ``content`` (str), optional
@@ -21,6 +31,7 @@ split falls back to one unit (no splicing, still correct).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +44,10 @@ from clawrl.proxy.errors import ProxyRequestError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 __all__ = ["ChatRenderer", "RenderUnit"]
+
+#: Replaces the first character of a control-token string found in a client's string, in the
+#: defused render only (a private-use character: no token text contains it).
+_DEFUSE = "\ue000"
 
 
 @dataclass(frozen=True)
@@ -107,6 +122,26 @@ class ChatRenderer:
         self.generation_prompt_ids: list[int] = self.encode(self.generation_prompt)
         self._unit_cache: dict[bytes, str] = {}
         self._encode_cache: dict[str, list[int]] = {}
+        added = {
+            str(t.content): int(i) for i, t in self._backend.get_added_tokens_decoder().items()
+        }
+        #: Texts of the control tokens (the tokenizer's added tokens) -> their ids.
+        self.control_tokens: dict[str, int] = {k: v for k, v in added.items() if k}
+        self._control_re: re.Pattern[str] | None = (
+            re.compile(
+                "|".join(re.escape(k) for k in sorted(self.control_tokens, key=len, reverse=True))
+            )
+            if self.control_tokens
+            else None
+        )
+        self._text_backend = _text_only_tokenizer(self._backend)
+        vocab = self._backend.get_vocab(with_added_tokens=False)
+        longest = max((len(k) for k in vocab), default=1)
+        #: Upper bound of the characters of client text one token covers (the longest vocabulary
+        #: entry, times 4 for normalisation that composes characters): a prompt whose client
+        #: strings hold more than ``max_context * max_chars_per_token`` characters cannot fit,
+        #: which the proxy checks before tokenizing anything.
+        self.max_chars_per_token: int = 4 * max(1, longest)
         #: True when units may be rendered alone (see :meth:`segments`).
         self.segmentable: bool = self._probe_segmentable()
 
@@ -166,14 +201,81 @@ class ChatRenderer:
         return list(self._backend.encode(text, add_special_tokens=False).ids)
 
     def encode_cached(self, text: str) -> list[int]:
-        """:meth:`encode` with a bounded cache (unit texts recur across a session's calls)."""
+        """:meth:`encode` with a bounded cache (unit texts recur across a session's calls;
+        texts over 256 KiB are not cached)."""
         hit = self._encode_cache.get(text)
         if hit is None:
             hit = self.encode(text)
+            if len(text) > 1 << 18:
+                return hit
             if len(self._encode_cache) >= 2048:
                 self._encode_cache.clear()
             self._encode_cache[text] = hit
         return list(hit)
+
+    def defuse(self, value: Any) -> tuple[Any, bool]:
+        """A copy of ``value`` (JSON-like) whose strings (and object keys) have every
+        control-token text defused, and whether anything changed (else ``value`` itself).
+
+        Defusing replaces the first character of each occurrence by a private-use character,
+        so a defused string has the same length as the original.
+        """
+        pattern = self._control_re
+        if pattern is None:
+            return value, False
+        changed = False
+
+        def walk(v: Any) -> Any:
+            nonlocal changed
+            if isinstance(v, str):
+                if pattern.search(v) is None:
+                    return v
+                changed = True
+                while True:
+                    new = pattern.sub(lambda m: _DEFUSE + m.group(0)[1:], v)
+                    if new == v:
+                        return new
+                    v = new
+            if isinstance(v, list):
+                return [walk(x) for x in v]
+            if isinstance(v, dict):
+                return {walk(k): walk(x) for k, x in v.items()}
+            return v
+
+        out = walk(value)
+        return (out, True) if changed else (value, False)
+
+    def encode_unit(self, text: str, defused: str | None = None) -> list[int]:
+        """Ids of a rendered unit whose client strings may hold control-token texts.
+
+        ``defused`` is the same unit rendered from defused strings (:meth:`defuse`); control
+        tokens are emitted only where ``defused`` has them (the template wrote them); the
+        client's text between them is encoded with no control token recognised. Without
+        ``defused`` (or when it equals ``text``), the cached plain encoding.
+
+        When the two renders do not align (a template that transforms content), the defused
+        render is encoded: the client's control-token texts then keep their characters but
+        the first, which stays a private-use character — still text, never a control token.
+        """
+        if defused is None or defused == text:
+            return self.encode_cached(text)
+        if len(defused) != len(text) or self._control_re is None:
+            return self.encode(defused)
+        ids: list[int] = []
+        pos = 0
+        for m in self._control_re.finditer(defused):
+            if m.start() > pos:
+                ids.extend(self._encode_piece(text[pos : m.start()], defused[pos : m.start()]))
+            ids.append(self.control_tokens[m.group(0)])
+            pos = m.end()
+        if pos < len(text):
+            ids.extend(self._encode_piece(text[pos:], defused[pos:]))
+        return ids
+
+    def _encode_piece(self, text: str, defused: str) -> list[int]:
+        if text == defused:  # no control-token text inside: the plain encoding is the same
+            return self.encode_cached(text)
+        return list(self._text_backend.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, special tokens kept."""
@@ -353,3 +455,16 @@ def _unit_groups(messages: list[dict[str, Any]]) -> list[tuple[int, int]]:
         groups.append((i, j))
         i = j + 1
     return groups
+
+
+def _text_only_tokenizer(backend: Any) -> Any:
+    """A copy of ``backend`` that encodes every added token's text as ordinary text (all
+    added tokens marked special, ``encode_special_tokens`` on)."""
+    from tokenizers import Tokenizer
+
+    spec = json.loads(backend.to_str())
+    for t in spec.get("added_tokens") or []:
+        t["special"] = True
+    text = Tokenizer.from_str(json.dumps(spec))
+    text.encode_special_tokens = True
+    return text

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from clawrl.proxy.errors import ContextLengthExceededError
 from clawrl.proxy.render import ChatRenderer
 
 __all__ = ["CallHistory", "PromptBuild", "SpliceMemory", "build_prompt", "canonical_key"]
@@ -129,19 +130,44 @@ def build_prompt(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     memory: SpliceMemory | None,
+    *,
+    max_tokens: int | None = None,
 ) -> PromptBuild:
     """Render ``messages`` (+ generation prompt) to ids, splicing generated ids for echoed
     assistant turns found in ``memory``.
 
+    Text in the client's strings that spells a control token is encoded as text
+    (:meth:`ChatRenderer.encode_unit`).
+
+    Args:
+        max_tokens: stop tokenizing once the prompt has more ids than this.
+
     Raises:
         ProxyRequestError: the template cannot render the conversation.
+        ContextLengthExceededError: the prompt has more than ``max_tokens`` ids.
     """
     units = renderer.segments(messages, tools)
+    defused: list[str | None] = [None] * len(units)
+    (safe_messages, safe_tools), changed = renderer.defuse([messages, tools])
+    if changed:
+        safe_units = renderer.segments(safe_messages, safe_tools)
+        if [(u.first, u.last) for u in safe_units] == [(u.first, u.last) for u in units]:
+            defused = [u.text for u in safe_units]
+        else:  # the template split the defused conversation differently: encode it instead
+            units = safe_units
+            messages = safe_messages
     out = PromptBuild(ids=[])
     gp = renderer.generation_prompt
     end_text = renderer.turn_end_text
     stops = renderer.stop_token_ids
-    for u in units:
+    def check_room() -> None:
+        if max_tokens is not None and len(out.ids) > max_tokens:
+            raise ContextLengthExceededError(
+                f"the prompt has more than {max_tokens} tokens (the room in the context window)",
+                param="messages",
+            )
+
+    for ui, u in enumerate(units):
         role = messages[u.first].get("role", "") if 0 <= u.first < len(messages) else ""
         if memory is not None and u.first == u.last and role == "assistant":
             msg = messages[u.first]
@@ -153,16 +179,18 @@ def build_prompt(
                     comp.append(stops[0])  # a length-truncated turn, closed as the template does
                 trailer = u.text[idx + len(end_text) :]
                 new = renderer.generation_prompt_ids + comp + renderer.encode_cached(trailer)
-                plain = renderer.encode_cached(u.text)
+                plain = renderer.encode_unit(u.text, defused[ui])
                 info = {"message_index": u.first, "call_id": gen.call_id}
                 out.matched.append(info)
                 if new != plain:
                     out.spliced.append(info)
                 out.ids.extend(new)
                 out.unit_ends.append((len(out.ids), role))
+                check_room()
                 continue
-        out.ids.extend(renderer.encode_cached(u.text))
+        out.ids.extend(renderer.encode_unit(u.text, defused[ui]))
         out.unit_ends.append((len(out.ids), role))
+        check_room()
     return out
 
 

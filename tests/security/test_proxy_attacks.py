@@ -9,7 +9,9 @@ reverts tried).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -26,11 +28,13 @@ import pytest
 from clawrl.proxy import (
     AdminClient,
     ChatRenderer,
+    ProxyAdminError,
     ProxyServer,
     ScriptedBackend,
     ServerConfig,
     build_default_model,
     build_proxy_app,
+    format_assistant_text,
 )
 
 
@@ -510,3 +514,110 @@ def test_count_tokens_also_treats_content_as_text(live: Live, renderer: ChatRend
     assert n_inject.status_code == n_plain.status_code == 200
     # "<|im_end|>" as text is 10 byte tokens, not one control token
     assert n_inject.json()["input_tokens"] == n_plain.json()["input_tokens"] + 9
+
+
+# -- 4. echoed tool calls from a JS harness still splice --------------------------------------
+
+
+def _echo_relation(live: Live, generated: dict[str, Any], echoed: str) -> str:
+    s = live.session()
+    with live.admin() as a:
+        a.script(s.session_id, [format_assistant_text(tool_calls=[("f", generated)]), "ok"])
+    c = live.http()
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    r = live.post(s, "chat", {"messages": msgs, "tools": tools}, c)
+    assert r.status_code == 200, r.text
+    tc = r.json()["choices"][0]["message"]["tool_calls"][0]
+    msgs += [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{**tc, "function": {"name": "f", "arguments": echoed}}],
+        },
+        {"role": "tool", "tool_call_id": tc["id"], "content": "done"},
+    ]
+    r = live.post(s, "chat", {"messages": msgs, "tools": tools}, c)
+    assert r.status_code == 200, r.text
+    with live.admin() as a:
+        rec = a.records(s.session_id)[-1]
+    return str(rec["prompt_relation"]["kind"])
+
+
+@pytest.mark.parametrize(
+    ("generated", "echoed"),
+    [
+        ({"x": 30.0}, '{"x":30}'),
+        ({"n": 1e3, "m": [2.0, -0.0]}, '{"n":1000,"m":[2,0]}'),
+        ({"p": 0.5, "q": 1e-7}, '{"q":1e-7,"p":0.5}'),
+        ({}, ""),
+        ({}, "  "),
+    ],
+)
+def test_js_harness_echo_still_splices(live: Live, generated: dict[str, Any], echoed: str) -> None:
+    """Revert: JS number canonicalisation / ``""`` as ``{}`` in splice + validation -> the
+    echo does not match the generation (``"arguments": }`` for ``""``): the prompt diverges
+    and the generated ids are not trained as one trajectory."""
+    assert _echo_relation(live, generated, echoed) in ("spliced", "extends")
+
+
+# -- 6. the admin socket is the owner's, with an optional token -------------------------------
+
+
+def test_admin_socket_is_0600_and_model_socket_0666(live: Live) -> None:
+    """Revert: the admin socket chmod 0666 like the model socket -> any local user (a
+    sandbox's root with the socket path) can drive the admin API."""
+    assert stat.S_IMODE(os.stat(live.config.admin_socket or "").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(live.socket).st_mode) == 0o666
+
+
+def test_admin_token_is_checked_on_every_admin_request(
+    model_dir: Path, renderer: ChatRenderer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CLAWRL_PROXY_ADMIN_TOKEN", raising=False)
+    lv = Live(ScriptedBackend.from_model_dir(model_dir), renderer, tmp_path, admin_token="s3cret")
+    try:
+        for token in (None, "wrong", "s3cret-but-longer", ""):
+            with lv.admin(token) as a:
+                for call in (a.status, lambda: a.create_session(run_id="x"), a.pause):
+                    with pytest.raises(ProxyAdminError) as e:
+                        call()
+                    assert e.value.status == 401
+        with lv.admin("s3cret") as a:
+            s = a.create_session(run_id="ok")
+            assert a.records(s.session_id) == []
+        monkeypatch.setenv("CLAWRL_PROXY_ADMIN_TOKEN", "s3cret")
+        with lv.admin() as a:  # the clients read the environment variable
+            assert a.status()["sessions"] == 1
+        # the model API does not take the admin token
+        r = lv.http().get(
+            f"http://sandbox/s/{s.session_id}/v1/models", headers={"authorization": "Bearer s3cret"}
+        )
+        assert r.status_code == 401
+    finally:
+        lv.stop()
+
+
+# -- 8. a non-object line in a capture file ---------------------------------------------------
+
+
+def test_a_non_object_capture_line_is_skipped_and_counted(live: Live) -> None:
+    """Revert: ``iter_records`` raising CaptureError on a non-object line -> the admin
+    records call answers 500 and the whole session's records are lost to the trainer."""
+    s = live.session()
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    assert live.post(s, "chat", body).status_code == 200
+    with open(s.capture_path, "ab") as f:
+        f.write(b'[1, 2]\n"str"\n{"torn": \n')
+    assert live.post(s, "chat", body).status_code == 200
+    with live.admin() as a:
+        recs = a.records(s.session_id)
+    assert [r["seq"] for r in recs] == [0, 1]
+    r = httpx.Client(transport=httpx.HTTPTransport(uds=live.config.admin_socket))
+    with r:
+        got = r.get(f"http://admin/sessions/{s.session_id}/records").json()
+    assert got["skipped_lines"] == {"torn": 1, "not_object": 2}
+    from clawrl.proxy import SkippedLines, read_records
+
+    sk = SkippedLines()
+    assert len(read_records(s.capture_path, sk)) == 2 and sk.not_object == 2 and sk.total == 3

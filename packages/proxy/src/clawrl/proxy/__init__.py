@@ -12,7 +12,13 @@ from clawrl.proxy.backends.base import (
 from clawrl.proxy.backends.null import NullBackend
 from clawrl.proxy.backends.scripted import ScriptedBackend, ScriptedCompletion
 from clawrl.proxy.backends.sglang import SGLangBackend
-from clawrl.proxy.capture import CaptureWriter, iter_records, read_records, session_capture_path
+from clawrl.proxy.capture import (
+    CaptureWriter,
+    SkippedLines,
+    iter_records,
+    read_records,
+    session_capture_path,
+)
 from clawrl.proxy.client import AdminClient, AsyncAdminClient, SessionInfo
 from clawrl.proxy.core import ChatCall, ProxyCore, TrainingSampling
 from clawrl.proxy.errors import (
@@ -90,6 +96,7 @@ __all__ = [
     "SessionInfo",
     "SessionManager",
     "SessionNotFoundError",
+    "SkippedLines",
     "TokenDelta",
     "TrainingSampling",
     "UnsupportedParameterError",

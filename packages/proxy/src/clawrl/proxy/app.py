@@ -18,7 +18,8 @@ needs the session's key, as ``Authorization: Bearer <key>`` or ``x-api-key: <key
     GET    /sessions                  all sessions
     GET    /sessions/{sid}            one session
     POST   /sessions/{sid}/close      close it (its key stops working)
-    GET    /sessions/{sid}/records    its call records ({"records": [...]})
+    GET    /sessions/{sid}/records    its call records ({"records": [...], "skipped_lines":
+                                      {"torn": n, "not_object": n}})
     POST   /sessions/{sid}/script     queue completions ({"completions": [{"text"}|{"ids"}]});
                                       scripted backend only
     POST   /pause, /resume            hold / release new generations
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -41,6 +43,7 @@ from typing import Any
 
 import orjson
 from clawrl.proxy import anthropic_messages, openai_chat, openai_responses
+from clawrl.proxy.capture import SkippedLines
 from clawrl.proxy.core import CallOutcome, ClientDisconnected, ProxyCore, TrainingSampling
 from clawrl.proxy.errors import (
     AuthenticationError,
@@ -369,7 +372,9 @@ class ProxyApp:
             async def checked(request: Request) -> Response:
                 if self.admin_token is not None:
                     key = _api_key(request)
-                    if key is None or key != self.admin_token:
+                    if key is None or not hmac.compare_digest(
+                        key.encode(), self.admin_token.encode()
+                    ):
                         raise AuthenticationError("invalid admin token")
                 return await fn(request)
 
@@ -454,7 +459,14 @@ class ProxyApp:
 
     async def _records(self, request: Request) -> Response:
         session = self.core.sessions.get(request.path_params["sid"])
-        return JSONResponse({"records": session.read_records()})
+        skipped = SkippedLines()
+        records = session.read_records(skipped)
+        return JSONResponse(
+            {
+                "records": records,
+                "skipped_lines": {"torn": skipped.torn, "not_object": skipped.not_object},
+            }
+        )
 
     async def _script(self, request: Request) -> Response:
         from clawrl.proxy.backends.scripted import ScriptedBackend, ScriptedCompletion

@@ -5,20 +5,49 @@ Layout: ``<capture_dir>/<run_id>/<session_id>.jsonl``. Each record is written wi
 the call is answered, and survives the proxy process being killed); lines are never
 rewritten. A crash in the middle of a write can leave a *torn* last line (no trailing
 newline, or not valid JSON): :func:`read_records` skips it, and a writer reopening such a file
-first terminates the torn line so that later records stay intact.
+first terminates the torn line so that later records stay intact. A line that is valid JSON
+but not an object (nothing this module writes) is skipped the same way; the skips are counted
+in a :class:`SkippedLines` passed by the caller, and each non-object line is logged as a
+warning.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 from clawrl.proxy.errors import CaptureError
 
-__all__ = ["CaptureWriter", "iter_records", "read_records", "session_capture_path"]
+__all__ = [
+    "CaptureWriter",
+    "SkippedLines",
+    "iter_records",
+    "read_records",
+    "session_capture_path",
+]
+
+log = logging.getLogger("clawrl.proxy")
+
+
+@dataclass
+class SkippedLines:
+    """Lines of a capture file that :func:`iter_records` skipped.
+
+    ``torn``: not valid JSON (a torn write, terminated or not); ``not_object``: valid JSON
+    that is not an object.
+    """
+
+    torn: int = 0
+    not_object: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.torn + self.not_object
 
 
 def session_capture_path(capture_dir: str | Path, run_id: str, session_id: str) -> Path:
@@ -60,31 +89,45 @@ class CaptureWriter:
             self._fd = None
 
 
-def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
+def iter_records(
+    path: str | Path, skipped: SkippedLines | None = None
+) -> Iterator[dict[str, Any]]:
     """Yield the records of a capture file in file order.
 
     A last line without its newline, or one that is not valid JSON, is a torn write and is
-    skipped; so is an invalid line terminated by a later writer (it was torn before).
+    skipped; so is an invalid line terminated by a later writer (it was torn before), and a
+    line that is valid JSON but not an object (logged as a warning). Skips are counted in
+    ``skipped`` when given.
 
     Raises:
-        CaptureError: a line that is valid JSON but not an object.
         FileNotFoundError: no such file.
     """
     data = Path(path).read_bytes()
     lines = data.split(b"\n")
-    # the piece after the last newline is a torn write (or empty)
-    for line in lines[:-1]:
+    if skipped is not None and lines[-1].strip():
+        skipped.torn += 1  # the piece after the last newline is a torn write (or empty)
+    for i, line in enumerate(lines[:-1]):
         if not line.strip():
             continue
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
-            continue  # torn by a crash, then terminated by a restarted writer
+            if skipped is not None:
+                skipped.torn += 1  # torn by a crash, then terminated by a restarted writer
+            continue
         if not isinstance(obj, dict):
-            raise CaptureError(f"{path}: a line is not a JSON object")
+            log.warning("%s: line %d is valid JSON but not an object; skipped", path, i + 1)
+            if skipped is not None:
+                skipped.not_object += 1
+            continue
         yield obj
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """All complete records of a capture file (see :func:`iter_records`)."""
-    return list(iter_records(path))
+def read_records(path: str | Path, skipped: SkippedLines | None = None) -> list[dict[str, Any]]:
+    """All complete records of a capture file (see :func:`iter_records`; skipped lines are
+    counted in ``skipped`` when given).
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    return list(iter_records(path, skipped))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,7 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--admin-socket", help="unix socket of the admin API")
     s.add_argument("--admin-port", type=int, help="TCP port of the admin API")
-    s.add_argument("--admin-token", help="bearer token required by the admin API")
+    s.add_argument(
+        "--admin-token",
+        default=os.environ.get("CLAWRL_PROXY_ADMIN_TOKEN") or None,
+        help="bearer token required by the admin API (default: $CLAWRL_PROXY_ADMIN_TOKEN)",
+    )
     s.add_argument("--capture-dir", help="root of the call-record files")
     s.add_argument("--public-base-url", help="base URL harnesses use (default: forwarder address)")
     s.add_argument("--served-model-name", default="clawrl")

@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,11 +47,18 @@ class SessionInfo:
         )
 
 
+#: Environment variable holding the admin token (read by ``proxy serve`` and by the clients
+#: when they are given no token).
+ADMIN_TOKEN_ENV = "CLAWRL_PROXY_ADMIN_TOKEN"
+
+
 def _transport_args(
     socket: str | None, base_url: str | None, token: str | None, timeout: float
 ) -> dict[str, Any]:
     if (socket is None) == (base_url is None):
         raise ValueError("give exactly one of socket or base_url")
+    if token is None:
+        token = os.environ.get(ADMIN_TOKEN_ENV) or None
     headers = {"authorization": f"Bearer {token}"} if token else {}
     return {
         "base_url": base_url or "http://proxy-admin",
@@ -127,8 +135,12 @@ class AdminClient:
     Args:
         socket: path of the admin unix socket, or
         base_url: ``http://host:port`` of the admin TCP listener.
-        token: admin bearer token, if the proxy requires one.
+        token: admin bearer token, if the proxy requires one (default: the environment
+            variable ``CLAWRL_PROXY_ADMIN_TOKEN``, if set).
         timeout: seconds per call (loading weights may take long).
+
+    Raises:
+        ValueError: not exactly one of ``socket`` and ``base_url``.
 
     Every method raises :class:`ProxyAdminError` (with ``status``) when the proxy refuses,
     and with ``status`` 0 (code ``admin_unreachable``) when it cannot be reached or drops

@@ -34,7 +34,12 @@ class ServerConfig:
     """Where the proxy listens and what it records.
 
     ``socket``/``port``: model API (at least one); ``admin_socket``/``admin_port``: admin API
-    (at least one). ``public_base_url`` defaults to the in-sandbox forwarder address
+    (at least one). The model socket is created mode 0666 (sandboxes run as other users), the
+    admin socket mode 0600 (only the proxy's owner). ``admin_token``: when set, every admin
+    request needs ``Authorization: Bearer <token>`` (401 otherwise); the CLI reads it from
+    ``--admin-token`` or the environment variable ``CLAWRL_PROXY_ADMIN_TOKEN``, and
+    :class:`~clawrl.proxy.AdminClient` sends the same variable when given no token.
+    ``public_base_url`` defaults to the in-sandbox forwarder address
     ``http://127.0.0.1:8000`` when serving on a socket only, else ``http://<host>:<port>``.
     """
 
@@ -80,14 +85,14 @@ def build_proxy_app(
     )
 
 
-def _unix_socket(path: str) -> socket.socket:
+def _unix_socket(path: str, mode: int) -> socket.socket:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         p.unlink()
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(str(p))
-    os.chmod(p, 0o666)  # sandboxes run as other users
+    os.chmod(p, mode)
     s.listen(2048)
     s.setblocking(False)
     return s
@@ -132,11 +137,11 @@ class ProxyServer:
         model_socks: list[socket.socket] = []
         admin_socks: list[socket.socket] = []
         if cfg.socket:
-            model_socks.append(_unix_socket(cfg.socket))
+            model_socks.append(_unix_socket(cfg.socket, 0o666))  # sandboxes run as other users
         if cfg.port is not None:
             model_socks.append(_tcp_socket(cfg.host, cfg.port))
         if cfg.admin_socket:
-            admin_socks.append(_unix_socket(cfg.admin_socket))
+            admin_socks.append(_unix_socket(cfg.admin_socket, 0o600))  # the proxy's owner only
         if cfg.admin_port is not None:
             admin_socks.append(_tcp_socket(cfg.host, cfg.admin_port))
         try:

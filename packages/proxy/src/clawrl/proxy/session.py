@@ -10,7 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clawrl.proxy.capture import CaptureWriter, read_records, session_capture_path
+from clawrl.proxy.capture import (
+    CaptureWriter,
+    SkippedLines,
+    read_records,
+    session_capture_path,
+)
 from clawrl.proxy.errors import AuthenticationError, SessionClosedError, SessionNotFoundError
 from clawrl.proxy.splice import CallHistory, SpliceMemory
 
@@ -60,9 +65,12 @@ class Session:
         else:
             self.records.append(record)
 
-    def read_records(self) -> list[dict[str, Any]]:
+    def read_records(self, skipped: SkippedLines | None = None) -> list[dict[str, Any]]:
+        """The session's records (skipped capture lines counted in ``skipped``)."""
         if self.capture_path is not None:
-            return read_records(self.capture_path) if self.capture_path.exists() else []
+            if not self.capture_path.exists():
+                return []
+            return read_records(self.capture_path, skipped)
         return list(self.records)
 
     def describe(self) -> dict[str, Any]:

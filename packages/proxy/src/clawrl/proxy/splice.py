@@ -4,7 +4,10 @@ relation of a prompt to the session's earlier calls.
 Matching an echoed assistant message to an earlier generation uses a *canonical key*:
 reasoning and content stripped of surrounding whitespace, and tool calls as (name, arguments
 JSON with sorted keys and no spacing) — tool-call ids are ignored (harnesses rewrite them) and
-argument JSON is compared after parsing (harnesses re-serialise it). A harness that dropped or
+argument JSON is compared after parsing (harnesses re-serialise it), with numbers
+canonicalised the way JavaScript's ``JSON.stringify`` writes them (``30.0`` and ``30``,
+``1e3`` and ``1000`` are equal) and ``""`` / null arguments equal to ``{}`` (a JS harness
+echoes a call without arguments as ``"arguments": ""``). A harness that dropped or
 changed part of the turn (e.g. its reasoning) produces a different key: the turn is then
 rendered by the template and the prompt *diverges* from the earlier call, which the prefix
 tree turns into a branch.
@@ -35,14 +38,47 @@ from clawrl.proxy.render import ChatRenderer
 __all__ = ["CallHistory", "PromptBuild", "SpliceMemory", "build_prompt", "canonical_key"]
 
 
+def js_number(x: int | float) -> int | float:
+    """A JSON number as JavaScript's ``JSON.stringify`` writes it back after parsing: a double,
+    written without a fraction when integral (``30.0`` -> ``30``, ``1e3`` -> ``1000``), so
+    ``30`` and ``30.0`` and ``3e1`` are one value. Integers beyond a double's range are kept."""
+    try:
+        f = float(x)
+    except OverflowError:
+        return x
+    if f != f or f in (float("inf"), float("-inf")):
+        return x
+    if f.is_integer() and abs(f) < 1e21:  # JS switches to exponent notation at 1e21
+        return int(f)
+    return f
+
+
+def _canonical_json(v: Any) -> Any:
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int | float):
+        return js_number(v)
+    if isinstance(v, list):
+        return [_canonical_json(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _canonical_json(x) for k, x in v.items()}
+    return v
+
+
 def _canonical_args(args: Any) -> Any:
+    """Tool-call arguments compared by value: parsed from a JSON string, numbers as JS writes
+    them (:func:`js_number`), ``None`` and a blank string as ``{}``."""
+    if args is None:
+        return {}
     if isinstance(args, str):
+        if not args.strip():
+            return {}
         try:
             parsed = json.loads(args)
         except (ValueError, RecursionError):
             return ["raw", args.strip()]
-        return parsed
-    return args
+        return _canonical_json(parsed)
+    return _canonical_json(args)
 
 
 def canonical_key(

@@ -192,7 +192,8 @@ def opt_number(
 
 def tool_call_arguments(v: Any, param: str) -> Any:
     """Echoed tool-call arguments for the chat template: the dict when ``v`` is (or is a JSON
-    string holding) an object, ``{}`` for None, else the string as sent (rendered verbatim).
+    string holding) an object, ``{}`` for None or an empty (blank) string — how JS harnesses
+    echo a call without arguments — else the string as sent (rendered verbatim).
 
     Raises:
         ProxyRequestError: ``v`` is neither a dict, None nor a string.
@@ -202,6 +203,8 @@ def tool_call_arguments(v: Any, param: str) -> Any:
     if v is None:
         return {}
     s = req_str(v, param)
+    if not s.strip():
+        return {}
     try:
         parsed = json.loads(s)
     except (ValueError, RecursionError):

@@ -63,7 +63,8 @@ def _run_all(
 
 @pytest.fixture(scope="module")
 def local_outcomes() -> dict[str, Outcome]:
-    local = LocalExecutor()
+    # oracles and untouched workspaces hold only task code: trusted on the host
+    local = LocalExecutor(trust_workspace_code=True)
     return _run_all(local, local, workers=4)
 
 
@@ -136,3 +137,43 @@ def test_every_task_file_is_tracked_by_git() -> None:
         check=True,
     ).stdout.split()
     assert [p for p in ignored if "__pycache__" not in p] == []
+
+
+# The seven tasks whose checker runs agent-written code (through the shared `run` helper).
+EXECUTES_WORKSPACE_CODE = {
+    "add_cli_flags",
+    "fix_js_cart",
+    "fix_median",
+    "implement_slugify",
+    "ini_parser",
+    "log_rotate_script",
+    "rename_function",
+}
+
+
+def _calls_agent_code(check_py: str) -> bool:
+    """Whether a checker calls the shared helpers `run` / `py` outside their definitions."""
+    body = check_py.split("\ndef frac(", 1)[1]  # the helpers are defined above `frac`
+    return "run(" in body or "py(" in body
+
+
+@pytest.mark.parametrize("task_id", IDS)
+def test_verifier_executes_workspace_code_is_declared(task_id: str) -> None:
+    """task.toml says whether the verifier runs workspace code, and it is right: a checker
+    that calls the agent-code helpers declares it (so host verification refuses it)."""
+    task = next(t for t in TASKS if t.id == task_id)
+    source = (task.verifier.files_dir / "check.py").read_text(encoding="utf-8")
+    assert _calls_agent_code(source) == (task_id in EXECUTES_WORKSPACE_CODE)
+    assert task.verifier_executes_workspace_code == (task_id in EXECUTES_WORKSPACE_CODE)
+
+
+def test_checkers_share_the_unprivileged_run_helper() -> None:
+    """Every checker carries the same `run` helper, and it drops to the unprivileged user."""
+    helpers = set()
+    for task in TASKS:
+        source = (task.verifier.files_dir / "check.py").read_text(encoding="utf-8")
+        start = source.index("#: uid = gid of the unprivileged user")
+        helpers.add(source[start : source.index("\ndef py(", start)])
+    assert len(helpers) == 1
+    (helper,) = helpers
+    assert "user=NOBODY" in helper and "group=NOBODY" in helper and "extra_groups=[]" in helper

@@ -17,6 +17,7 @@ from clawrl.bench import (
     ExecSpec,
     Executor,
     ExecutorError,
+    HostVerificationError,
     LocalExecutor,
     SandboxExecutor,
     Task,
@@ -34,15 +35,22 @@ requires_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="nee
 
 
 def make_task(
-    root: Path, check_py: str, *, verifier_s: int = 30, files: dict[str, str] | None = None
+    root: Path,
+    check_py: str,
+    *,
+    verifier_s: int = 30,
+    files: dict[str, str] | None = None,
+    executes: bool = False,
 ) -> Task:
-    """A minimal built-in task whose verifier is ``check_py``."""
+    """A minimal built-in task whose verifier is ``check_py`` (which executes workspace code
+    iff ``executes``)."""
     (root / "tests").mkdir(parents=True)
     (root / "tests" / "check.py").write_text(textwrap.dedent(check_py))
     for rel, content in (files or {}).items():
         (root / "tests" / rel).write_text(content)
     (root / "task.toml").write_text(
         'id = "t"\ninstruction = "x"\ncategory = "systems"\ndifficulty = "easy"\n'
+        f"verifier_executes_workspace_code = {str(executes).lower()}\n"
         f"[timeouts]\nverifier_s = {verifier_s}\n"
     )
     return load_task(root)
@@ -198,17 +206,82 @@ def test_crashing_verifier_is_error(tmp_path: Path) -> None:
     assert r.status is VerifierStatus.ERROR and "boom" in r.stderr and r.exit_code == 1
 
 
-def test_nonzero_exit_with_valid_reward_is_ok(tmp_path: Path) -> None:
-    check = """
-    import os, pathlib, sys
-    pathlib.Path(os.environ["CLAWRL_REWARD_DIR"], "reward.txt").write_text("0.5")
-    sys.exit(3)
+@pytest.mark.parametrize("code", ["sys.exit(3)", "os.kill(os.getpid(), signal.SIGKILL)"])
+def test_nonzero_exit_with_valid_reward_is_error(tmp_path: Path, code: str) -> None:
+    """A verifier that exits non-zero or is killed is never scored, whatever reward it wrote
+    (code it ran may have written the reward and then killed it)."""
+    check = f"""
+    import os, pathlib, signal, sys
+    pathlib.Path(os.environ["CLAWRL_REWARD_DIR"], "reward.txt").write_text("1.0")
+    {code}
     """
     t = make_task(tmp_path / "task", check)
     ws = tmp_path / "ws"
     ws.mkdir()
     r = verify(t, ws)
-    assert r.ok and r.reward == 0.5 and r.exit_code == 3
+    assert r.status is VerifierStatus.ERROR and r.reward == 0.0, r
+    assert r.exit_code in (3, -9) and "not trusted" in r.reason
+
+
+class ExitCodeExecutor:
+    """Test double: writes a valid reward, then reports the given exit code."""
+
+    def __init__(self, exit_code: int | None) -> None:
+        self.exit_code = exit_code
+
+    def run(self, spec: ExecSpec) -> ExecResult:
+        reward_dir = next(m.source for m in spec.mounts if m.target == "/logs/verifier")
+        (reward_dir / "reward.txt").write_text("1.0")
+        return ExecResult(exit_code=self.exit_code, stdout="1.0\n", stderr="", duration_s=0.0)
+
+
+@pytest.mark.parametrize("exit_code", [1, 137, -9, None])
+def test_executor_reported_failure_is_error(task: Task, workspace: Path, exit_code: int | None) -> None:
+    r = verify(task, workspace, ExitCodeExecutor(exit_code))
+    assert r.status is VerifierStatus.ERROR and r.reward == 0.0
+    assert verify(task, workspace, ExitCodeExecutor(0)).reward == 1.0
+
+
+def test_uncopyable_workspace_is_a_failed_result(task: Task, tmp_path: Path) -> None:
+    """A workspace copytree cannot copy (here: a path longer than PATH_MAX) is a failed
+    result with its reason, never an exception."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    fd = os.open(ws, os.O_RDONLY)
+    try:
+        for _ in range(40):  # 40 x 200 characters: 8000 > PATH_MAX, built with relative paths
+            name = "d" * 200
+            os.mkdir(name, dir_fd=fd)
+            new = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = new
+        os.close(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+    finally:
+        os.close(fd)
+    r = verify(task, ws, FakeRewardExecutor({"reward.txt": "1"}))
+    assert r.status is VerifierStatus.ERROR and r.reward == 0.0
+    assert "cannot copy the workspace" in r.reason
+    shutil.rmtree(ws, ignore_errors=True)
+
+
+def test_host_verification_refused_for_workspace_code(tmp_path: Path) -> None:
+    """verify() never runs a verifier that executes workspace code on the host, unless the
+    LocalExecutor vouches for the workspace."""
+    marker = tmp_path / "ran"
+    t = make_task(tmp_path / "task", f"open({str(marker)!r}, 'w').write('x')\n", executes=True)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for executor in (None, LocalExecutor()):
+        with pytest.raises(HostVerificationError) as info:
+            verify(t, ws, executor)
+        assert info.value.task_ids == ["t"]
+    assert not marker.exists()
+    fix_median = load_task(builtin_suite_dir() / "fix_median")
+    assert fix_median.verifier_executes_workspace_code
+    with pytest.raises(HostVerificationError):
+        verify(fix_median, prepare_workspace(fix_median, tmp_path / "fm"), LocalExecutor())
+    trusted = verify(t, ws, LocalExecutor(trust_workspace_code=True))
+    assert marker.exists() and trusted.status is VerifierStatus.ERROR  # ran; wrote no reward
 
 
 # ---------------------------------------------------------------------- tamper tests
@@ -236,7 +309,13 @@ def plant_fake_rewards(ws: Path) -> None:
     (ws / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
 
 
-EXECUTORS: list[tuple[str, Callable[[], Executor]]] = [("local", LocalExecutor)]
+def _trusted_local() -> Executor:
+    # the fixtures below run planted agent code on the host on purpose: what contains it
+    # there is the checker's privilege drop, not the sandbox
+    return LocalExecutor(trust_workspace_code=True)
+
+
+EXECUTORS: list[tuple[str, Callable[[], Executor]]] = [("local", _trusted_local)]
 if shutil.which("podman"):
     EXECUTORS.append(("sandbox", SandboxExecutor))
 

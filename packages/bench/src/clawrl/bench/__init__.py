@@ -11,7 +11,7 @@ proxy session per rollout), metrics (:func:`aggregate`, :func:`pass_at_k`) and r
 (``bench`` CLI).
 """
 
-from clawrl.bench.errors import BenchError, ExecutorError, TaskLoadError
+from clawrl.bench.errors import BenchError, ExecutorError, HostVerificationError, TaskLoadError
 from clawrl.bench.executors import ExecResult, ExecSpec, Executor, LocalExecutor, Mount
 from clawrl.bench.harnesses import (
     HARNESS_LOG_DIR,
@@ -80,6 +80,7 @@ from clawrl.bench.task import (
 from clawrl.bench.verify import (
     VerifierResult,
     VerifierStatus,
+    check_host_verification,
     prepare_workspace,
     run_solution,
     verify,
@@ -111,6 +112,7 @@ __all__ = [
     "HarnessInstallError",
     "HarnessLaunch",
     "HarnessOutcome",
+    "HostVerificationError",
     "Layout",
     "LearnableInstance",
     "Limits",
@@ -142,6 +144,7 @@ __all__ = [
     "__version__",
     "aggregate",
     "builtin_suite_dir",
+    "check_host_verification",
     "detect_layout",
     "generate_learnable_tasks",
     "get_harness",

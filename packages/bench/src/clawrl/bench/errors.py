@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["BenchError", "ExecutorError", "TaskLoadError"]
+__all__ = ["BenchError", "ExecutorError", "HostVerificationError", "TaskLoadError"]
 
 
 class BenchError(Exception):
@@ -35,3 +35,24 @@ class ExecutorError(BenchError):
     A command that starts and then fails or times out is *not* an ``ExecutorError``: its
     exit status and output are returned in an :class:`~clawrl.bench.ExecResult`.
     """
+
+
+class HostVerificationError(BenchError):
+    """Host verification was asked for tasks whose verifier executes workspace code.
+
+    A :class:`~clawrl.bench.LocalExecutor` runs the verifier as a host process with the
+    caller's rights, so agent-written code that the verifier executes would run on the host.
+    Such tasks (:attr:`~clawrl.bench.Task.verifier_executes_workspace_code`) must be
+    verified in a sandbox (:class:`~clawrl.bench.SandboxExecutor`).
+
+    Attributes:
+        task_ids: the offending tasks.
+    """
+
+    def __init__(self, task_ids: list[str]) -> None:
+        self.task_ids = list(task_ids)
+        shown = ", ".join(self.task_ids[:5]) + (" ..." if len(self.task_ids) > 5 else "")
+        super().__init__(
+            f"host verification refused: the verifier of {len(self.task_ids)} task(s) executes "
+            f"workspace code ({shown}); verify them in a sandbox (SandboxExecutor)"
+        )

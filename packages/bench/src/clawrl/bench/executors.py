@@ -10,7 +10,9 @@ host directories at in-sandbox paths. An :class:`Executor` runs it and returns a
   *translates paths*: every mount target is replaced by its host directory in the argv,
   the working directory, the environment, and in the text of files under read-only mounts
   (which it first copies to a private directory). Good for trusted task code (CI, the
-  oracle); agent code belongs in a sandbox.
+  oracle); agent code belongs in a sandbox: :func:`~clawrl.bench.verify` refuses to run,
+  on a ``LocalExecutor``, a verifier that executes workspace code unless the executor was
+  built with ``trust_workspace_code=True`` (workspaces whose code you wrote yourself).
 * A sandbox executor (clawrl.sandbox) runs the same spec in a podman container with real
   bind mounts.
 """
@@ -107,10 +109,15 @@ class LocalExecutor:
     Args:
         path: ``PATH`` given to commands; the default sees only ``/usr/bin`` and ``/bin``,
             as a sandbox whose root is the host's ``/usr`` does.
+        trust_workspace_code: the workspaces verified through this executor hold only
+            code you trust (an oracle's output, an untouched task workspace, CI fixtures),
+            so verifiers that execute workspace code may run on the host. Never set it for
+            an agent's workspace.
     """
 
-    def __init__(self, path: str = "/usr/bin:/bin") -> None:
+    def __init__(self, path: str = "/usr/bin:/bin", *, trust_workspace_code: bool = False) -> None:
         self.path = path
+        self.trust_workspace_code = trust_workspace_code
 
     def run(self, spec: ExecSpec) -> ExecResult:
         """Run ``spec``; see :class:`Executor`."""

@@ -300,7 +300,8 @@ def generate_learnable_tasks(
         (task_dir / "task.toml").write_text(
             f"id = {json.dumps(inst.task_id)}\n"
             f"instruction = {json.dumps(inst.instruction)}\n"
-            'category = "systems"\ndifficulty = "easy"\n\n'
+            'category = "systems"\ndifficulty = "easy"\n'
+            "verifier_executes_workspace_code = false\n\n"
             "[timeouts]\nagent_s = 60\nverifier_s = 30\n\n"
             f'[metadata]\nfamily = "learnable"\nsplit = "{split}"\n'
             f"file = {json.dumps(inst.name)}\nword = {json.dumps(inst.word)}\n"

@@ -2,8 +2,9 @@
 
 * **built-in** (DESIGN.md "Task"): ``task.toml`` with ``id``, ``instruction`` (or
   ``instruction.md``), ``category``, ``difficulty``, ``[timeouts]``, ``[limits]``,
-  ``network``; ``environment/`` (workspace files), ``tests/`` (verifier: ``test.sh`` or
-  ``check.py``), ``solution/solve.sh`` (oracle).
+  ``network``, ``verifier_executes_workspace_code`` (default true: whether the verifier runs
+  agent-written code, which rules out host verification); ``environment/`` (workspace
+  files), ``tests/`` (verifier: ``test.sh`` or ``check.py``), ``solution/solve.sh`` (oracle).
 * **Harbor / Terminal-Bench 2**: ``instruction.md``; ``task.toml`` with ``[agent]
   timeout_sec``, ``[verifier] timeout_sec``, ``[environment] cpus, memory_mb, storage_mb,
   allow_internet``, ``[metadata]``; ``environment/Dockerfile``; ``tests/test.sh`` writing
@@ -54,6 +55,7 @@ _BUILTIN_KEYS = {
     "timeouts",
     "limits",
     "metadata",
+    "verifier_executes_workspace_code",
 }
 
 
@@ -226,6 +228,11 @@ def _load_builtin(root: Path) -> Task:
     network = data.get("network", False)
     if not isinstance(network, bool):
         raise TaskLoadError(root, "task.toml: `network` must be true or false")
+    executes = data.get("verifier_executes_workspace_code", True)
+    if not isinstance(executes, bool):
+        raise TaskLoadError(
+            root, "task.toml: `verifier_executes_workspace_code` must be true or false"
+        )
     tests = root / "tests"
     if (tests / "test.sh").is_file():
         command: tuple[str, ...] = ("bash", f"{TESTS_MOUNT}/test.sh")
@@ -259,6 +266,7 @@ def _load_builtin(root: Path) -> Task:
                 "CLAWRL_TESTS": TESTS_MOUNT,
                 "CLAWRL_REWARD_DIR": REWARD_MOUNT,
             },
+            executes_workspace_code=executes,
         ),
         solution=_solution(root, ("bash", f"{SOLUTION_MOUNT}/solve.sh")),
         metadata=metadata,

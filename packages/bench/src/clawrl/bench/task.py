@@ -108,6 +108,10 @@ class VerifierSpec(_Frozen):
             ``"stdout"``: the last stdout line is the reward and the last stdout line that
             is a JSON object holds the sub-scores (ClawGym's ``reward.sh``).
         env: extra environment variables (in-sandbox paths).
+        executes_workspace_code: whether the verifier runs code from the workspace (the
+            agent's module, script or program) rather than only reading its files. Such a
+            verifier is never run on the host (:class:`~clawrl.bench.HostVerificationError`).
+            Default ``True``: a layout that cannot tell is assumed to.
     """
 
     files_dir: Path
@@ -115,6 +119,7 @@ class VerifierSpec(_Frozen):
     command: tuple[str, ...]
     reward_channel: Literal["file", "stdout"] = "file"
     env: dict[str, str] = Field(default_factory=dict)
+    executes_workspace_code: bool = True
 
 
 class SolutionSpec(_Frozen):
@@ -167,6 +172,14 @@ class Task(_Frozen):
     env: dict[str, str] = Field(default_factory=dict)
     notes: tuple[str, ...] = ()
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def verifier_executes_workspace_code(self) -> bool:
+        """Whether the verifier runs workspace (agent-written) code; such tasks are only
+        verified in a sandbox. Built-in tasks say so in ``task.toml``
+        (``verifier_executes_workspace_code``, default true); Harbor and ClawGym tasks
+        always count as doing so."""
+        return self.verifier.executes_workspace_code
 
     @property
     def category_label(self) -> str | None:

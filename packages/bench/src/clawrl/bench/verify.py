@@ -5,15 +5,26 @@ Verification never trusts the agent's workspace beyond its plain files:
 1. the workspace is copied to a private scratch directory (the verifier may write freely
    without changing the rollout's workspace diff); symlinks that point outside the
    workspace are dropped from the copy, so an output cannot alias a trusted file, and
-   FIFOs, sockets and device files are not copied;
+   FIFOs, sockets and device files are not copied; a workspace that cannot be copied
+   (e.g. a path too long for the host) is a ``verifier-error``, never an exception;
 2. a fresh copy of the task's trusted verifier files is placed at the verifier's mount
    path — any same-named path the agent created (a fake ``reward/`` directory, a modified
    ``check.py``) is deleted first;
 3. the verifier writes its reward into a *new* empty directory mounted at
    ``/logs/verifier`` that did not exist while the agent ran, or prints it on stdout
-   (ClawGym), and the reward is read from there only;
-4. a missing, unparsable, non-finite or out-of-range reward or sub-score is a failure with
-   its reason, never a pass.
+   (ClawGym), and the reward is read from there only — by the sandbox executor only after
+   every process of the verifier's sandbox is dead (nothing the agent left running can
+   rewrite it); built-in checkers run agent-written code as an unprivileged user that
+   cannot write that directory nor the verifier's files, nor signal the checker;
+4. the verifier must exit 0: a verifier that exits non-zero or is killed is a
+   ``verifier-error`` and one still running at its timeout a ``verifier-timeout``, whatever
+   reward it wrote (code the verifier ran may have written a reward, then killed it); a
+   missing, unparsable, non-finite or out-of-range reward or sub-score is a
+   ``verifier-error`` too — never a pass;
+5. a verifier that executes workspace code (:attr:`Task.verifier_executes_workspace_code`)
+   never runs on the host: :func:`verify` refuses a :class:`LocalExecutor` for it
+   (:class:`~clawrl.bench.HostVerificationError`) unless that executor was built with
+   ``trust_workspace_code=True``.
 """
 
 from __future__ import annotations
@@ -23,20 +34,21 @@ import json
 import math
 import os
 import shutil
-import tempfile
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from clawrl.bench.errors import ExecutorError
+from clawrl.bench.errors import ExecutorError, HostVerificationError
 from clawrl.bench.executors import ExecResult, ExecSpec, Executor, LocalExecutor, Mount
 from clawrl.bench.task import REWARD_MOUNT, Task
-from clawrl.sandbox import Sandbox, SandboxError
+from clawrl.sandbox import Sandbox, SandboxCopyLimitError, SandboxError, owned_tempdir
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "VerifierResult",
     "VerifierStatus",
+    "check_host_verification",
     "prepare_workspace",
     "run_solution",
     "verify",
@@ -50,7 +62,7 @@ class VerifierStatus(StrEnum):
     """How a verification ended. Only ``ok`` carries a meaningful reward."""
 
     OK = "ok"
-    ERROR = "verifier-error"  # ran, but the reward is missing or garbled
+    ERROR = "verifier-error"  # exited non-zero, was killed, or its reward is missing/garbled
     TIMEOUT = "verifier-timeout"
     INFRA_ERROR = "infra-error"  # the executor could not run the verifier at all
 
@@ -136,33 +148,59 @@ def run_solution(task: Task, workspace: Path | str, executor: Executor | None = 
     return runner.run(spec)
 
 
+def check_host_verification(tasks: Iterable[Task], executor: Executor | None) -> None:
+    """Refuse to verify on the host any task whose verifier executes workspace code.
+
+    ``executor`` counts as the host when it is a :class:`LocalExecutor` (``None``: the
+    default of :func:`verify`, a ``LocalExecutor``) not built with
+    ``trust_workspace_code=True``; any other executor is accepted. Call it before running
+    rollouts (the rollout runner does), so that nothing runs before the refusal.
+
+    Raises:
+        HostVerificationError: some of ``tasks`` have
+            :attr:`~clawrl.bench.Task.verifier_executes_workspace_code`; it names them.
+    """
+    runner = executor if executor is not None else LocalExecutor()
+    if not isinstance(runner, LocalExecutor) or runner.trust_workspace_code:
+        return
+    bad = sorted({t.id for t in tasks if t.verifier_executes_workspace_code})
+    if bad:
+        raise HostVerificationError(bad)
+
+
 def verify(task: Task, workspace: Path | str, executor: Executor | None = None) -> VerifierResult:
     """Score the finished ``workspace`` (host path) of ``task``; never raises for bad rewards.
 
     See the module docstring for the tamper-proofing steps. The original workspace is
-    not modified.
+    not modified. A workspace that cannot be copied (any ``OSError``, e.g. "file name too
+    long") is a ``verifier-error`` result with the reason.
 
     Raises:
         FileNotFoundError: ``workspace`` is not a directory.
+        HostVerificationError: ``executor`` is the host (see
+            :func:`check_host_verification`) and the task's verifier executes workspace code.
     """
     source = Path(workspace)
     if not source.is_dir():
         raise FileNotFoundError(f"workspace {source} is not a directory")
     runner = executor or LocalExecutor()
-    with tempfile.TemporaryDirectory(prefix="clawrl-verify-") as scratch_name:
+    check_host_verification([task], runner)
+    with owned_tempdir("clawrl-verify-") as scratch_name:
         scratch = Path(scratch_name)
-        ws = scratch / "workspace"
-        shutil.copytree(source, ws, symlinks=True, ignore=_special_files)
-        _drop_escaping_symlinks(ws, PurePosixPath(task.workspace_path))
-        trusted = scratch / "trusted"
-        rel_in_ws = _relative_to(PurePosixPath(task.verifier.mount_path), task.workspace_path)
-        if rel_in_ws is not None:
-            # ClawGym: the verifier lives inside the workspace; replace whatever the agent left.
-            trusted = ws / rel_in_ws
-            _remove(trusted)
-        shutil.copytree(task.verifier.files_dir, trusted, symlinks=False)
+        # traversable (not readable) by the unprivileged user a host-run checker hands the
+        # workspace copy to; the reward directory inside stays writable by its owner only
+        scratch.chmod(0o711)
+        try:
+            ws, trusted = _stage(task, source, scratch)
+        except OSError as exc:
+            return VerifierResult(
+                reward=0.0,
+                status=VerifierStatus.ERROR,
+                reason=f"cannot copy the workspace for verification: {type(exc).__name__}: "
+                f"{str(exc)[:500]}",
+            )
         reward_dir = scratch / "reward"
-        reward_dir.mkdir()
+        reward_dir.mkdir(mode=0o755)
         spec = ExecSpec(
             argv=task.verifier.command,
             cwd=task.workspace_path,
@@ -186,28 +224,66 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
                 VerifierStatus.TIMEOUT,
                 f"verifier exceeded {task.timeouts.verifier_s:g} s",
             )
+        if result.exit_code != 0:
+            how = (
+                "did not exit (killed)"
+                if result.exit_code is None
+                else f"exited with status {result.exit_code}"
+            )
+            return _failure(
+                result, VerifierStatus.ERROR, f"verifier {how}; its reward is not trusted"
+            )
         if task.verifier.reward_channel == "stdout":
             return _from_stdout(result)
         return _from_reward_dir(result, reward_dir)
 
 
+def _stage(task: Task, source: Path, scratch: Path) -> tuple[Path, Path]:
+    """Copy the workspace and the trusted verifier files into ``scratch``; returns their
+    host paths. Raises ``OSError`` (``shutil.Error`` included) when a copy fails."""
+    ws = scratch / "workspace"
+    shutil.copytree(source, ws, symlinks=True, ignore=_special_files)
+    _drop_escaping_symlinks(ws, PurePosixPath(task.workspace_path))
+    trusted = scratch / "trusted"
+    rel_in_ws = _relative_to(PurePosixPath(task.verifier.mount_path), task.workspace_path)
+    if rel_in_ws is not None:
+        # ClawGym: the verifier lives inside the workspace; replace whatever the agent left.
+        trusted = ws / rel_in_ws
+        _remove(trusted)
+    shutil.copytree(task.verifier.files_dir, trusted, symlinks=False)
+    return ws, trusted
+
+
 async def verify_sandbox(
     task: Task, sandbox: Sandbox, executor: Executor | None = None
 ) -> VerifierResult:
-    """Score the workspace of a live agent sandbox (the rollout runner's path).
+    """Score the workspace of a live agent sandbox.
 
-    Copies ``task.workspace_path`` out of ``sandbox`` (the agent's processes cannot reach
-    the copy), then runs :func:`verify` on it in a worker thread with ``executor``
-    (default: a fresh :class:`~clawrl.bench.SandboxExecutor` sandbox per verification).
-    A workspace that cannot be copied out is an ``infra-error`` result.
+    Kills every process of ``sandbox`` (:meth:`~clawrl.sandbox.Sandbox.kill_all`), copies
+    ``task.workspace_path`` out of it, then runs :func:`verify` on the copy in a worker
+    thread with ``executor`` (default: a fresh :class:`~clawrl.bench.SandboxExecutor`
+    sandbox per verification). A workspace over the copy limits is a ``verifier-error``
+    (the agent made it so); one that cannot be copied out for another reason an
+    ``infra-error``.
+
+    Raises:
+        HostVerificationError: see :func:`verify`.
     """
     from clawrl.bench.sandbox_executor import SandboxExecutor
 
     runner = executor or SandboxExecutor()
-    with tempfile.TemporaryDirectory(prefix="clawrl-agentws-") as tmp:
+    check_host_verification([task], runner)
+    with owned_tempdir("clawrl-agentws-") as tmp:
         dest = Path(tmp) / "workspace"
         try:
+            await sandbox.kill_all()
             await sandbox.get_dir(task.workspace_path, dest)
+        except SandboxCopyLimitError as exc:
+            return VerifierResult(
+                reward=0.0,
+                status=VerifierStatus.ERROR,
+                reason=f"the workspace is over the copy-out limits: {exc}",
+            )
         except SandboxError as exc:
             return VerifierResult(
                 reward=0.0,

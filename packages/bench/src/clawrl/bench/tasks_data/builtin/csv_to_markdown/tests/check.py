@@ -36,11 +36,55 @@ def read_csv(rel: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(read(rel))))
 
 
+#: uid = gid of the unprivileged user that runs agent-written code (nobody / nogroup).
+NOBODY = 65534
+_handed_over: list[Path] = []
+
+
+def hand_over(root: Path) -> Path:
+    """Give the tree at `root` to the unprivileged user, so that agent code may write there.
+
+    Symlinks are changed themselves, never followed; the reward directory and these verifier
+    files are never handed over (even if they lie below `root`). Returns `root`.
+    """
+    keep = {os.path.abspath(OUT), os.path.abspath(os.path.dirname(__file__))}
+    os.chown(root, NOBODY, NOBODY, follow_symlinks=False)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in keep]
+        for name in [*dirnames, *filenames]:
+            os.chown(os.path.join(dirpath, name), NOBODY, NOBODY, follow_symlinks=False)
+    return root
+
+
 def run(argv: list[str], timeout: float = 20.0, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    """Run agent-written code in the workspace without the verifier's environment."""
+    """Run agent-written code in the workspace as the unprivileged user, without the
+    verifier's environment.
+
+    The code runs as uid and gid `NOBODY` with no supplementary groups: it may write the
+    workspace (handed over on first use), but neither the reward directory nor these verifier
+    files, and it cannot signal this checker.
+
+    Raises:
+        PermissionError: the checker is not root, so it cannot drop privileges (agent code
+            is never run with the checker's own rights).
+        subprocess.TimeoutExpired: the code ran longer than `timeout` seconds.
+    """
+    if os.geteuid() != 0:
+        raise PermissionError("the verifier must run as root to run agent code unprivileged")
+    if not _handed_over:
+        _handed_over.append(hand_over(WS))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWRL_")}
     return subprocess.run(
-        argv, cwd=WS, env=env, input=stdin, capture_output=True, text=True, timeout=timeout
+        argv,
+        cwd=WS,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        user=NOBODY,
+        group=NOBODY,
+        extra_groups=[],
     )
 
 

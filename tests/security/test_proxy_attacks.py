@@ -28,6 +28,7 @@ import pytest
 from clawrl.proxy import (
     AdminClient,
     ChatRenderer,
+    NullBackend,
     ProxyAdminError,
     ProxyServer,
     ScriptedBackend,
@@ -621,3 +622,81 @@ def test_a_non_object_capture_line_is_skipped_and_counted(live: Live) -> None:
 
     sk = SkippedLines()
     assert len(read_records(s.capture_path, sk)) == 2 and sk.not_object == 2 and sk.total == 3
+
+
+# -- 5. a request without max_tokens is bounded, and the bound is recorded ----------------------
+
+
+def test_default_max_tokens_is_the_room_left_or_the_server_default(
+    model_dir: Path, renderer: ChatRenderer, tmp_path: Path
+) -> None:
+    """Revert: ``default_max_tokens`` in ``ProxyCore.sampling_for`` -> a request without
+    max_tokens runs to the context limit even where the server sets a default cap."""
+    stop = renderer.stop_token_ids[0]
+    long = NullBackend(
+        [renderer.encode("a")[0]] * 5000 + [stop], vocab_size=renderer.vocab_size, max_context=4096
+    )
+    lv = Live(long, renderer, tmp_path, default_max_tokens=300)
+    try:
+        s = lv.session()
+        msgs = [{"role": "user", "content": "go"}]
+        r = lv.post(s, "chat", {"messages": msgs})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 300
+        r = lv.post(s, "chat", {"messages": msgs, "max_tokens": 1000})
+        assert r.json()["usage"]["completion_tokens"] == 1000  # the request's own cap wins
+        with lv.admin() as a:
+            recs = a.records(s.session_id)
+        assert recs[0]["sampling"]["max_tokens"] == 300
+        assert recs[0]["sampling"]["max_tokens_source"] == "server_default"
+        assert recs[1]["sampling"]["max_tokens_source"] == "request"
+    finally:
+        lv.stop()
+    lv = Live(long, renderer, tmp_path)  # no server default: the room left in the context
+    try:
+        s = lv.session()
+        r = lv.post(s, "chat", {"messages": [{"role": "user", "content": "go"}]})
+        with lv.admin() as a:
+            rec = a.records(s.session_id)[0]
+        assert rec["sampling"]["max_tokens"] == 4096 - len(rec["prompt_ids"])
+        assert rec["sampling"]["max_tokens_source"] == "context"
+        assert r.json()["usage"]["completion_tokens"] == rec["sampling"]["max_tokens"]
+    finally:
+        lv.stop()
+
+
+# -- 7. logprobs: true returns the logprobs ---------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_logprobs_true_returns_logprobs(live: Live, stream: bool) -> None:
+    """Revert: ``logprobs_of`` (the choice's logprobs) -> ``"logprobs": null``."""
+    s = live.session()
+    with live.admin() as a:
+        a.script(s.session_id, ["héllo world"])
+    client = live.openai(s)
+    kw: dict[str, Any] = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
+    if stream:
+        entries: list[Any] = []
+        for chunk in client.chat.completions.create(stream=True, **kw):
+            for ch in chunk.choices:
+                if ch.logprobs and ch.logprobs.content:
+                    entries += ch.logprobs.content
+    else:
+        resp = client.chat.completions.create(**kw)
+        assert resp.choices[0].logprobs is not None
+        entries = list(resp.choices[0].logprobs.content or [])
+    with live.admin() as a:
+        rec = a.records(s.session_id)[-1]
+    assert [e.logprob for e in entries] == rec["completion_logprobs"]
+    assert len(entries) == len(rec["completion_ids"]) > 0
+    assert b"".join(bytes(e.bytes or []) for e in entries).startswith("héllo world".encode())
+    # without logprobs: null, as before
+    kw.pop("logprobs")
+    kw.pop("top_logprobs")
+    if not stream:
+        assert client.chat.completions.create(**kw).choices[0].logprobs is None

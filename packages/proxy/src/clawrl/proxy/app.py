@@ -301,18 +301,21 @@ class ProxyApp:
         session = self._session(request)
         body = await read_json(request, self.max_body_bytes)
         call, include_usage = _parsed(openai_chat.parse_request, body)
+        decode = self.core.renderer.token_bytes
         run = self.core.run_call(
             session, call, received=received, disconnected=_disconnect_waiter(request)
         )
         if call.stream:
 
             def events(outcome: CallOutcome) -> list[bytes]:
-                self.core.commit(session, outcome, openai_chat.build_response(outcome, call))
-                return openai_chat.stream_events(outcome, call, include_usage)
+                self.core.commit(
+                    session, outcome, openai_chat.build_response(outcome, call, decode=decode)
+                )
+                return openai_chat.stream_events(outcome, call, include_usage, decode=decode)
 
             return _PseudoStream(asyncio.ensure_future(run), events, "openai", self.keepalive_s)
         outcome = await run
-        response = openai_chat.build_response(outcome, call)
+        response = openai_chat.build_response(outcome, call, decode=decode)
         self.core.commit(session, outcome, response)
         return JSONResponse(response)
 

@@ -74,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds before a still-generating streamed call gets SSE keep-alive comments",
     )
+    s.add_argument(
+        "--default-max-tokens",
+        type=int,
+        default=None,
+        help="completion cap of requests without max_tokens (default: the room left in the "
+        "context window)",
+    )
     s.add_argument("--log-level", default="warning")
     return p
 
@@ -151,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             served_model=args.served_model_name,
             max_body_bytes=int(args.max_body_mb * (1 << 20)),
             keepalive_s=args.keepalive,
+            default_max_tokens=args.default_max_tokens,
             log_level=args.log_level,
         )
         server = ProxyServer(build_proxy_app(renderer, backend, config), config)

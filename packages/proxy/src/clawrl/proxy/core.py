@@ -98,6 +98,8 @@ class ChatCall:
     seed: int | None = None
     stream: bool = False
     body: dict[str, Any] | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
 
 
 @dataclass
@@ -111,6 +113,8 @@ class CallOutcome:
     completion_tokens: int
     tool_call_ids: list[str]
     record: dict[str, Any] = field(default_factory=dict)
+    completion_ids: list[int] = field(default_factory=list)
+    completion_logprobs: list[float] = field(default_factory=list)
 
 
 class ProxyCore:
@@ -125,6 +129,10 @@ class ProxyCore:
             recorded as ``{"_truncated": true, "bytes": n}``; 0 records none.
         abort_grace_s: after a disconnect, seconds to wait for the backend to end the aborted
             generation before cancelling it.
+        default_max_tokens: completion cap of a request that gives none; None: the room left
+            in the context window (``max_context - prompt tokens``) is the only cap. Either
+            way the cap applied is recorded in ``sampling.max_tokens`` (with
+            ``sampling.max_tokens_source``).
     """
 
     def __init__(
@@ -136,7 +144,11 @@ class ProxyCore:
         served_model: str = "clawrl",
         body_capture_limit: int = 1 << 20,
         abort_grace_s: float = 5.0,
+        default_max_tokens: int | None = None,
     ):
+        if default_max_tokens is not None and default_max_tokens < 1:
+            raise ValueError("default_max_tokens must be >= 1")
+        self.default_max_tokens = default_max_tokens
         self.renderer = renderer
         self.backend = backend
         self.sessions = sessions
@@ -209,13 +221,22 @@ class ProxyCore:
                 f"{self.backend.max_context} tokens",
                 param="messages",
             )
+        # A request without max_tokens gets the room left in the context window, capped by
+        # the server's default when one is configured (README "max_tokens").
         caps = [room]
+        source = "context"
         if call.max_tokens is not None:
             caps.append(call.max_tokens)
+            source = "request" if call.max_tokens < room else "context"
+        elif self.default_max_tokens is not None:
+            caps.append(self.default_max_tokens)
+            source = "server_default" if self.default_max_tokens < room else "context"
         ts = self.training_sampling
         if ts is not None:
             if ts.max_tokens is not None:
                 caps.append(ts.max_tokens)
+                if ts.max_tokens < min(caps[:-1]):
+                    source = "training"
             temperature, top_p, top_k = ts.temperature, ts.top_p, ts.top_k
             mode = "training"
         else:
@@ -242,6 +263,7 @@ class ProxyCore:
             "seed": params.seed,
         }
         rec.update(
+            max_tokens_source=source,
             mode=mode,
             backend=self.backend.name,
             requested={
@@ -428,6 +450,8 @@ class ProxyCore:
             completion_tokens=len(completion),
             tool_call_ids=tool_ids,
             record=record,
+            completion_ids=completion,
+            completion_logprobs=list(result.completion_logprobs)[: len(completion)],
         )
 
     def commit(

@@ -6,7 +6,10 @@ tool, text content (string or text parts), assistant ``reasoning_content`` (alia
 ``tool_choice`` (``none`` returns tool-call markup as text; others cannot be enforced on the
 model and are recorded only), ``max_tokens`` / ``max_completion_tokens``, ``temperature``,
 ``top_p``, ``top_k`` (extension), ``seed``, ``stream`` with ``stream_options.include_usage``,
-``n`` = 1. Any other field is tolerated and ignored. Non-text content (images, audio,
+``n`` = 1, ``logprobs`` (one entry per generated token — reasoning, tool-call markup and
+the stop token included — with the backend's logprob; ``top_logprobs`` 0-20 is accepted,
+and each entry's ``top_logprobs`` is empty: the backends return the sampled token's logprob
+only). Any other field is tolerated and ignored. Non-text content (images, audio,
 files) and ``n`` > 1 are rejected with a typed 400.
 """
 
@@ -170,6 +173,8 @@ def parse_request(body: Any) -> tuple[ChatCall, bool]:
                 req_obj(so, "stream_options").get("include_usage"), "stream_options.include_usage"
             )
         )
+    want_logprobs = bool(opt_bool(body.get("logprobs"), "logprobs"))
+    top_logprobs = opt_int(body.get("top_logprobs"), "top_logprobs", minimum=0, maximum=20)
     call = ChatCall(
         api="openai.chat",
         model=model,
@@ -183,6 +188,8 @@ def parse_request(body: Any) -> tuple[ChatCall, bool]:
         seed=opt_seed(body.get("seed")),
         stream=stream,
         body=body,
+        logprobs=want_logprobs,
+        top_logprobs=top_logprobs or 0,
     )
     if call.top_p == 0:
         raise ProxyRequestError("top_p must be > 0", param="top_p")
@@ -212,7 +219,29 @@ def _tool_calls(o: CallOutcome) -> list[dict[str, Any]]:
     ]
 
 
-def build_response(o: CallOutcome, call: ChatCall, created: int | None = None) -> dict[str, Any]:
+def logprobs_of(o: CallOutcome, call: ChatCall, decode: Any) -> dict[str, Any] | None:
+    """The ``logprobs`` object of a choice (``{"content": [{token, logprob, bytes,
+    top_logprobs}]}``), or None when the request did not ask for it. ``decode`` maps one id
+    to its bytes."""
+    if not call.logprobs:
+        return None
+    content = []
+    for tid, lp in zip(o.completion_ids, o.completion_logprobs, strict=False):
+        raw: bytes = decode(tid)
+        content.append(
+            {
+                "token": raw.decode("utf-8", errors="replace"),
+                "logprob": float(lp),
+                "bytes": list(raw),
+                "top_logprobs": [],
+            }
+        )
+    return {"content": content, "refusal": None}
+
+
+def build_response(
+    o: CallOutcome, call: ChatCall, created: int | None = None, decode: Any = None
+) -> dict[str, Any]:
     """The non-streamed ``chat.completion`` object."""
     msg: dict[str, Any] = {"role": "assistant", "content": o.parsed.content or None}
     if o.parsed.reasoning is not None:
@@ -230,7 +259,7 @@ def build_response(o: CallOutcome, call: ChatCall, created: int | None = None) -
             {
                 "index": 0,
                 "message": msg,
-                "logprobs": None,
+                "logprobs": logprobs_of(o, call, decode) if decode is not None else None,
                 "finish_reason": _wire_finish(o.finish_reason),
             }
         ],
@@ -238,7 +267,9 @@ def build_response(o: CallOutcome, call: ChatCall, created: int | None = None) -
     }
 
 
-def stream_events(o: CallOutcome, call: ChatCall, include_usage: bool) -> list[bytes]:
+def stream_events(
+    o: CallOutcome, call: ChatCall, include_usage: bool, decode: Any = None
+) -> list[bytes]:
     """SSE ``data:`` lines of a ``chat.completion.chunk`` stream (pseudo-streaming: the
     whole generation is already parsed), ending with ``data: [DONE]``."""
     created = int(time.time())
@@ -286,7 +317,18 @@ def stream_events(o: CallOutcome, call: ChatCall, include_usage: bool) -> list[b
                 }
             )
         )
-    out.append(chunk({}, _wire_finish(o.finish_reason)))
+    final = dict(base)
+    final["choices"] = [
+        {
+            "index": 0,
+            "delta": {},
+            "logprobs": logprobs_of(o, call, decode) if decode is not None else None,
+            "finish_reason": _wire_finish(o.finish_reason),
+        }
+    ]
+    if include_usage:
+        final["usage"] = None
+    out.append(b"data: " + orjson.dumps(final) + b"\n\n")
     if include_usage:
         obj = dict(base)
         obj["choices"] = []

@@ -277,6 +277,16 @@ class ChatRenderer:
             return self.encode_cached(text)
         return list(self._text_backend.encode(text, add_special_tokens=False).ids)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes of one token (byte-level vocabularies map back exactly; others through
+        their decoded text)."""
+        piece = self._backend.id_to_token(int(token_id))
+        if piece is not None and int(token_id) not in self.control_tokens.values():
+            table = _unicode_to_byte()
+            if all(c in table for c in piece):
+                return bytes(table[c] for c in piece)
+        return self.decode([int(token_id)]).encode("utf-8")
+
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, special tokens kept."""
         return str(self._backend.decode(list(ids), skip_special_tokens=False))
@@ -468,3 +478,22 @@ def _text_only_tokenizer(backend: Any) -> Any:
     text = Tokenizer.from_str(json.dumps(spec))
     text.encode_special_tokens = True
     return text
+
+
+_U2B: dict[str, int] = {}
+
+
+def _unicode_to_byte() -> dict[str, int]:
+    """The inverse of GPT-2's byte-to-unicode table (byte-level BPE vocabularies)."""
+    if not _U2B:
+        bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1))
+        bs += list(range(ord("\xae"), ord("\xff") + 1))
+        cs = bs[:]
+        n = 0
+        for b in range(256):
+            if b not in bs:
+                bs.append(b)
+                cs.append(256 + n)
+                n += 1
+        _U2B.update({chr(c): b for b, c in zip(bs, cs, strict=True)})
+    return _U2B

@@ -39,7 +39,8 @@ class ServerConfig:
     request needs ``Authorization: Bearer <token>`` (401 otherwise); the CLI reads it from
     ``--admin-token`` or the environment variable ``CLAWRL_PROXY_ADMIN_TOKEN``, and
     :class:`~clawrl.proxy.AdminClient` sends the same variable when given no token.
-    ``public_base_url`` defaults to the in-sandbox forwarder address
+    ``default_max_tokens``: completion cap of requests that give none (default: the room
+    left in the context window only). ``public_base_url`` defaults to the in-sandbox forwarder address
     ``http://127.0.0.1:8000`` when serving on a socket only, else ``http://<host>:<port>``.
     """
 
@@ -56,6 +57,7 @@ class ServerConfig:
     admin_token: str | None = None
     keepalive_s: float = 10.0
     log_level: str = "warning"
+    default_max_tokens: int | None = None
 
     def base_url(self) -> str:
         if self.public_base_url:
@@ -75,6 +77,7 @@ def build_proxy_app(
         SessionManager(config.capture_dir),
         served_model=config.served_model,
         body_capture_limit=config.body_capture_limit,
+        default_max_tokens=config.default_max_tokens,
     )
     return ProxyApp(
         core,

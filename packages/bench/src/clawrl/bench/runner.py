@@ -56,8 +56,15 @@ from clawrl.bench.harnesses import (
     get_harness,
 )
 from clawrl.bench.metrics import ScoredRollout
+from clawrl.bench.sandbox_executor import SandboxExecutor
 from clawrl.bench.task import Task
-from clawrl.bench.verify import VerifierResult, VerifierStatus, prepare_workspace, verify
+from clawrl.bench.verify import (
+    VerifierResult,
+    VerifierStatus,
+    check_host_verification,
+    prepare_workspace,
+    verify,
+)
 from clawrl.bench.workspace_diff import FileChange, workspace_diff
 from clawrl.proxy import AsyncAdminClient, ProxyError, SessionInfo
 from clawrl.sandbox import (
@@ -308,7 +315,10 @@ class RolloutRunner:
         session_hook: awaited after each session is created, before the harness starts
             (e.g. to script a ScriptedBackend session).
         verify_executor: executor of the verifier (default: a fresh podman sandbox per
-            verification, :class:`~clawrl.bench.SandboxExecutor`).
+            verification, :class:`~clawrl.bench.SandboxExecutor` keeping ``concurrency``
+            single-use sandboxes warm during :meth:`run`). A
+            :class:`~clawrl.bench.LocalExecutor` (host verification) is refused for tasks
+            whose verifier executes workspace code: :meth:`run` raises before any rollout.
         sandbox_image: podman image of agent sandboxes (default: the host-``/usr`` root).
     """
 
@@ -333,10 +343,11 @@ class RolloutRunner:
         self.progress = progress
         self.session_hook = session_hook
         self.sandbox_image = sandbox_image
+        self._own_executor: SandboxExecutor | None = None
         if verify_executor is None:
-            from clawrl.bench.sandbox_executor import SandboxExecutor
-
-            verify_executor = SandboxExecutor(run_id=self.run_id)
+            verify_executor = self._own_executor = SandboxExecutor(
+                run_id=self.run_id, warm=concurrency
+            )
         self.verify_executor = verify_executor
         self._prepared: dict[int, str | None] = {}  # id(adapter) -> install error or None
 
@@ -361,7 +372,14 @@ class RolloutRunner:
                 self._prepared[id(h)] = str(exc)
 
     async def run(self, specs: Sequence[RolloutSpec]) -> list[RolloutResult]:
-        """Run ``specs`` (at most ``concurrency`` at once); results in the order of ``specs``."""
+        """Run ``specs`` (at most ``concurrency`` at once); results in the order of ``specs``.
+
+        Raises:
+            HostVerificationError: the verify executor is the host and some task's verifier
+                executes workspace code (raised before any rollout runs).
+            ValueError: a harness needs a model and the runner has no endpoint.
+        """
+        check_host_verification([s.task for s in specs], self.verify_executor)
         unique = {id(s.harness): s.harness for s in specs}
         await self.prepare(list(unique.values()))
         if self.endpoint is None and any(s.harness.needs_model for s in specs):
@@ -378,7 +396,11 @@ class RolloutRunner:
                 self._emit(RolloutEvent("finished", spec, done, total, result=result))
                 return result
 
-        return list(await asyncio.gather(*(one(s) for s in specs)))
+        try:
+            return list(await asyncio.gather(*(one(s) for s in specs)))
+        finally:
+            if self._own_executor is not None:  # its warm sandboxes go; it warms again later
+                await asyncio.to_thread(self._own_executor.close)
 
     async def run_one(self, spec: RolloutSpec, _events: tuple[int, int] = (0, 1)) -> RolloutResult:
         """One rollout, retried on infrastructure failures only."""
@@ -512,8 +534,13 @@ class RolloutRunner:
                     reward=0.0, status=VerifierStatus.ERROR, reason=harness_out["reason"]
                 )
             else:
-                verdict = await asyncio.to_thread(verify, task, final, self.verify_executor)
-                diff = workspace_diff(initial, final, opts.diff_cap_bytes)
+                verdict = await asyncio.to_thread(
+                    _verify_never_raises, task, final, self.verify_executor
+                )
+                try:
+                    diff = workspace_diff(initial, final, opts.diff_cap_bytes)
+                except OSError:  # e.g. a path too long for the host: no diff, the batch goes on
+                    diff = []
             timing["verify"] = time.time() - t_verify
         timing["finished"] = time.time()
         timing["total"] = timing["finished"] - t_start
@@ -643,6 +670,19 @@ def _refused(reason: str, res: Any) -> dict[str, Any]:
         "logs": {},
         "refused": True,
     }
+
+
+def _verify_never_raises(task: Task, final: Path, executor: Executor) -> VerifierResult:
+    """:func:`verify`, with anything it raises (a bug, an unexpected host error) turned into
+    a ``verifier-error`` result, so that one workspace never crashes a batch."""
+    try:
+        return verify(task, final, executor)
+    except Exception as exc:
+        return VerifierResult(
+            reward=0.0,
+            status=VerifierStatus.ERROR,
+            reason=f"verification failed: {type(exc).__name__}: {str(exc)[:500]}",
+        )
 
 
 def _cap(text: str, cap: int) -> str:

@@ -1,11 +1,21 @@
-"""An :class:`~clawrl.bench.Executor` that runs every spec in a fresh clawrl.sandbox sandbox.
+"""An :class:`~clawrl.bench.Executor` that runs every spec in its own clawrl.sandbox sandbox.
 
-Each :meth:`SandboxExecutor.run` creates a podman sandbox (the default root: the host's
-``/usr`` read-only, ``--network none``), copies every mount's host directory in at its
-target path, runs the command there with the spec's timeout, copies writable mounts with
-``persist=True`` back to their host directories (replacing their contents, so deletions
-and moves are kept), and destroys the sandbox. Nothing of an earlier sandbox — e.g. the
-agent's — is visible: a verifier run this way sees only the files it was given.
+Each :meth:`SandboxExecutor.run` takes a fresh podman sandbox (the default root: the host's
+``/usr`` read-only, ``--network none``, no model socket and no forwarder), copies every
+mount's host directory in at its target path, runs the command there with the spec's
+timeout, then **kills every process left in the sandbox from the host**
+(:meth:`~clawrl.sandbox.Sandbox.kill_all`) before anything is read back, copies writable
+mounts with ``persist=True`` back to their host directories (replacing their contents, so
+deletions and moves are kept; host-side, size-capped: :class:`~clawrl.sandbox.CopyLimits`),
+and destroys the sandbox. Nothing of an earlier sandbox — e.g. the agent's — is visible: a
+verifier run this way sees only the files it was given, and nothing it started can change
+what is copied back.
+
+Warm sandboxes (``warm=N``): the executor keeps N empty sandboxes created in advance
+(a :class:`~clawrl.sandbox.SandboxPool` on a private event loop), so a run does not wait for
+``podman run``; each is still used **once** and destroyed (in the background) afterwards,
+never reset and reused. :meth:`SandboxExecutor.close` destroys the idle ones (the executor
+stays usable and warms again on its next run).
 
 Host symlinks inside mounted directories are not copied in (clawrl.sandbox never follows
 them).
@@ -13,16 +23,49 @@ them).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import io
+import os
 import shutil
-import tempfile
+import tarfile
+import threading
+import time
+from collections.abc import Coroutine
 from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
 
 from clawrl.bench.errors import ExecutorError
 from clawrl.bench.executors import OUTPUT_LIMIT, ExecResult, ExecSpec
-from clawrl.sandbox import SandboxError, SandboxSpec, SyncSandbox
+from clawrl.sandbox import (
+    CopyLimits,
+    Sandbox,
+    SandboxError,
+    SandboxFileNotFoundError,
+    SandboxGoneError,
+    SandboxPool,
+    SandboxSpec,
+    owned_tempdir,
+)
 
 __all__ = ["SandboxExecutor"]
+
+T = TypeVar("T")
+
+#: Wall clock given to sandboxes whose base spec has none: a sandbox leaked by a dead
+#: process (or one kept warm) stops by itself after this many seconds.
+DEFAULT_WALL_CLOCK_S = 3600.0
+#: Seconds kept between a warm sandbox's wall clock and the end of a run's timeout.
+_WALL_MARGIN_S = 60.0
+#: One exec stages the mounts (a tar archive on stdin), enters the working directory (which
+#: may be a mount target) and runs the command: one podman call fewer per run. A staging failure (e.g. the workspace tmpfs is full) fails the
+#: command like any other non-zero exit.
+_STAGE_AND_RUN = (
+    'tar -x -f - -C / --no-overwrite-dir || exit 125; cd -- "$1" || exit 125; shift; '
+    'exec "$@" </dev/null'
+)
 
 
 class SandboxExecutor:
@@ -30,47 +73,251 @@ class SandboxExecutor:
 
     Args:
         base_spec: sandbox template (limits, image or rootfs, env); its ``files`` are
-            replaced by the mounts of each spec and its root is made writable so that mount
-            targets such as ``/tests`` or ``/app`` can be created.
+            replaced by the mounts of each spec, its root is made writable so that mount
+            targets such as ``/tests`` or ``/app`` can be created, its model socket is
+            dropped, and it gets a wall clock of :data:`DEFAULT_WALL_CLOCK_S` if it has none.
         run_id: run id label of the sandboxes (default: the process's).
+        warm: empty sandboxes kept created in advance (0: create one per run).
+        copy_limits: bounds of each copy back to the host (default
+            :class:`~clawrl.sandbox.CopyLimits`).
 
     Thread-safe: several threads may call :meth:`run` at once.
     """
 
-    def __init__(self, base_spec: SandboxSpec | None = None, run_id: str | None = None) -> None:
-        self.base_spec = base_spec or SandboxSpec()
-        self.run_id = run_id
-
-    def run(self, spec: ExecSpec) -> ExecResult:
-        """Run ``spec``; raises :class:`ExecutorError` if the sandbox cannot be created or used."""
-        sb_spec = dataclasses.replace(
-            self.base_spec,
-            files={m.target: m.source for m in spec.mounts},
-            read_only_root=False,
+    def __init__(
+        self,
+        base_spec: SandboxSpec | None = None,
+        run_id: str | None = None,
+        *,
+        warm: int = 0,
+        copy_limits: CopyLimits | None = None,
+    ) -> None:
+        if warm < 0:
+            raise ValueError(f"warm must be >= 0, got {warm}")
+        base = base_spec or SandboxSpec()
+        limits = base.limits
+        if limits.wall_clock_s is None:
+            limits = dataclasses.replace(limits, wall_clock_s=DEFAULT_WALL_CLOCK_S)
+        self.base_spec = dataclasses.replace(
+            base, files={}, read_only_root=False, model_socket=None, forwarder=False, limits=limits
         )
+        self.run_id = run_id
+        self.warm = warm
+        self.copy_limits = copy_limits or CopyLimits()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: SandboxPool | None = None
+        self._pool_ready: asyncio.Future[SandboxPool] | None = None
+
+    # ------------------------------------------------------------------ public
+    def run(self, spec: ExecSpec) -> ExecResult:
+        """Run ``spec``; see :class:`~clawrl.bench.Executor`.
+
+        When processes of the sandbox survive :meth:`~clawrl.sandbox.Sandbox.kill_all`,
+        nothing is copied back and the result has ``exit_code=None`` (not a timeout), with
+        the reason in ``stderr``.
+
+        Raises:
+            ExecutorError: the sandbox cannot be created or used, or a copy back hit
+                :attr:`copy_limits`.
+        """
+        return self._call(self._run(spec))
+
+    def close(self) -> None:
+        """Destroy the warm sandboxes (idle ones at once; sandboxes in use are destroyed
+        by their runs as usual). Idempotent; a later :meth:`run` warms again."""
+        with self._lock:
+            pool, self._pool, self._pool_ready = self._pool, None, None
+            loop = self._loop
+        if pool is not None and loop is not None:
+            with contextlib.suppress(SandboxError):
+                asyncio.run_coroutine_threadsafe(pool.close(), loop).result()
+
+    def __enter__(self) -> SandboxExecutor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=loop.run_forever, name="clawrl-bench-sbexec", daemon=True
+                ).start()
+                self._loop = loop
+            loop = self._loop
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    async def _get_pool(self) -> SandboxPool:
+        # runs on the executor's loop: no lock needed between coroutines
+        if self._pool_ready is None:
+            fut: asyncio.Future[SandboxPool] = asyncio.get_running_loop().create_future()
+            self._pool_ready = fut
+            pool = SandboxPool(
+                max_sandboxes=self.warm + 64,
+                warm=[(self.base_spec, self.warm)],
+                run_id=self.run_id,
+                gc_on_start=False,
+                factory=self._create_warm,
+            )
+            await pool.start()
+            self._pool = pool
+            fut.set_result(pool)
+        return await asyncio.shield(self._pool_ready)
+
+    async def _create_warm(self, spec: SandboxSpec) -> Sandbox:
+        sb = await Sandbox.create(spec, run_id=self.run_id)
         try:
-            with SyncSandbox(sb_spec, run_id=self.run_id) as sb:
-                res = sb.exec(
-                    list(spec.argv),
-                    timeout=spec.timeout_s,
-                    env=dict(spec.env),
-                    workdir=spec.cwd,
-                    max_output_bytes=OUTPUT_LIMIT,
-                )
-                for mount in spec.mounts:
-                    if not mount.read_only and mount.persist:
-                        with tempfile.TemporaryDirectory(prefix="clawrl-sbcopy-") as tmp:
-                            sb.get_dir(mount.target, Path(tmp) / "d")
-                            _replace_contents(mount.source, Path(tmp) / "d")
+            await sb.kill_all()  # kills nothing yet; looks up the sandbox's PID 1 in advance
+        except BaseException:
+            await asyncio.shield(sb.destroy())
+            raise
+        return sb
+
+    async def _acquire(self, spec: ExecSpec) -> tuple[Sandbox, SandboxPool | None]:
+        """A fresh, never used sandbox: a warm one if it has enough wall clock left."""
+        if self.warm > 0:
+            pool = await self._get_pool()
+            sb = await pool.acquire(self.base_spec)
+            wall = self.base_spec.limits.wall_clock_s or DEFAULT_WALL_CLOCK_S
+            left = wall - (time.time() - sb.created_at)
+            if left > spec.timeout_s + _WALL_MARGIN_S:
+                return sb, pool
+            await pool.release(sb, broken=True)
+        wall = max(
+            self.base_spec.limits.wall_clock_s or DEFAULT_WALL_CLOCK_S,
+            spec.timeout_s + _WALL_MARGIN_S,
+        )
+        limits = dataclasses.replace(self.base_spec.limits, wall_clock_s=wall)
+        sb = await Sandbox.create(
+            dataclasses.replace(self.base_spec, limits=limits), run_id=self.run_id
+        )
+        return sb, None
+
+    async def _run(self, spec: ExecSpec) -> ExecResult:
+        try:
+            sb, pool = await self._acquire(spec)
         except SandboxError as exc:
             raise ExecutorError(f"sandbox: {exc}") from exc
+        try:
+            return await self._run_in(sb, spec)
+        except SandboxError as exc:
+            raise ExecutorError(f"sandbox: {exc}") from exc
+        finally:
+            if pool is not None:
+                # never reused: destroyed in the background, and the pool warms a new one
+                await pool.release(sb, broken=True)
+            else:
+                await asyncio.shield(sb.destroy())
+
+    async def _run_in(self, sb: Sandbox, spec: ExecSpec) -> ExecResult:
+        staged = await asyncio.to_thread(_tar_of, spec)
+        res = await sb.exec(
+            ["/bin/sh", "-c", _STAGE_AND_RUN, "sh", spec.cwd, *spec.argv],
+            stdin=staged,
+            timeout=spec.timeout_s,
+            env=dict(spec.env),
+            workdir="/",
+            max_output_bytes=OUTPUT_LIMIT,
+        )
+        stdout = res.stdout.decode("utf-8", errors="replace")
+        stderr = res.stderr.decode("utf-8", errors="replace")
+        try:
+            # Nothing the command started (a detached daemon) may change what is read back.
+            await sb.kill_all()
+        except SandboxGoneError:
+            raise
+        except SandboxError as exc:
+            return ExecResult(
+                exit_code=None,
+                stdout=stdout,
+                stderr=f"{stderr}\n[clawrl] processes survived kill_all, nothing copied "
+                f"back: {exc}",
+                duration_s=res.duration_s,
+                timed_out=False,
+            )
+        for mount in spec.mounts:
+            if not mount.read_only and mount.persist:
+                with owned_tempdir("clawrl-sbcopy-") as tmp:
+                    try:
+                        await sb.get_dir(
+                            mount.target,
+                            Path(tmp) / "d",
+                            self.copy_limits.max_bytes,
+                            limits=self.copy_limits,
+                        )
+                    except SandboxFileNotFoundError:
+                        if res.exit_code == 0 and not res.timed_out:
+                            raise
+                        continue  # the command failed before (or by) removing it: no copy
+                    await asyncio.to_thread(_replace_contents, mount.source, Path(tmp) / "d")
         return ExecResult(
             exit_code=None if res.timed_out else res.exit_code,
-            stdout=res.stdout.decode("utf-8", errors="replace"),
-            stderr=res.stderr.decode("utf-8", errors="replace"),
+            stdout=stdout,
+            stderr=stderr,
             duration_s=res.duration_s,
             timed_out=res.timed_out,
         )
+
+
+def _tar_of(spec: ExecSpec) -> bytes:
+    """A tar archive (relative to ``/``) of every mount's host directory at its target,
+    owned by root, directories 0755, files 0755 or 0644; host symlinks and special files
+    are left out.
+
+    Raises:
+        ExecutorError: a mount source is not a directory or cannot be read.
+    """
+    buf = io.BytesIO()
+    now = int(time.time())
+
+    def add(name: str, data: bytes | None, mode: int) -> None:
+        info = tarfile.TarInfo(name)
+        info.mtime, info.mode, info.uid, info.gid = now, mode, 0, 0
+        if data is None:
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        else:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for mount in spec.mounts:
+            root = mount.source
+            if root.is_symlink() or not root.is_dir():
+                raise ExecutorError(f"mount source {root} is not a directory")
+            top = mount.target.strip("/")
+            parts = top.split("/")
+            for i in range(1, len(parts)):
+                add("/".join(parts[:i]), None, 0o755)
+            add(top, None, 0o755)
+            try:
+                for dirpath, dirnames, filenames in os.walk(root):
+                    base = Path(dirpath)
+                    rel = base.relative_to(root).as_posix()
+                    prefix = top if rel == "." else f"{top}/{rel}"
+                    for name in sorted(dirnames):
+                        if (base / name).is_symlink():
+                            dirnames.remove(name)  # never follow host symlinks out of the tree
+                        else:
+                            add(f"{prefix}/{name}", None, 0o755)
+                    for name in sorted(filenames):
+                        path = base / name
+                        if path.is_symlink() or not path.is_file():
+                            continue
+                        mode = 0o755 if os.access(path, os.X_OK) else 0o644
+                        add(f"{prefix}/{name}", path.read_bytes(), mode)
+            except OSError as exc:
+                raise ExecutorError(f"cannot read mount source {root}: {exc}") from exc
+    return buf.getvalue()
 
 
 def _replace_contents(dest: Path, src: Path) -> None:

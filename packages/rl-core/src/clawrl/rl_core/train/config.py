@@ -119,9 +119,10 @@ class RolloutConfig:
     settle_s: a session's call log must stay unchanged this long before it is read.
     verifier: where each rollout's verifier runs on the copied-out workspace: ``sandbox``
         (a fresh podman sandbox per verification, :class:`clawrl.bench.SandboxExecutor`)
-        or ``host`` (a host subprocess, :class:`clawrl.bench.LocalExecutor`; ~2 s less per
-        rollout on a 2-core machine, for trusted task code such as bench's own learnable
-        family). The harness runs in its podman sandbox either way.
+        or ``host`` (a host subprocess, :class:`clawrl.bench.LocalExecutor`), only for tasks
+        whose verifier does not execute workspace code (bench's learnable family): the run
+        stops with a ConfigError before any rollout otherwise. The harness runs in its
+        podman sandbox either way.
     """
 
     harnesses: list[str] = field(default_factory=lambda: ["reference"])

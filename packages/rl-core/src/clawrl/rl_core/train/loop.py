@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from clawrl.bench import (
     HarnessAdapter,
+    HostVerificationError,
     LocalExecutor,
     ModelEndpoint,
     RolloutEvent,
@@ -54,7 +55,9 @@ from clawrl.bench import (
     RolloutResult,
     RolloutRunner,
     RolloutStatus,
+    SandboxExecutor,
     Task,
+    check_host_verification,
     generate_learnable_tasks,
     get_harness,
     load_builtin_suite,
@@ -140,6 +143,7 @@ class TrainLoop:
         self.ckpt_dir = self.out / "checkpoints"
         self.state = LoopState()
         self.run_id = f"train-{uuid.uuid4().hex[:8]}"
+        self._verify_executor: SandboxExecutor | None = None
         self.log: MetricsLog | None = None
         self.progress: Callable[[RolloutEvent], None] | None = None
 
@@ -240,7 +244,16 @@ class TrainLoop:
         return RolloutRunner(endpoint, opts, concurrency=r.concurrency,
                              run_id=run_id or self.run_id, progress=self.progress,
                              session_hook=session_hook,
-                             verify_executor=LocalExecutor() if r.verifier == "host" else None)
+                             verify_executor=(LocalExecutor() if r.verifier == "host"
+                                              else self._sandbox_verifier()))
+
+    def _sandbox_verifier(self) -> SandboxExecutor:
+        """One verifier executor for the whole run: its warm single-use sandboxes outlive
+        each step's runner (a runner's own executor is closed after each batch)."""
+        if self._verify_executor is None:
+            self._verify_executor = SandboxExecutor(run_id=self.run_id,
+                                                    warm=self.cfg.rollout.concurrency)
+        return self._verify_executor
 
     async def _settle(self, endpoint: ModelEndpoint, results: Sequence[RolloutResult]
                       ) -> dict[str, list[dict[str, Any]]]:
@@ -420,7 +433,12 @@ class TrainLoop:
 
     # ------------------------------------------------------------------ main
     async def run(self) -> dict[str, Any]:
-        """Run (or resume) the whole loop; returns a summary (also ``summary.json``)."""
+        """Run (or resume) the whole loop; returns a summary (also ``summary.json``).
+
+        Raises:
+            ConfigError: among others, ``rollout.verifier = "host"`` for tasks whose verifier
+                executes workspace code (before any rollout).
+        """
         from clawrl.sandbox import gc as sandbox_gc
         from clawrl.sandbox import gc_tempdirs
         from transformers import AutoModelForCausalLM
@@ -442,6 +460,11 @@ class TrainLoop:
         seed_everything(cfg.run.seed)
         self.model_dir = await asyncio.to_thread(self._model_dir)
         train, held = await asyncio.to_thread(self._tasks)
+        if cfg.rollout.verifier == "host":  # refused before any rollout for such tasks
+            try:
+                check_host_verification([*train, *held], LocalExecutor())
+            except HostVerificationError as exc:
+                raise ConfigError(f"rollout.verifier = 'host': {exc}") from exc
         harnesses = [get_harness(h) for h in cfg.rollout.harnesses]
         self.log = MetricsLog(self.out, tensorboard=cfg.logging.tensorboard)
         self.policy = AutoModelForCausalLM.from_pretrained(
@@ -485,6 +508,8 @@ class TrainLoop:
                 self.state.evals.append(row)
                 self.say(f"eval before RL: held-out reward {row['eval_reward']:.3f}")
             await self._rl_steps(endpoint, backend, train, held, harnesses)
+        if self._verify_executor is not None:
+            await asyncio.to_thread(self._verify_executor.close)
         self.log.close()
         return self._finish()
 

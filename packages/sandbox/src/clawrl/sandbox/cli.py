@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import shutil
@@ -30,6 +31,34 @@ def _ok(name: str, detail: str) -> None:
 
 def _fail(name: str, detail: str, fix: str) -> None:
     print(f"[FAIL] {name}: {detail}\n       fix: {fix}")
+
+
+def _host_cgroup_limits(pid: int) -> list[bytes]:
+    """The memory and pids limits of host process ``pid``'s cgroup (v1 or v2), as read."""
+    paths: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            _, ctrls, path = line.split(":", 2)
+            for c in ctrls.split(",") if ctrls else [""]:
+                paths[c] = path.lstrip("/")
+    root = Path("/sys/fs/cgroup")
+    candidates = (
+        (
+            root / "memory" / paths.get("memory", "-") / "memory.limit_in_bytes",
+            root / paths.get("", "-") / "memory.max",
+        ),
+        (
+            root / "pids" / paths.get("pids", "-") / "pids.max",
+            root / paths.get("", "-") / "pids.max",
+        ),
+    )
+    out = []
+    for options in candidates:
+        for f in options:
+            with contextlib.suppress(OSError):
+                out.append(f.read_bytes().strip())
+                break
+    return out
 
 
 async def _doctor() -> int:
@@ -90,12 +119,8 @@ async def _doctor() -> int:
         sb = await Sandbox.create(SandboxSpec(limits=Limits(memory="128m", pids=100)))
         try:
             res = await sb.exec("echo ok; test ! -e /root/.cache && test ! -e /work", timeout=30)
-            lim = await sb.exec(
-                "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
-                "cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
-                "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max",
-                timeout=30,
-            )
+            # read on the host: inside, /sys/fs/cgroup is masked
+            seen = _host_cgroup_limits((await sb._find_init()).pid)
         finally:
             await sb.destroy()
         if res.ok and res.stdout.strip() == b"ok":
@@ -105,7 +130,6 @@ async def _doctor() -> int:
             _fail(
                 "sandbox", f"exec returned {res.exit_code}: {res.stderr!r}", "see the error above"
             )
-        seen = lim.stdout.split()
         if seen == [str(128 << 20).encode(), b"100"]:
             _ok("limits", "memory and pids limits applied inside the sandbox's cgroup")
         else:
@@ -183,8 +207,10 @@ async def _gc(run_id: str | None, force: bool, include_foreign: bool) -> int:
     print(f"{len(removed)} container(s) removed")
     if run_id is None:  # host temporary directories carry no run id, only their owner's pid
         dirs = gc_tempdirs()
-        print(f"{len(dirs)} temporary director{'y' if len(dirs) == 1 else 'ies'} of dead "
-              "processes removed")
+        print(
+            f"{len(dirs)} temporary director{'y' if len(dirs) == 1 else 'ies'} of dead "
+            "processes removed"
+        )
     return 0
 
 
@@ -252,7 +278,9 @@ def _parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("ls", help="list clawrl sandbox containers")
     ls.add_argument("--json", action="store_true")
     g = sub.add_parser(
-        "gc", help="remove containers of dead runs (and, without --run, temp dirs of dead processes)")
+        "gc",
+        help="remove containers of dead runs (and, without --run, temp dirs of dead processes)",
+    )
     g.add_argument("--run", dest="run_id", help="only this run id")
     g.add_argument("--force", action="store_true", help="also remove containers of live runs")
     g.add_argument("--include-foreign", action="store_true", help="also containers of other hosts")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import signal
 import stat
 import time
@@ -449,35 +450,58 @@ def _copy_file(src: int, dst: int, name: str, budget: _Budget) -> None:
 _WIPE_DEPTH = 256
 
 
+def _mount_points(init: SandboxInit) -> set[str]:
+    """Mount points of the sandbox's mount namespace (its PID 1's ``mountinfo``)."""
+    try:
+        with open(f"/proc/{init.pid}/mountinfo", "rb") as f:
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError as e:
+        raise SandboxGoneError(f"cannot read the sandbox's mounts: {e}") from e
+    out = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:  # octal escapes (\040 for a space) decoded
+            out.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return out
+
+
 def wipe_tree(init: SandboxInit, path: str) -> bool:
     """Delete everything inside the sandbox directory ``path`` (kept itself), never following
-    a symlink; mount points and entries that cannot be removed (or lie deeper than 256
-    levels) are left.
+    a symlink and never touching a mount point (unlinking one from the host would detach the
+    sandbox's mount, e.g. its model socket); what cannot be removed, or lies deeper than 256
+    levels, is left.
 
     Returns:
-        True if ``path`` is now empty (or does not exist).
+        True if ``path`` now holds nothing but mount points and the directories leading to
+        them (or does not exist).
 
     Raises:
         SandboxGoneError: the sandbox is gone.
     """
+    parts = _components(path)
+    top = "/" + "/".join(parts)
+    mounts = _mount_points(init)
     with init.root() as root:
         try:
-            fd = _open_dir(root, _components(path), path)
+            fd = _open_dir(root, parts, path)
         except SandboxFileNotFoundError:
             return True
         try:
-            _wipe(fd, 0)
-            return not os.listdir(fd)
+            _wipe(fd, top.rstrip("/"), mounts, 0)
+            left = [f"{top.rstrip('/')}/{n}" for n in os.listdir(fd)]
+            return all(p in mounts or any(m.startswith(p + "/") for m in mounts) for p in left)
         finally:
             os.close(fd)
 
 
-def _wipe(fd: int, depth: int) -> None:
+def _wipe(fd: int, where: str, mounts: set[str], depth: int) -> None:
     if depth > _WIPE_DEPTH:
         return
     with contextlib.suppress(OSError):
-        names = os.listdir(fd)
-        for name in names:
+        for name in os.listdir(fd):
+            sub_path = f"{where}/{name}"
+            if sub_path in mounts:
+                continue
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except OSError:
@@ -488,11 +512,12 @@ def _wipe(fd: int, depth: int) -> None:
                 except OSError:
                     continue
                 try:
-                    _wipe(sub, depth + 1)
+                    _wipe(sub, sub_path, mounts, depth + 1)
                 finally:
                     os.close(sub)
-                with contextlib.suppress(OSError):
-                    os.rmdir(name, dir_fd=fd)
+                if not any(m.startswith(sub_path + "/") for m in mounts):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(name, dir_fd=fd)
             else:
                 with contextlib.suppress(OSError):
                     os.unlink(name, dir_fd=fd)

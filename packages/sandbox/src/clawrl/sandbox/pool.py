@@ -443,7 +443,7 @@ class SandboxPool:
             # from the host: every process but PID 1 killed, then every writable place emptied
             await sb.kill_all()
             for d in (WORKSPACE, "/tmp", home, "/var/tmp", "/dev/shm", "/run"):
-                if not await sb.wipe(d) and d != "/run":  # /run keeps its mount points
+                if not await sb.wipe(d):
                     raise SandboxError(f"reset failed: {d} could not be emptied")
             if sb.spec.model_socket is not None and sb.spec.forwarder:
                 await sb.start_forwarder()

@@ -394,6 +394,8 @@ class Sandbox:
         a += ["--read-only-tmpfs=false", "--shm-size", str(_SMALL_TMPFS)]
         a += ["--tmpfs", f"/run:rw,nosuid,nodev,size={_SMALL_TMPFS},mode=0755"]
         a += ["--tmpfs", f"/var/tmp:rw,nosuid,nodev,size={lim.tmp_bytes},mode=1777"]
+        # podman's /sys/fs/cgroup is an unsized tmpfs writable by root: masked read-only
+        a += ["--security-opt", "mask=/sys/fs/cgroup"]
         env = {"PATH": PATH_ENV, "HOME": home, "LANG": "C.UTF-8", "TERM": "dumb", **spec.env}
         for k, v in env.items():
             a += ["--env", f"{k}={v}"]

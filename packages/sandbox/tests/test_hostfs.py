@@ -1,0 +1,180 @@
+"""Host-side process control and copy-out against real podman (what a hostile agent tries)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from clawrl.sandbox import (
+    CopyLimits,
+    Limits,
+    Sandbox,
+    SandboxCopyLimitError,
+    SandboxFileNotFoundError,
+    SandboxPool,
+    SandboxSpec,
+)
+
+from .conftest import UnixHTTP
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def sb(unix_http: UnixHTTP) -> AsyncIterator[Sandbox]:
+    async with await Sandbox.create(SandboxSpec(model_socket=unix_http.path)) as sandbox:
+        yield sandbox
+
+
+async def test_kill_all_leaves_only_pid_1(sb: Sandbox) -> None:
+    # daemons that leave the exec's process group and session, ignore signals, or fork-bomb
+    await sb.exec(
+        "setsid sh -c 'trap \"\" TERM HUP INT; while :; do sleep 1; done' </dev/null >/dev/null 2>&1 & "
+        "nohup sleep 1000 </dev/null >/dev/null 2>&1 & "
+        "(f() { sleep 0.01; f & f & wait; }; f) </dev/null >/dev/null 2>&1 & "
+        "exit 0",
+        timeout=10,
+    )
+    await asyncio.sleep(1.0)
+    # the bomb keeps the pids limit nearly full; the host-side kill needs no exec
+    killed = await sb.kill_all()
+    assert killed >= 50
+    r = await sb.exec("ps -eo pid=,args=", timeout=10)
+    rows = [line.split(None, 1) for line in r.stdout.decode().splitlines()]
+    alive = [args for pid, args in rows if "ps -eo" not in args and "timeout" not in args]
+    assert [pid for pid, _ in rows if pid == "1"] == ["1"]
+    assert all("sleep infinity" in a for a in alive), alive
+
+
+async def test_pid_1_ignores_every_signal_from_inside(sb: Sandbox) -> None:
+    r = await sb.exec(
+        "for s in KILL TERM INT HUP QUIT USR1 USR2 ALRM STOP; do kill -s $s 1; done; sleep 0.3; "
+        "kill -CONT 1; grep State /proc/1/status",
+        timeout=10,
+    )
+    assert r.ok, r
+    assert await sb.alive()
+    assert (await sb.exec("echo still here", timeout=10)).stdout == b"still here\n"
+
+
+async def test_copy_out_takes_regular_files_and_directories_only(
+    sb: Sandbox, tmp_path: Path
+) -> None:
+    await sb.exec(
+        "rm -rf /workspace/*; mkdir -p /workspace/d/e && echo hi > /workspace/d/e/f && "
+        "chmod +x /workspace/d/e/f && ln -s /etc /workspace/etc_link && "
+        "ln -s ../../../../../../tmp /workspace/d/up && mkfifo /workspace/fifo && "
+        "ln /workspace/d/e/f /workspace/hard",
+        timeout=10,
+    )
+    stats = await sb.copy_out("/workspace", tmp_path / "out")
+    out = tmp_path / "out"
+    found = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    assert found == ["d", "d/e", "d/e/f", "hard"]
+    assert not any(p.is_symlink() for p in out.rglob("*"))
+    assert (stats.files, stats.skipped) == (2, 3)
+    assert os.stat(out / "d/e/f").st_mode & 0o777 == 0o755
+    assert (out / "hard").read_text() == "hi\n"
+    # a symlink on the way is never followed, for get_dir and get_file alike
+    with pytest.raises(SandboxFileNotFoundError):
+        await sb.get_dir("/workspace/etc_link", tmp_path / "etc")
+    with pytest.raises(SandboxFileNotFoundError):
+        await sb.get_file("/workspace/etc_link/passwd")
+    with pytest.raises(SandboxFileNotFoundError):
+        await sb.get_file("/workspace/fifo")  # neither blocks nor reads a FIFO
+    assert not (tmp_path / "etc").exists() or not any((tmp_path / "etc").iterdir())
+
+
+async def test_copy_out_bounds_fail_fast(sb: Sandbox, tmp_path: Path) -> None:
+    await sb.exec("rm -rf /workspace/*; truncate -s 4G /workspace/sparse", timeout=10)
+    t0 = time.monotonic()
+    with pytest.raises(SandboxCopyLimitError) as e:
+        await sb.get_dir("/workspace", tmp_path / "a", max_bytes=64 << 20)
+    assert e.value.limit == "max_bytes" and time.monotonic() - t0 < 5
+    assert not (tmp_path / "a" / "sparse").exists()
+    with pytest.raises(SandboxCopyLimitError) as e:
+        await sb.get_file("/workspace/sparse", max_bytes=1 << 20)
+    assert e.value.limit == "max_bytes"
+
+    await sb.exec("rm -rf /workspace/*; cd /workspace && seq 1 3000 | xargs touch", timeout=30)
+    with pytest.raises(SandboxCopyLimitError) as e:
+        await sb.get_dir("/workspace", tmp_path / "b", limits=CopyLimits(max_files=1000))
+    assert e.value.limit == "max_files"
+
+    await sb.exec(
+        "rm -rf /workspace/*; cd /workspace && for i in $(seq 1 80); do mkdir d && cd d; done",
+        timeout=30,
+    )
+    with pytest.raises(SandboxCopyLimitError) as e:
+        await sb.get_dir("/workspace", tmp_path / "c")
+    assert e.value.limit == "max_depth"
+    with pytest.raises(SandboxCopyLimitError) as e:
+        await sb.get_dir("/workspace", tmp_path / "d", limits=CopyLimits(max_path_length=100))
+    assert e.value.limit == "max_path_length"
+
+
+async def test_model_socket_cannot_be_tampered_with(sb: Sandbox, unix_http: UnixHTTP) -> None:
+    r = await sb.exec(
+        "chmod 000 /run/clawrl/model.sock; echo chmod=$?; rm -f /run/clawrl/model.sock; "
+        "echo rm=$?; ls -l /run/clawrl/model.sock",
+        timeout=10,
+    )
+    out = r.stdout.decode()
+    assert "chmod=1" in out and "rm=1" in out, r
+    assert unix_http.path.stat().st_mode & 0o777 != 0
+    assert "srw" in out  # still a socket, mode unchanged
+
+
+async def test_every_writable_tmpfs_has_a_size(sb: Sandbox) -> None:
+    r = await sb.exec("cat /proc/self/mountinfo", timeout=10)
+    unsized = []
+    for line in r.stdout.decode().splitlines():
+        pre, _, post = line.partition(" - ")
+        fstype, _source, opts = post.split(" ", 2)
+        if fstype == "tmpfs" and "size=" not in opts:
+            unsized.append(pre.split()[4])
+    assert unsized, "expected the read-only /sys/fs/cgroup tmpfs"
+    # an unsized tmpfs (half the host's RAM) must not take a single byte
+    for place in unsized:
+        w = await sb.exec(f"echo x > {place}/clawrl-probe", timeout=10, user="0:0")
+        assert w.exit_code != 0, place
+    r = await sb.exec("dd if=/dev/zero of=/run/fill bs=1M count=64; rm -f /run/fill", timeout=30)
+    assert b"No space left" in r.stderr
+
+
+async def test_reused_sandbox_is_reset_from_the_host(unix_http: UnixHTTP) -> None:
+    spec = SandboxSpec(model_socket=unix_http.path, limits=Limits(wall_clock_s=600))
+    async with SandboxPool(max_sandboxes=1, reuse=True) as pool:
+        async with pool.sandbox(spec) as first:
+            await first.exec(
+                "echo x > /run/planted; echo y > /var/tmp/planted; echo z > /dev/shm/planted; "
+                "echo w > /workspace/planted; env -i setsid sleep 1000 </dev/null >/dev/null 2>&1 &",
+                timeout=10,
+            )
+            first_id = first.id
+        await asyncio.sleep(0)
+        async with pool.sandbox(spec) as again:
+            assert again.id == first_id and pool.metrics().reused == 1
+            r = await again.exec(
+                "ls /run/planted /var/tmp/planted /dev/shm/planted /workspace/planted 2>&1; "
+                "ps -eo args= | grep -c '^sleep 1000' ; "
+                "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/x').status)\"",
+                timeout=20,
+            )
+            out = r.stdout.decode()
+            assert out.count("No such file") == 4, out
+            assert "\n0\n" in out and out.strip().endswith("200"), out
+    # a sandbox whose root is writable is destroyed, never handed to the next user
+    writable = SandboxSpec(read_only_root=False)
+    async with SandboxPool(max_sandboxes=1, reuse=True) as pool:
+        async with pool.sandbox(writable) as sb1:
+            await sb1.exec("echo evil > /etc/ld.so.preload", timeout=10)
+            id1 = sb1.id
+        async with pool.sandbox(writable) as sb2:
+            assert sb2.id != id1
+            assert (await sb2.exec("cat /etc/ld.so.preload", timeout=10)).exit_code != 0

@@ -424,7 +424,9 @@ class RolloutRunner:
         memory = self.options.memory_mb or task.limits.memory_mb
         return CopyLimits(max_bytes=min(task.limits.storage_mb, memory) << 20)
 
-    def _sandbox_spec(self, spec: RolloutSpec, workspace: Path) -> SandboxSpec:
+    def sandbox_spec(self, spec: RolloutSpec, workspace: Path) -> SandboxSpec:
+        """The agent sandbox of rollout ``spec`` holding the host directory ``workspace``:
+        sized from the task's limits, with a wall clock of the agent timeout + 300 s."""
         task, h = spec.task, spec.harness
         memory = self.options.memory_mb or task.limits.memory_mb
         agent_s = self.options.agent_timeout_s or task.timeouts.agent_s
@@ -502,7 +504,7 @@ class RolloutRunner:
                     )
                     if self.session_hook is not None:
                         await self.session_hook(session, spec)
-                sb = await Sandbox.create(self._sandbox_spec(spec, initial), run_id=self.run_id)
+                sb = await Sandbox.create(self.sandbox_spec(spec, initial), run_id=self.run_id)
             except (SandboxError, ProxyError, OSError) as exc:
                 if session is not None and admin is not None:
                     with contextlib.suppress(ProxyError, OSError):

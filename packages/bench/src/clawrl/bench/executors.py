@@ -24,7 +24,6 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, suppress
@@ -33,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Protocol, runtime_checkable
 
 from clawrl.bench.errors import ExecutorError
+from clawrl.sandbox import owned_tempdir
 
 __all__ = ["ExecResult", "ExecSpec", "Executor", "LocalExecutor", "Mount"]
 
@@ -121,7 +121,7 @@ class LocalExecutor:
 
     def run(self, spec: ExecSpec) -> ExecResult:
         """Run ``spec``; see :class:`Executor`."""
-        with tempfile.TemporaryDirectory(prefix="clawrl-local-") as scratch:
+        with owned_tempdir("clawrl-local-") as scratch:
             mapping = self._materialise(spec.mounts, Path(scratch))
             translate = _Translator(mapping)
             cwd = translate.path(spec.cwd)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .errors import SandboxCopyLimitError, SandboxError, SandboxFileNotFoundError, SandboxGoneError
+from .reaper import process_start_ticks
 
 __all__ = [
     "CopyLimits",
@@ -109,18 +110,18 @@ class SandboxInit:
         Raises:
             SandboxGoneError: no such process.
         """
-        ticks = _start_ticks(pid)
+        ticks = process_start_ticks(pid)
         try:
             ns = os.readlink(f"/proc/{pid}/ns/pid")
         except OSError as e:
             raise SandboxGoneError(f"sandbox init process {pid} is gone: {e}") from e
-        if ticks is None or _start_ticks(pid) != ticks:
+        if ticks is None or process_start_ticks(pid) != ticks:
             raise SandboxGoneError(f"sandbox init process {pid} is gone")
         return cls(pid, ticks, ns)
 
     def check(self) -> None:
         """Raise :class:`SandboxGoneError` unless the process is still this sandbox's PID 1."""
-        if _start_ticks(self.pid) != self.start_ticks:
+        if process_start_ticks(self.pid) != self.start_ticks:
             raise SandboxGoneError(f"sandbox init process {self.pid} is gone")
 
     @contextlib.contextmanager
@@ -141,19 +142,6 @@ class SandboxInit:
             yield fd
         finally:
             os.close(fd)
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
 
 
 def _state(pid: int) -> bytes:

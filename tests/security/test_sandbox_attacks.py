@@ -117,6 +117,67 @@ exit 0
     assert _find(marker, tmp_root, tmp_path) == []
 
 
+_PRELOAD_C = r"""
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+__attribute__((constructor)) static void forge(void) {
+    char exe[256] = {0};
+    if (readlink("/proc/self/exe", exe, sizeof exe - 1) < 0) return;
+    const char *base = strrchr(exe, '/');
+    if (!base || strcmp(base + 1, "tar") != 0) return;
+    int fd = open("/var/tmp/forged.tar", O_RDONLY);
+    if (fd < 0) return;
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) write(1, buf, n);
+    _exit(0);
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="the attack compiles a preload library")
+def test_planted_preload_cannot_forge_the_copy_out(tmp_path: Path) -> None:
+    """A task whose workspace is ``/app`` runs with a writable root, so the agent (root) can
+    write ``/etc/ld.so.preload``. It plants a library that turns every later ``tar`` in the
+    sandbox into a printer of its own archive: a *solved* ``stats.py``. No race: with the old
+    copy-out (``podman exec tar -c`` in the sandbox, parsed on the host) the verifier got the
+    forged file and the reward was 1.0. Now no program of the sandbox runs for the copy-out:
+    the true workspace is read from the host and the reward is 0. Revert tried: see the
+    closing note of session 9."""
+    script = f"""
+cat > /var/tmp/forge.c <<'END_C'
+{_PRELOAD_C}
+END_C
+gcc -shared -fPIC -o /var/tmp/forge.so /var/tmp/forge.c || exit 3
+python3 - <<'END_PY'
+import io, tarfile
+solved = open("stats.py").read().replace(
+    "    return values[len(values) // 2]\\n",
+    "    xs = sorted(values)\\n    mid = len(xs) // 2\\n"
+    "    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2\\n",
+).encode()
+assert solved != open("stats.py", "rb").read()
+with tarfile.open("/var/tmp/forged.tar", "w") as tar:
+    info = tarfile.TarInfo("./stats.py")
+    info.size = len(solved)
+    tar.addfile(info, io.BytesIO(solved))
+END_PY
+echo /var/tmp/forge.so > /etc/ld.so.preload
+exit 0
+"""
+    task = attack_task(tmp_path, script)
+    env = {**task.verifier.env, "CLAWRL_WORKSPACE": "/app"}
+    task = task.model_copy(
+        update={"workspace_path": "/app", "verifier": task.verifier.model_copy(update={"env": env})}
+    )
+    spec = RolloutSpec(task=task, harness=get_harness("oracle"), rollout_id="r", group_id="g")
+    assert RolloutRunner().sandbox_spec(spec, tmp_path).read_only_root is False  # the premise
+    r = rollout(task)
+    assert r.status is RolloutStatus.OK, (r.status, r.reason)
+    assert r.reward == 0.0, r.subscores
+
+
 def test_sparse_file_fails_the_rollout_fast_and_is_scored(tmp_path: Path) -> None:
     """A 4 GiB sparse file in the workspace: before, 66 s and 2 GiB of host RSS, then an
     infra-error left out of the scores (the agent chooses when it is scored). Now the copy-out

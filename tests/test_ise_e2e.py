@@ -86,7 +86,9 @@ async def test_scripted_pipeline_writes_20_trajectories_with_real_tool_calls(
     from datasets import load_dataset
 
     ds = load_dataset(
-        "json", data_files=str(run.trajectories_path), split="train",
+        "json",
+        data_files=str(run.trajectories_path),
+        split="train",
         cache_dir=str(tmp_path / "hf-cache"),
     )
     assert ds.num_rows == 21

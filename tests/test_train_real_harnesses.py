@@ -62,7 +62,12 @@ def test_one_mix_harness_step_through_pi_and_codex(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     res = subprocess.run(
         [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(cfg)],
-        capture_output=True, text=True, timeout=840, env=env, check=False)
+        capture_output=True,
+        text=True,
+        timeout=840,
+        env=env,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("kind") == "train"]
     assert len(rows) == 1

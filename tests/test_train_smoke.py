@@ -52,7 +52,12 @@ def _train(config: Path, *extra: str, timeout: float = 280) -> subprocess.Comple
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run(
         [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(config), *extra],
-        capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 def _rows(out: Path, kind: str) -> list[dict[str, Any]]:
@@ -91,10 +96,12 @@ def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cfg = tmp_path / "short.toml"
     # the quickstart's host verifier: the cold start needs its scripted rollouts to pass
-    cfg.write_text(SHORT.format(out=out, steps=2, verifier="host")
-                   .replace("[eval]\nenabled = false", "[eval]\nenabled = true\nsamples = 1")
-                   .replace("checkpoint_every = 1", "checkpoint_every = 1\nkeep_checkpoints = 3")
-                   + "[algo]\nkl_coef = 0.05\n")  # a KL term to the policy as RL started
+    cfg.write_text(
+        SHORT.format(out=out, steps=2, verifier="host")
+        .replace("[eval]\nenabled = false", "[eval]\nenabled = true\nsamples = 1")
+        .replace("checkpoint_every = 1", "checkpoint_every = 1\nkeep_checkpoints = 3")
+        + "[algo]\nkl_coef = 0.05\n"
+    )  # a KL term to the policy as RL started
     res = _train(cfg)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     # held-out evals after the cold start and at the end, with the verifier's sub-scores
@@ -102,8 +109,10 @@ def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
     assert [r["tag"] for r in evals] == ["coldstart-2", "step-2"]
     for r in evals:
         assert r["eval_n"] == 2 and 0.0 <= r["eval_reward"] <= 1.0
-        subs = [r[f"eval_subscore/{k}"] for k in
-                ("file_created", "name_similarity", "content_similarity")]
+        subs = [
+            r[f"eval_subscore/{k}"]
+            for k in ("file_created", "name_similarity", "content_similarity")
+        ]
         assert all(0.0 <= v <= 1.0 for v in subs)
         assert abs(sum(subs) / 3 - r["eval_reward"]) < 1e-9  # the graded reward is their mean
     train = _rows(out, "train")
@@ -157,12 +166,19 @@ def test_kill_mid_step_then_resume(tmp_path: Path) -> None:
 
     out = tmp_path / "run"
     cfg = tmp_path / "short.toml"
-    cfg.write_text(SHORT.format(out=out, steps=3, verifier="sandbox")
-                   .replace("enabled = true", "enabled = false"))
+    cfg.write_text(
+        SHORT.format(out=out, steps=3, verifier="sandbox").replace(
+            "enabled = true", "enabled = false"
+        )
+    )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(cfg)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
     try:
         # wait for step 1's checkpoint, then for step 2's sandboxes, then kill -9
         deadline = time.time() + 240
@@ -180,6 +196,7 @@ def test_kill_mid_step_then_resume(tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert (out / "checkpoints" / "latest").read_text() == "step-000001"
+
     # what kill -9 left on the host: the proxy's socket directory, the rollouts' workspaces
     def left() -> list[Path]:
         return sorted(Path(tempfile.gettempdir()).glob(f"clawrl-*-{proc.pid}.*"))

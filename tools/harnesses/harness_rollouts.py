@@ -136,13 +136,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--harness", nargs="+", default=["claude-code", "codex", "pi", "openclaw"])
-    p.add_argument("--tasks", nargs="+", default=["csv_to_markdown", "log_level_counts", "fix_median"])
+    p.add_argument(
+        "--tasks", nargs="+", default=["csv_to_markdown", "log_level_counts", "fix_median"]
+    )
     p.add_argument("--mode", choices=["scripted", "tiny"], default="scripted")
     p.add_argument("--max-turns", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--concurrency", type=int, default=3)
-    p.add_argument("--out", type=Path, default=Path("tools/harnesses/results/harness_rollouts.json"))
+    p.add_argument(
+        "--out", type=Path, default=Path("tools/harnesses/results/harness_rollouts.json")
+    )
     args = p.parse_args()
     result = asyncio.run(run(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -59,9 +59,16 @@ def build_sequences(turns: int, hist: int, branch: int, vocab: int, seed: int) -
         ids = trunk + br
         train = trunk_train + [True] * branch
         train[0] = False
-        seqs.append(TokenSequence(token_ids=list(ids), trainable=train,
-                                  logprobs=[-1.0] * len(ids), rollout_id="r0",
-                                  call_id=f"c{k}", metadata={"group_id": "g"}))
+        seqs.append(
+            TokenSequence(
+                token_ids=list(ids),
+                trainable=train,
+                logprobs=[-1.0] * len(ids),
+                rollout_id="r0",
+                call_id=f"c{k}",
+                metadata={"group_id": "g"},
+            )
+        )
     return seqs
 
 
@@ -70,18 +77,34 @@ def make_model(gpu: bool, attn: str, vocab: int) -> Any:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     if gpu:  # Qwen3-0.6B shape, random weights
-        cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
-                          num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
-                          head_dim=128, max_position_embeddings=40960, tie_word_embeddings=True,
-                          attn_implementation=attn)
+        cfg = Qwen3Config(
+            vocab_size=151936,
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=40960,
+            tie_word_embeddings=True,
+            attn_implementation=attn,
+        )
     else:
         # 2 layers, small vocabulary, but Qwen3-0.6B's MLP-to-attention cost ratio (MLP FLOPs
         # per token 6·h·i vs attention 4·L·(heads·head_dim): 6·512·1536 / (4·512) = 2304 per
         # context token, as 6·1024·3072 / (4·2048) for the real model)
-        cfg = Qwen3Config(vocab_size=vocab, hidden_size=512, intermediate_size=1536,
-                          num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
-                          head_dim=64, max_position_embeddings=8192, tie_word_embeddings=False,
-                          attn_implementation=attn)
+        cfg = Qwen3Config(
+            vocab_size=vocab,
+            hidden_size=512,
+            intermediate_size=1536,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=64,
+            max_position_embeddings=8192,
+            tie_word_embeddings=False,
+            attn_implementation=attn,
+        )
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(cfg)
     if gpu:
@@ -118,14 +141,14 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     model = make_model(gpu, attn, args.vocab)
     cfg = LossConfig(aggregation="token_mean")
     old = OldPass(logprobs=np.full(batch.num_tokens, -1.0))  # ratio r = exp(logp + 1)
-    prepared = prepare_rl(batch, old, {"r0": 1.0}, algorithm="grpo", loss_cfg=cfg,
-                          groups={"r0": "g"})
+    prepared = prepare_rl(
+        batch, old, {"r0": 1.0}, algorithm="grpo", loss_cfg=cfg, groups={"r0": "g"}
+    )
     prepared.advantage[:] = 1.0  # single rollout: GRPO would give 0; use A = 1
     chunk = 4096
 
     def tree_step() -> float:
-        stats = loss_backward(model, batch, pieces, prepared, old, loss_cfg=cfg,
-                              chunk_size=chunk)
+        stats = loss_backward(model, batch, pieces, prepared, old, loss_cfg=cfg, chunk_size=chunk)
         return stats["loss"]
 
     dec = model.get_decoder()
@@ -144,8 +167,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             p = torch.as_tensor(pos_of[batch.mem_token[mem]], device=dev)
             lp, _ = chunked_token_logprobs(h[p - 1], ids[p], head, chunk_size=chunk)
             w = torch.as_tensor(w_all[mem], dtype=lp.dtype, device=dev)
-            loss = clipped_surrogate_loss(lp, torch.full_like(lp, -1.0), w,
-                                          torch.zeros_like(w), 0.2, 0.28)
+            loss = clipped_surrogate_loss(
+                lp, torch.full_like(lp, -1.0), w, torch.zeros_like(w), 0.2, 0.28
+            )
             loss.backward()
             total += float(loss.detach())
         return total
@@ -191,22 +215,33 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     # on a shared CPU host wall time is inflated by other processes: with one thread the
     # process CPU time is the step's cost; on GPU the wall time (synchronised) is
     timed = times if gpu else cpu_times
-    return {"mode": args.mode, "step_s_median": statistics.median(timed),
-            "step_s_kind": "wall (cuda synchronised)" if gpu else "process CPU time, 1 thread",
-            "step_wall_s": times, "step_cpu_s": cpu_times,
-            "peak_mem_bytes": max(int(peak), 0),
-            "peak_mem_kind": "cuda max_memory_allocated - allocated before the step" if gpu
-            else "peak RSS - RSS before the timed steps (warm-up excluded)",
-            "loss": loss, "tree_tokens": batch.num_tokens, "flat_tokens": flat_tokens,
-            "mask_build_s": mask_s if args.mode == "tree" else None,
-            "attn_implementation": attn}
+    return {
+        "mode": args.mode,
+        "step_s_median": statistics.median(timed),
+        "step_s_kind": "wall (cuda synchronised)" if gpu else "process CPU time, 1 thread",
+        "step_wall_s": times,
+        "step_cpu_s": cpu_times,
+        "peak_mem_bytes": max(int(peak), 0),
+        "peak_mem_kind": "cuda max_memory_allocated - allocated before the step"
+        if gpu
+        else "peak RSS - RSS before the timed steps (warm-up excluded)",
+        "loss": loss,
+        "tree_tokens": batch.num_tokens,
+        "flat_tokens": flat_tokens,
+        "mask_build_s": mask_s if args.mode == "tree" else None,
+        "attn_implementation": attn,
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gpu", action="store_true",
-                    help="H200 run: Qwen3-0.6B-shaped random model, bf16, 68x240+160")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--gpu",
+        action="store_true",
+        help="H200 run: Qwen3-0.6B-shaped random model, bf16, 68x240+160",
+    )
     ap.add_argument("--turns", type=int)
     ap.add_argument("--hist", type=int)
     ap.add_argument("--branch", type=int)
@@ -227,15 +262,33 @@ def main() -> None:
         return
     results = {}
     for mode in ("tree", "flat"):
-        cmd = [sys.executable, __file__, "--mode", mode, "--turns", str(args.turns),
-               "--hist", str(args.hist), "--branch", str(args.branch), "--vocab",
-               str(args.vocab), "--repeat", str(args.repeat), "--threads", str(args.threads)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--mode",
+            mode,
+            "--turns",
+            str(args.turns),
+            "--hist",
+            str(args.hist),
+            "--branch",
+            str(args.branch),
+            "--vocab",
+            str(args.vocab),
+            "--repeat",
+            str(args.repeat),
+            "--threads",
+            str(args.threads),
+        ]
         if args.gpu:
             cmd.append("--gpu")
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         results[mode] = json.loads(out.strip().splitlines()[-1])
-        print(f"{mode}: {results[mode]['step_s_median']:.3f} s/step, "
-              f"peak {results[mode]['peak_mem_bytes'] / 2**20:.1f} MiB", flush=True)
+        print(
+            f"{mode}: {results[mode]['step_s_median']:.3f} s/step, "
+            f"peak {results[mode]['peak_mem_bytes'] / 2**20:.1f} MiB",
+            flush=True,
+        )
     tree, flat = results["tree"], results["flat"]
     # the O(N) BlockMask construction for the full ENVIRONMENT.md workload (27,200 tokens),
     # timed here on this machine's CPU (the GPU builds it from the same tensor ops)
@@ -259,24 +312,35 @@ def main() -> None:
     speedup = flat["step_s_median"] / tree["step_s_median"]
     summary = {
         "device": "gpu" if args.gpu else "cpu",
-        "host": platform.node(), "python": platform.python_version(),
-        "workload": {"turns": args.turns, "history_tokens": args.hist,
-                     "branch_tokens": args.branch, "vocab": 151936 if args.gpu else args.vocab},
-        "tree_tokens": tree["tree_tokens"], "flat_tokens": flat["flat_tokens"],
-        "token_ratio": ratio, "speedup": speedup, "speedup_over_token_ratio": speedup / ratio,
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "workload": {
+            "turns": args.turns,
+            "history_tokens": args.hist,
+            "branch_tokens": args.branch,
+            "vocab": 151936 if args.gpu else args.vocab,
+        },
+        "tree_tokens": tree["tree_tokens"],
+        "flat_tokens": flat["flat_tokens"],
+        "token_ratio": ratio,
+        "speedup": speedup,
+        "speedup_over_token_ratio": speedup / ratio,
         "goal_speedup": 0.7 * ratio,
         "memory_ratio_flat_over_tree": flat["peak_mem_bytes"] / max(tree["peak_mem_bytes"], 1),
         "mask_build_fraction_of_tree_step": (tree["mask_build_s"] or 0) / tree["step_s_median"],
-        "loss_tree": tree["loss"], "loss_flat": flat["loss"],
-        "ise_block_mask": {"tokens": int(ise.input_ids.shape[0]), "block": 128,
-                           "build_s_min_of_3": min(bm_times),
-                           "sparsity_percent": float(bm.sparsity()),
-                           "device": "cuda" if args.gpu else "cpu"},
+        "loss_tree": tree["loss"],
+        "loss_flat": flat["loss"],
+        "ise_block_mask": {
+            "tokens": int(ise.input_ids.shape[0]),
+            "block": 128,
+            "build_s_min_of_3": min(bm_times),
+            "sparsity_percent": float(bm.sparsity()),
+            "device": "cuda" if args.gpu else "cpu",
+        },
         "modes": results,
     }
     print(json.dumps({k: v for k, v in summary.items() if k != "modes"}, indent=2))
-    out = args.out or RESULTS / ("tree_training_gpu.json" if args.gpu else
-                                 "tree_training_cpu.json")
+    out = args.out or RESULTS / ("tree_training_gpu.json" if args.gpu else "tree_training_cpu.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {out}")

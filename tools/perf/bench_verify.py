@@ -137,8 +137,11 @@ def main() -> None:
                     "sequential": seq,
                     "batch": batch(task, ws, make, args.batch, args.concurrency),
                 }
-                print(f"{name:10s} {ex_name:12s} p50 {seq['p50']:.3f} s  batch "
-                      f"{row[ex_name]['batch']['wall_s']:.2f} s / {args.batch}", flush=True)
+                print(
+                    f"{name:10s} {ex_name:12s} p50 {seq['p50']:.3f} s  batch "
+                    f"{row[ex_name]['batch']['wall_s']:.2f} s / {args.batch}",
+                    flush=True,
+                )
             results[name] = row
 
     doc = {

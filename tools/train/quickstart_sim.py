@@ -93,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--value-coef", type=float, default=0.5)
     p.add_argument("--whiten", action="store_true", help="PPO advantage whitening")
     p.add_argument("--aggregation", default="token_mean")
-    p.add_argument("--exact-reward", action="store_true",
-                   help="reward = mean(file_created, name exact, content exact)")
+    p.add_argument(
+        "--exact-reward",
+        action="store_true",
+        help="reward = mean(file_created, name exact, content exact)",
+    )
     p.add_argument("--show", action="store_true", help="print every 4th eval completion on stderr")
     p.add_argument("--no-std", action="store_true", help="GRPO without the group-std scale")
     p.add_argument("--checkpoint", help="save the cold-start weights here, or load them")
@@ -103,8 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # more threads decode slower on 2 shared cores
     torch.manual_seed(a.seed)
     ra = _reference_harness()
-    md = build_default_model(a.tokenizer, seed=0, num_hidden_layers=a.layers,
-                             hidden_size=a.hidden, intermediate_size=3 * a.hidden)
+    md = build_default_model(
+        a.tokenizer,
+        seed=0,
+        num_hidden_layers=a.layers,
+        hidden_size=a.hidden,
+        intermediate_size=3 * a.hidden,
+    )
     renderer = ChatRenderer.from_model_dir(md)
     stop = renderer.stop_token_ids[0]
     tmp = Path(tempfile.mkdtemp(prefix="clawrl-sim-"))
@@ -112,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     vocab = {"n_names": a.names, "n_words": a.words}
     train = generate_learnable_tasks(tmp / "train", "train", a.train_n, a.seed, **vocab)
     held = generate_learnable_tasks(tmp / "heldout", "heldout", a.heldout_n, a.seed, **vocab)
-    model = AutoModelForCausalLM.from_pretrained(md, attn_implementation="sdpa",
-                                                 dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        md, attn_implementation="sdpa", dtype=torch.float32
+    )
     out = open(a.out, "a") if a.out else None  # noqa: SIM115
     t0 = time.time()
 
@@ -126,13 +135,21 @@ def main(argv: list[str] | None = None) -> int:
             out.flush()
 
     def prompt(task: Any) -> list[int]:
-        msgs = [{"role": "system", "content": ra.SYSTEM_PROMPT},
-                {"role": "user", "content": task.instruction}]
+        msgs = [
+            {"role": "system", "content": ra.SYSTEM_PROMPT},
+            {"role": "user", "content": task.instruction},
+        ]
         return renderer.encode(renderer.render_text(msgs, ra.TOOLS, add_generation_prompt=True))
 
     def tree(rid: str, ids: list[int], completion: list[int], lps: list[float]) -> PrefixTree:
-        call = Call(call_id=rid, session_id=rid, seq=0, prompt_ids=np.array(ids),
-                    completion_ids=np.array(completion), completion_logprobs=np.array(lps))
+        call = Call(
+            call_id=rid,
+            session_id=rid,
+            seq=0,
+            prompt_ids=np.array(ids),
+            completion_ids=np.array(completion),
+            completion_logprobs=np.array(lps),
+        )
         return PrefixTree.from_calls([call], rollout_id=rid)
 
     @torch.no_grad()
@@ -162,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         """Execute the completion's tool calls with the reference harness's own tools, then
         run the task's verifier (locally)."""
         text = renderer.decode(completion)
-        parsed = parse_completion(text, finish_reason="stop" if completion[-1:] == [stop]
-                                  else "length")
+        parsed = parse_completion(
+            text, finish_reason="stop" if completion[-1:] == [stop] else "length"
+        )
         with tempfile.TemporaryDirectory() as d:
             ws = prepare_workspace(task, Path(d) / "ws")
             for tc in parsed.tool_calls:
@@ -173,23 +191,37 @@ def main(argv: list[str] | None = None) -> int:
             if a.exact_reward:
                 sub["name_exact"] = float(sub.get("name_similarity", 0.0) >= 1.0)
                 sub["content_exact"] = float(sub.get("content_similarity", 0.0) >= 1.0)
-                return (sub.get("file_created", 0.0) + sub["name_exact"]
-                        + sub["content_exact"]) / 3, sub
+                return (
+                    sub.get("file_created", 0.0) + sub["name_exact"] + sub["content_exact"]
+                ) / 3, sub
             return float(v.reward), sub
 
     def evaluate(tag: str) -> float:
         comps = [(t, c) for t in held for c, _ in sample(prompt(t), a.eval_samples)]
         if a.show:
             for t, c in comps[::4]:
-                print(tag, t.metadata["file"], t.metadata["word"], repr(renderer.decode(c)),
-                      file=sys.stderr)
+                print(
+                    tag,
+                    t.metadata["file"],
+                    t.metadata["word"],
+                    repr(renderer.decode(c)),
+                    file=sys.stderr,
+                )
         scored = [reward(t, c) for t, c in comps]
         rs = [r for r, _ in scored]
         value = sum(rs) / len(rs)
-        subs = {k: round(sum(s.get(k, 0.0) for _, s in scored) / len(scored), 3)
-                for k in scored[0][1]}
-        emit({"kind": "eval", "tag": tag, "eval_reward": value,
-              "eval_pass_rate": sum(r >= 1.0 for r in rs) / len(rs), "subscores": subs})
+        subs = {
+            k: round(sum(s.get(k, 0.0) for _, s in scored) / len(scored), 3) for k in scored[0][1]
+        }
+        emit(
+            {
+                "kind": "eval",
+                "tag": tag,
+                "eval_reward": value,
+                "eval_pass_rate": sum(r >= 1.0 for r in rs) / len(rs),
+                "subscores": subs,
+            }
+        )
         return value
 
     # ---- cold start: SFT on the scripted policy's write_file call
@@ -198,15 +230,30 @@ def main(argv: list[str] | None = None) -> int:
         model.load_state_dict(torch.load(ck))
         emit({"kind": "loaded", "checkpoint": str(ck)})
     else:
-        targets = [renderer.encode(format_assistant_text(tool_calls=[(
-            "write_file", {"path": t.metadata["file"], "content": t.metadata["word"]})])
-            + renderer.turn_end_text) for t in train]
-        trees = [tree(f"c{i}", prompt(t), targets[i], [0.0] * len(targets[i]))
-                 for i, t in enumerate(train)]
-        sft = Trainer(model, TrainerConfig(
-            loss=LossConfig(aggregation="token_mean"),
-            optim=OptimConfig(lr=a.sft_lr, total_steps=max(1, a.sft_steps)),
-            token_budget=16384, seed=a.seed))
+        targets = [
+            renderer.encode(
+                format_assistant_text(
+                    tool_calls=[
+                        ("write_file", {"path": t.metadata["file"], "content": t.metadata["word"]})
+                    ]
+                )
+                + renderer.turn_end_text
+            )
+            for t in train
+        ]
+        trees = [
+            tree(f"c{i}", prompt(t), targets[i], [0.0] * len(targets[i]))
+            for i, t in enumerate(train)
+        ]
+        sft = Trainer(
+            model,
+            TrainerConfig(
+                loss=LossConfig(aggregation="token_mean"),
+                optim=OptimConfig(lr=a.sft_lr, total_steps=max(1, a.sft_steps)),
+                token_budget=16384,
+                seed=a.seed,
+            ),
+        )
         batches = epoch_batches(len(trees), a.sft_batch, random.Random(a.seed))
         for step in range(1, a.sft_steps + 1):
             idx = next(batches)
@@ -219,15 +266,28 @@ def main(argv: list[str] | None = None) -> int:
             torch.save(model.state_dict(), ck)
     # ---- RL
     ref = copy.deepcopy(model).eval() if a.kl_coef > 0 else None
-    rl = Trainer(model, TrainerConfig(
-        algorithm=a.algo, loss=LossConfig(temperature=a.temperature, kl_coef=a.kl_coef,
-                                             aggregation=a.aggregation),
-        grpo=GRPOConfig(scale_by_std=not a.no_std),
-        ppo=PPOConfig(value_coef=a.value_coef, whiten_advantages=a.whiten),
-        optim=OptimConfig(lr=a.rl_lr, eps=a.adam_eps, warmup_steps=a.warmup, value_lr=a.value_lr,
-                          schedule="constant_with_warmup" if a.warmup else "constant",
-                          total_steps=max(1, a.rl_steps * a.updates_per_step)),
-        token_budget=16384, seed=a.seed), ref_model=ref)
+    rl = Trainer(
+        model,
+        TrainerConfig(
+            algorithm=a.algo,
+            loss=LossConfig(
+                temperature=a.temperature, kl_coef=a.kl_coef, aggregation=a.aggregation
+            ),
+            grpo=GRPOConfig(scale_by_std=not a.no_std),
+            ppo=PPOConfig(value_coef=a.value_coef, whiten_advantages=a.whiten),
+            optim=OptimConfig(
+                lr=a.rl_lr,
+                eps=a.adam_eps,
+                warmup_steps=a.warmup,
+                value_lr=a.value_lr,
+                schedule="constant_with_warmup" if a.warmup else "constant",
+                total_steps=max(1, a.rl_steps * a.updates_per_step),
+            ),
+            token_budget=16384,
+            seed=a.seed,
+        ),
+        ref_model=ref,
+    )
     evaluate("step-0")
     rng = random.Random(f"rl:{a.seed}")
     for step in range(1, a.rl_steps + 1):
@@ -240,13 +300,18 @@ def main(argv: list[str] | None = None) -> int:
                 rewards[rid], groups[rid] = reward(task, completion)[0], f"g{ti}"
         packed = merge_trees(*trees_s).pack()
         ms = [rl.rl_step([packed], rewards, groups=groups) for _ in range(a.updates_per_step)]
-        emit({"kind": "train", "step": step,
-              "reward_mean": sum(rewards.values()) / len(rewards),
-              "mean_abs_logprob_diff": ms[0].get("mean_abs_logprob_diff"),
-              "mean_abs_logprob_diff_last": ms[-1].get("mean_abs_logprob_diff"),
-              "grad_norm": ms[0].get("grad_norm"),
-              "advantage_mean": ms[0].get("advantage_mean"),
-              "value_mean": ms[0].get("value_mean")})
+        emit(
+            {
+                "kind": "train",
+                "step": step,
+                "reward_mean": sum(rewards.values()) / len(rewards),
+                "mean_abs_logprob_diff": ms[0].get("mean_abs_logprob_diff"),
+                "mean_abs_logprob_diff_last": ms[-1].get("mean_abs_logprob_diff"),
+                "grad_norm": ms[0].get("grad_norm"),
+                "advantage_mean": ms[0].get("advantage_mean"),
+                "value_mean": ms[0].get("value_mean"),
+            }
+        )
         if step % a.rl_eval_every == 0 or step == a.rl_steps:
             evaluate(f"step-{step}")
     return 0

@@ -63,8 +63,11 @@ def test_generated_tasks_score(tmp_path: Path) -> None:
 
     (ws / name).write_text("0123456789\n")  # right file, nothing of the word
     part = verify(task, ws)
-    assert part.subscores == {"file_created": 1.0, "name_similarity": 1.0,
-                              "content_similarity": 0.0}
+    assert part.subscores == {
+        "file_created": 1.0,
+        "name_similarity": 1.0,
+        "content_similarity": 0.0,
+    }
     assert part.reward == pytest.approx(2 / 3)
 
     (ws / name).unlink()

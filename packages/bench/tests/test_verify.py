@@ -236,7 +236,9 @@ class ExitCodeExecutor:
 
 
 @pytest.mark.parametrize("exit_code", [1, 137, -9, None])
-def test_executor_reported_failure_is_error(task: Task, workspace: Path, exit_code: int | None) -> None:
+def test_executor_reported_failure_is_error(
+    task: Task, workspace: Path, exit_code: int | None
+) -> None:
     r = verify(task, workspace, ExitCodeExecutor(exit_code))
     assert r.status is VerifierStatus.ERROR and r.reward == 0.0
     assert verify(task, workspace, ExitCodeExecutor(0)).reward == 1.0

@@ -169,6 +169,8 @@ async def test_unreachable_proxy_is_a_typed_admin_error(tmp_path: Path) -> None:
     assert isinstance(info.value, ProxyAdminError) and info.value.status == 0
     assert "POST /sessions/s-1/close" in str(info.value)
     # the discard port: connection refused
-    with AdminClient(base_url="http://127.0.0.1:9") as sync_client, \
-            pytest.raises(ProxyAdminError, match="unreachable"):
+    with (
+        AdminClient(base_url="http://127.0.0.1:9") as sync_client,
+        pytest.raises(ProxyAdminError, match="unreachable"),
+    ):
         sync_client.records("s-1")

@@ -18,12 +18,26 @@ torch.set_num_threads(1)
 VOCAB = 24
 
 
-def make_tiny_qwen3(dtype: torch.dtype = torch.float64, seed: int = 0, vocab: int = VOCAB,
-                    attn: str = "sdpa", hidden: int = 32, layers: int = 2) -> Qwen3ForCausalLM:
-    cfg = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      head_dim=hidden // 4, max_position_embeddings=512,
-                      tie_word_embeddings=False, attn_implementation=attn)
+def make_tiny_qwen3(
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+    vocab: int = VOCAB,
+    attn: str = "sdpa",
+    hidden: int = 32,
+    layers: int = 2,
+) -> Qwen3ForCausalLM:
+    cfg = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden // 4,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        attn_implementation=attn,
+    )
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(cfg).to(dtype)
     if dtype == torch.float64:
@@ -39,9 +53,16 @@ def make_tiny_qwen3(dtype: torch.dtype = torch.float64, seed: int = 0, vocab: in
     return model
 
 
-def random_sequences(rng: random.Random, n_seq: int, vocab: int = VOCAB, max_new: int = 6,
-                     n_rollouts: int = 3, n_groups: int = 2, side_prob: float = 0.0,
-                     roots: int = 1) -> list[TokenSequence]:
+def random_sequences(
+    rng: random.Random,
+    n_seq: int,
+    vocab: int = VOCAB,
+    max_new: int = 6,
+    n_rollouts: int = 3,
+    n_groups: int = 2,
+    side_prob: float = 0.0,
+    roots: int = 1,
+) -> list[TokenSequence]:
     """Random token sequences that share prefixes: each new sequence is a random-length
     prefix of an earlier one plus fresh tokens (so the packed tree branches)."""
     seqs: list[list[int]] = []
@@ -63,12 +84,18 @@ def random_sequences(rng: random.Random, n_seq: int, vocab: int = VOCAB, max_new
         seqs.append(toks)
         train.append(tr)
         rollout = k % n_rollouts
-        out.append(TokenSequence(
-            token_ids=toks, trainable=tr,
-            logprobs=[-rng.uniform(0.1, 4.0) for _ in toks],
-            policy_versions=[rng.randrange(3) for _ in toks],
-            rollout_id=f"r{rollout}", call_id=f"c{k}", side_path=rng.random() < side_prob,
-            metadata={"group_id": f"g{rollout % n_groups}"}))
+        out.append(
+            TokenSequence(
+                token_ids=toks,
+                trainable=tr,
+                logprobs=[-rng.uniform(0.1, 4.0) for _ in toks],
+                policy_versions=[rng.randrange(3) for _ in toks],
+                rollout_id=f"r{rollout}",
+                call_id=f"c{k}",
+                side_path=rng.random() < side_prob,
+                metadata={"group_id": f"g{rollout % n_groups}"},
+            )
+        )
     return out
 
 
@@ -97,8 +124,9 @@ def per_path_logprobs(model: Any, ids: np.ndarray, temperature: float = 1.0) -> 
     return torch.cat([got.new_full((1,), float("nan")), got])
 
 
-def flat_loss_oracle(model: Any, batch: Any, prepared: Any, old: Any, mode: str,
-               cfg: Any, ppo: Any, head: Any) -> torch.Tensor:
+def flat_loss_oracle(
+    model: Any, batch: Any, prepared: Any, old: Any, mode: str, cfg: Any, ppo: Any, head: Any
+) -> torch.Tensor:
     """Oracle: every trajectory forwarded alone (plain causal attention, full softmax), the
     per-(token, trajectory) loss written directly, summed."""
     total = torch.zeros((), dtype=torch.float64)
@@ -148,8 +176,9 @@ TOY_TARGET = frozenset({4, 5, 6})
 TOY_ENV_TOKEN = 15
 
 
-def toy_rollouts(model: Any, n_tasks: int, group_size: int, step: int,
-                 tokens_per_turn: int = 3) -> tuple[list[Any], dict[str, float]]:
+def toy_rollouts(
+    model: Any, n_tasks: int, group_size: int, step: int, tokens_per_turn: int = 3
+) -> tuple[list[Any], dict[str, float]]:
     """Two-turn rollouts of a toy task; returns (one packed tree per task group, rewards).
 
     Prompt [0, task]; the policy answers ``tokens_per_turn`` tokens, an environment token is
@@ -160,7 +189,9 @@ def toy_rollouts(model: Any, n_tasks: int, group_size: int, step: int,
 
     prompts = [[0, 1 + (k // group_size) % 4] for k in range(n_tasks * group_size)]
     c1 = sample_completions(model, prompts, tokens_per_turn)
-    prompts2 = [list(p) + list(c.token_ids) + [TOY_ENV_TOKEN] for p, c in zip(prompts, c1, strict=True)]
+    prompts2 = [
+        list(p) + list(c.token_ids) + [TOY_ENV_TOKEN] for p, c in zip(prompts, c1, strict=True)
+    ]
     c2 = sample_completions(model, prompts2, tokens_per_turn)
     trees, rewards = [], {}
     for g in range(n_tasks):
@@ -171,17 +202,30 @@ def toy_rollouts(model: Any, n_tasks: int, group_size: int, step: int,
             rewards[rid] = sum(t in TOY_TARGET for t in gen) / len(gen)
             p = prompts[k]
             ids1 = p + list(c1[k].token_ids)
-            seqs.append(TokenSequence(
-                token_ids=ids1, trainable=[False] * len(p) + [True] * tokens_per_turn,
-                logprobs=[0.0] * len(p) + list(c1[k].logprobs), rollout_id=rid,
-                call_id=f"{rid}-c1", metadata={"group_id": f"s{step}-g{g}"}))
+            seqs.append(
+                TokenSequence(
+                    token_ids=ids1,
+                    trainable=[False] * len(p) + [True] * tokens_per_turn,
+                    logprobs=[0.0] * len(p) + list(c1[k].logprobs),
+                    rollout_id=rid,
+                    call_id=f"{rid}-c1",
+                    metadata={"group_id": f"s{step}-g{g}"},
+                )
+            )
             ids2 = prompts2[k] + list(c2[k].token_ids)
-            seqs.append(TokenSequence(
-                token_ids=ids2,
-                trainable=[False] * len(p) + [True] * tokens_per_turn + [False]
-                + [True] * tokens_per_turn,
-                logprobs=[0.0] * len(p) + list(c1[k].logprobs) + [0.0] + list(c2[k].logprobs),
-                rollout_id=rid, call_id=f"{rid}-c2", metadata={"group_id": f"s{step}-g{g}"}))
+            seqs.append(
+                TokenSequence(
+                    token_ids=ids2,
+                    trainable=[False] * len(p)
+                    + [True] * tokens_per_turn
+                    + [False]
+                    + [True] * tokens_per_turn,
+                    logprobs=[0.0] * len(p) + list(c1[k].logprobs) + [0.0] + list(c2[k].logprobs),
+                    rollout_id=rid,
+                    call_id=f"{rid}-c2",
+                    metadata={"group_id": f"s{step}-g{g}"},
+                )
+            )
         trees.append(pack_token_sequences(seqs))
     return trees, rewards
 
@@ -225,12 +269,29 @@ def make_byte_chat_tokenizer() -> Any:
     backend = Tokenizer(models.BPE(vocab={b2c[b]: b for b in range(256)}, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in (
-        "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>",
-        "</tool_call>", "<tool_response>", "</tool_response>")])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>", chat_template=CHATML_TEMPLATE,
-                                   clean_up_tokenization_spaces=False)
+    backend.add_special_tokens(
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t in (
+                "<|endoftext|>",
+                "<|im_start|>",
+                "<|im_end|>",
+                "<think>",
+                "</think>",
+                "<tool_call>",
+                "</tool_call>",
+                "<tool_response>",
+                "</tool_response>",
+            )
+        ]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHATML_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+    )
 
 
 @pytest.fixture(scope="session")

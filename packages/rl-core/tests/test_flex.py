@@ -18,8 +18,9 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10**6), n_seq=st.integers(1, 30), block=st.sampled_from([1, 4, 16]))
-def test_block_structure_matches_dense_mask(seq_factory: Callable[..., Any], seed: int,
-                                            n_seq: int, block: int) -> None:
+def test_block_structure_matches_dense_mask(
+    seq_factory: Callable[..., Any], seed: int, n_seq: int, block: int
+) -> None:
     tree = pack_token_sequences(seq_factory(random.Random(seed), n_seq, max_new=12, roots=2))
     end = torch.as_tensor(tree.subtree_end)
     dense = tree_attention_mask(end)[0, 0]
@@ -58,7 +59,8 @@ def test_block_mask_equals_create_block_mask_and_attention(
         warnings.simplefilter("ignore")  # eager flex on CPU warns that it is unoptimised
         out = flex_attention(q, k, v, block_mask=bm)
     ref_out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=tree_attention_mask(end))
+        q, k, v, attn_mask=tree_attention_mask(end)
+    )
     assert isinstance(out, torch.Tensor)
     torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
 
@@ -71,8 +73,9 @@ def test_block_mask_errors() -> None:
 
 
 @pytest.mark.slow
-def test_model_forward_with_flex_matches_sdpa(tiny_model_factory: Callable[..., Any],
-                                              seq_factory: Callable[..., Any]) -> None:
+def test_model_forward_with_flex_matches_sdpa(
+    tiny_model_factory: Callable[..., Any], seq_factory: Callable[..., Any]
+) -> None:
     """A Qwen3 loaded with attn_implementation='flex_attention' takes the BlockMask (forward
     only: flex has no CPU backward; compiles through inductor, ~1 min on CPU)."""
     tree = pack_token_sequences(seq_factory(random.Random(0), 8))
@@ -81,8 +84,7 @@ def test_model_forward_with_flex_matches_sdpa(tiny_model_factory: Callable[..., 
         return torch.as_tensor(a)
 
     tg = t((tree.parent_index >= 0).nonzero()[0])
-    args = (t(tree.input_ids), t(tree.position_ids), t(tree.parent_index),
-            t(tree.subtree_end), tg)
+    args = (t(tree.input_ids), t(tree.position_ids), t(tree.parent_index), t(tree.subtree_end), tg)
     flex = tiny_model_factory(torch.float32, attn="flex_attention")
     sdpa = tiny_model_factory(torch.float32, attn="sdpa")
     with torch.no_grad():

@@ -13,13 +13,17 @@ from clawrl.rl_core import LossConfig, OptimConfig, PPOConfig, Trainer, TrainerC
 STEPS = 40
 
 
-def _run(algorithm: str, seed: int, tiny_model_factory: Callable[..., Any],
-         toy_task: Callable[..., Any]) -> tuple[float, float]:
+def _run(
+    algorithm: str, seed: int, tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any]
+) -> tuple[float, float]:
     model = tiny_model_factory(torch.float32, seed=seed, vocab=16)
-    cfg = TrainerConfig(algorithm=algorithm, seed=seed,  # type: ignore[arg-type]
-                        optim=OptimConfig(lr=3e-3, total_steps=STEPS),
-                        ppo=PPOConfig(value_warmup_steps=2),
-                        loss=LossConfig(aggregation="token_mean"))
+    cfg = TrainerConfig(
+        algorithm=algorithm,
+        seed=seed,  # type: ignore[arg-type]
+        optim=OptimConfig(lr=3e-3, total_steps=STEPS),
+        ppo=PPOConfig(value_warmup_steps=2),
+        loss=LossConfig(aggregation="token_mean"),
+    )
     trainer = Trainer(model, cfg)
     means = []
     for step in range(STEPS):
@@ -36,7 +40,9 @@ def _run(algorithm: str, seed: int, tiny_model_factory: Callable[..., Any],
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
 def test_policy_improves_on_3_of_4_seeds(
-    algorithm: str, tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any],
+    algorithm: str,
+    tiny_model_factory: Callable[..., Any],
+    toy_task: Callable[..., Any],
 ) -> None:
     """Mean reward of the last 20 % of steps ≥ first 20 % + 0.2, on ≥ 3 of 4 seeds."""
     results = [_run(algorithm, seed, tiny_model_factory, toy_task) for seed in range(4)]

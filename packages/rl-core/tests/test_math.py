@@ -41,8 +41,9 @@ def test_grpo_hand_computed() -> None:
     np.testing.assert_allclose(adv[:3], [1.0, -1.0, 0.0])
     adv_b = grpo_advantages(r, g, eps=1e-6)
     np.testing.assert_allclose(adv_b[3:], [0.0, 0.0])
-    np.testing.assert_allclose(grpo_advantages(r, g, scale_by_std=False),
-                               [0.5, -0.5, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(
+        grpo_advantages(r, g, scale_by_std=False), [0.5, -0.5, 0.0, 0.0, 0.0]
+    )
     assert grpo_advantages(np.array([0.7]), ["x"]) == pytest.approx([0.0])
     with pytest.raises(ConfigError):
         grpo_advantages(np.array([1.0, math.nan]), ["a", "a"])
@@ -90,25 +91,36 @@ def test_whiten_advantages_hand_computed() -> None:
     m = np.array([True, True, False, True])
     # over the mask: mean 3, population std sqrt(8/3)
     sd = math.sqrt(8 / 3)
-    np.testing.assert_allclose(whiten_advantages(a, m, eps=0.0),
-                               [-2 / sd, 0.0, 97 / sd, 2 / sd])
-    np.testing.assert_allclose(whiten_advantages(np.array([-1.0, 1.0])),
-                               [-1 / (1 + 1e-8), 1 / (1 + 1e-8)], rtol=1e-12)
+    np.testing.assert_allclose(whiten_advantages(a, m, eps=0.0), [-2 / sd, 0.0, 97 / sd, 2 / sd])
+    np.testing.assert_allclose(
+        whiten_advantages(np.array([-1.0, 1.0])), [-1 / (1 + 1e-8), 1 / (1 + 1e-8)], rtol=1e-12
+    )
     np.testing.assert_array_equal(whiten_advantages(np.array([0.4, 0.4]), eps=0.0), [0.0, 0.0])
     np.testing.assert_array_equal(whiten_advantages(a, np.zeros(4, bool)), a)
-    for bad in (dict(advantages=np.array([1.0, math.inf])),
-                dict(advantages=a, mask=np.ones(3, bool)),
-                dict(advantages=a, eps=-1.0)):
+    for bad in (
+        dict(advantages=np.array([1.0, math.inf])),
+        dict(advantages=a, mask=np.ones(3, bool)),
+        dict(advantages=a, eps=-1.0),
+    ):
         with pytest.raises(ConfigError):
             whiten_advantages(**bad)  # type: ignore[arg-type]
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10_000), n_seq=st.integers(1, 7),
-       gamma=st.sampled_from([1.0, 0.9]), lam=st.sampled_from([1.0, 0.8]))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 10_000),
+    n_seq=st.integers(1, 7),
+    gamma=st.sampled_from([1.0, 0.9]),
+    lam=st.sampled_from([1.0, 0.8]),
+)
 def test_whitened_ppo_advantages_equal_flat(
-    seq_factory: Callable[..., Any], seed: int, n_seq: int, gamma: float, lam: float,
+    seq_factory: Callable[..., Any],
+    seed: int,
+    n_seq: int,
+    gamma: float,
+    lam: float,
 ) -> None:
     """PPO with ``whiten_advantages``: the tree's advantages equal the flat computation —
     GAE along each trajectory's own trainable tokens (a per-path loop), then mean/std over
@@ -126,15 +138,18 @@ def test_whitened_ppo_advantages_equal_flat(
     rewards = {s.rollout_id: rng.random() for s in seqs}
     ppo = PPOConfig(gamma=gamma, lam=lam, whiten_advantages=True)
     got = prepare_rl(batch, old, rewards, algorithm="ppo", ppo_cfg=ppo)
-    raw = prepare_rl(batch, old, rewards, algorithm="ppo",
-                     ppo_cfg=PPOConfig(gamma=gamma, lam=lam))
+    raw = prepare_rl(batch, old, rewards, algorithm="ppo", ppo_cfg=PPOConfig(gamma=gamma, lam=lam))
     flat: dict[int, float] = {}  # membership -> flat GAE advantage
     side = np.asarray([t.side_path for t in batch.trajectories])
     for k, traj in enumerate(batch.trajectories):
         mem = np.nonzero(batch.mem_traj == k)[0]
         mem = mem[np.argsort(batch.position_ids[batch.mem_token[mem]])]
-        ref = _gae_loop([float(old.values[batch.mem_token[m]]) for m in mem],
-                        rewards[traj.rollout_id], gamma, lam)
+        ref = _gae_loop(
+            [float(old.values[batch.mem_token[m]]) for m in mem],
+            rewards[traj.rollout_id],
+            gamma,
+            lam,
+        )
         flat.update(zip(mem.tolist(), ref, strict=True))
     a = np.asarray([flat[m] for m in range(batch.num_memberships)])
     inc = ~side[batch.mem_traj]
@@ -151,19 +166,24 @@ def test_whitened_ppo_advantages_equal_flat(
         assert got.advantage[inc].mean() == pytest.approx(0.0, abs=1e-9)
         assert got.advantage[inc].std() == pytest.approx(1.0, rel=1e-4)
 
+
 def test_aggregation_weights_hand_computed() -> None:
     # token 5 shared by trajectories 0 and 1; trajectory 2 is its own group
     tok = np.array([5, 6, 5, 7, 8, 9])
     trj = np.array([0, 0, 1, 1, 1, 2])
     groups = ["g", "g", "h"]
     np.testing.assert_allclose(aggregation_weights("token_mean", tok, trj), [1 / 6] * 6)
-    np.testing.assert_allclose(aggregation_weights("sequence_mean", tok, trj),
-                               [1 / 6, 1 / 6, 1 / 9, 1 / 9, 1 / 9, 1 / 3])
-    np.testing.assert_allclose(aggregation_weights("prompt_mean", tok, trj, None, groups),
-                               [1 / 10] * 5 + [1 / 2])
+    np.testing.assert_allclose(
+        aggregation_weights("sequence_mean", tok, trj), [1 / 6, 1 / 6, 1 / 9, 1 / 9, 1 / 9, 1 / 3]
+    )
+    np.testing.assert_allclose(
+        aggregation_weights("prompt_mean", tok, trj, None, groups), [1 / 10] * 5 + [1 / 2]
+    )
     # unique tokens {5,6,7,8,9}: token 5 split between its two observations
-    np.testing.assert_allclose(aggregation_weights("unique_token_mean", tok, trj),
-                               [1 / 10, 1 / 5, 1 / 10, 1 / 5, 1 / 5, 1 / 5])
+    np.testing.assert_allclose(
+        aggregation_weights("unique_token_mean", tok, trj),
+        [1 / 10, 1 / 5, 1 / 10, 1 / 5, 1 / 5, 1 / 5],
+    )
     inc = np.array([True, True, True, True, True, False])
     w = aggregation_weights("sequence_mean", tok, trj, inc)
     np.testing.assert_allclose(w, [1 / 4, 1 / 4, 1 / 6, 1 / 6, 1 / 6, 0])
@@ -185,9 +205,14 @@ def test_clipped_surrogate_hand_computed() -> None:
     assert lp.grad is not None
     np.testing.assert_allclose(lp.grad.numpy(), [0.0, 0.0, 0.0], atol=1e-15)
     lp2 = torch.log(torch.tensor([1.1], dtype=torch.float64)).requires_grad_()
-    clipped_surrogate_loss(lp2, torch.zeros(1, dtype=torch.float64),
-                           torch.tensor([3.0], dtype=torch.float64),
-                           torch.zeros(1, dtype=torch.float64), 0.2, 0.3).backward()
+    clipped_surrogate_loss(
+        lp2,
+        torch.zeros(1, dtype=torch.float64),
+        torch.tensor([3.0], dtype=torch.float64),
+        torch.zeros(1, dtype=torch.float64),
+        0.2,
+        0.3,
+    ).backward()
     assert lp2.grad is not None and float(lp2.grad[0]) == pytest.approx(-3 * 1.1)
 
 
@@ -201,10 +226,15 @@ def test_value_loss_and_kl_hand_computed() -> None:
     assert float(value_loss(v, old, g, w)) == pytest.approx(0.5 * (1 + 2))
     v2 = torch.tensor([0.0], dtype=torch.float64)
     # V moved from 1.0 to 0 towards target -1: clipped V = 0.8, (0.8+1)^2=3.24 > 1
-    assert float(value_loss(v2, torch.tensor([1.0], dtype=torch.float64),
-                            torch.tensor([-1.0], dtype=torch.float64),
-                            torch.tensor([1.0], dtype=torch.float64), clip=0.2)) \
-        == pytest.approx(0.5 * 3.24)
+    assert float(
+        value_loss(
+            v2,
+            torch.tensor([1.0], dtype=torch.float64),
+            torch.tensor([-1.0], dtype=torch.float64),
+            torch.tensor([1.0], dtype=torch.float64),
+            clip=0.2,
+        )
+    ) == pytest.approx(0.5 * 3.24)
     k3 = kl_k3(torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)]))
     assert float(k3) == pytest.approx(0.5 - math.log(0.5) - 1)
     assert float(kl_k3(torch.tensor([-1.0]), torch.tensor([-1.0]))) == 0.0
@@ -212,16 +242,17 @@ def test_value_loss_and_kl_hand_computed() -> None:
 
 def test_corrections_hand_computed() -> None:
     log_ratio = np.log(np.array([0.25, 1.0, 3.0, 0.5]))
-    np.testing.assert_allclose(truncated_importance_weights(log_ratio, 2.0),
-                               [0.25, 1.0, 2.0, 0.5])
+    np.testing.assert_allclose(truncated_importance_weights(log_ratio, 2.0), [0.25, 1.0, 2.0, 0.5])
     np.testing.assert_array_equal(ratio_mask(log_ratio, 0.5, 2.0), [False, True, False, True])
     np.testing.assert_array_equal(ratio_mask(log_ratio, None, 2.0), [True, True, False, True])
     traj = np.array([0, 0, 1, 1])
     # geometric means: traj0 sqrt(0.25*1)=0.5, traj1 sqrt(3*0.5)=1.2247
-    np.testing.assert_array_equal(geometric_sequence_mask(log_ratio, traj, 0.6, 1.5),
-                                  [False, False, True, True])
-    np.testing.assert_array_equal(geometric_sequence_mask(log_ratio, traj, 0.4, 1.2),
-                                  [True, True, False, False])
+    np.testing.assert_array_equal(
+        geometric_sequence_mask(log_ratio, traj, 0.6, 1.5), [False, False, True, True]
+    )
+    np.testing.assert_array_equal(
+        geometric_sequence_mask(log_ratio, traj, 0.4, 1.2), [True, True, False, False]
+    )
     keep = ratio_mask(log_ratio, 0.5, 2.0)
     m = correction_metrics(log_ratio, keep, np.array([3, 4, 4, 2]), current_version=5)
     assert m["mean_abs_logprob_diff"] == pytest.approx(np.mean(np.abs(log_ratio)))
@@ -229,7 +260,9 @@ def test_corrections_hand_computed() -> None:
     assert m["fraction_masked"] == pytest.approx(0.5)
     assert m["staleness_mean"] == pytest.approx(1.75) and m["staleness_max"] == 3
     assert m["ratio_p50"] == pytest.approx(0.75)
-    assert correction_metrics(np.array([]), np.array([], bool), np.array([]), 0)[
-        "fraction_masked"] == 0.0
+    assert (
+        correction_metrics(np.array([]), np.array([], bool), np.array([]), 0)["fraction_masked"]
+        == 0.0
+    )
     with pytest.raises(ConfigError):
         truncated_importance_weights(log_ratio, 0.0)

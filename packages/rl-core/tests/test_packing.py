@@ -28,18 +28,20 @@ from hypothesis import strategies as st
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), n_seq=st.integers(1, 10), roots=st.integers(1, 3))
-def test_pack_contract_and_paths(seq_factory: Callable[..., Any], seed: int, n_seq: int,
-                                 roots: int) -> None:
+def test_pack_contract_and_paths(
+    seq_factory: Callable[..., Any], seed: int, n_seq: int, roots: int
+) -> None:
     seqs = seq_factory(random.Random(seed), n_seq, roots=roots)
     tree = pack_token_sequences(seqs)
     validate_packed_tree(tree)
     batch = TreeBatch.from_trees([tree])
     inputs = {tuple(s.token_ids) for s in seqs}
     # every leaf path is one of the inputs; every input is a prefix of some leaf path
-    paths = [tuple(int(t) for t in batch.input_ids[batch.path(k)])
-             for k in range(batch.num_trajectories)]
+    paths = [
+        tuple(int(t) for t in batch.input_ids[batch.path(k)]) for k in range(batch.num_trajectories)
+    ]
     assert set(paths) <= inputs
-    assert all(any(p[:len(s)] == s for p in paths) for s in inputs)
+    assert all(any(p[: len(s)] == s for p in paths) for s in inputs)
     assert len(tree.input_ids) <= sum(len(s) for s in inputs)
     # memberships: exactly the trainable tokens on each path
     for k in range(batch.num_trajectories):
@@ -60,7 +62,10 @@ def test_pack_contract_and_paths(seq_factory: Callable[..., Any], seed: int, n_s
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), n_seq=st.integers(1, 10), extra=st.integers(0, 8))
 def test_split_pieces_are_closed_and_within_budget(
-    seq_factory: Callable[..., Any], seed: int, n_seq: int, extra: int,
+    seq_factory: Callable[..., Any],
+    seed: int,
+    n_seq: int,
+    extra: int,
 ) -> None:
     tree = pack_token_sequences(seq_factory(random.Random(seed), n_seq, roots=2))
     batch = TreeBatch.from_trees([tree, tree])
@@ -75,11 +80,9 @@ def test_split_pieces_are_closed_and_within_budget(
         g = p.token_index
         # local parents map to global parents; local ancestors = global ancestors
         has_par = p.parent_index >= 0
-        np.testing.assert_array_equal(g[p.parent_index[has_par]],
-                                      batch.parent_index[g[has_par]])
+        np.testing.assert_array_equal(g[p.parent_index[has_par]], batch.parent_index[g[has_par]])
         assert np.all(batch.parent_index[g[~has_par]] == -1)
-        assert np.array_equal(batch.mem_token[p.membership_index],
-                              g[p.targets[p.mem_target]])
+        assert np.array_equal(batch.mem_token[p.membership_index], g[p.targets[p.mem_target]])
     if batch.num_tokens > budget:
         assert len(pieces) > 1
 
@@ -93,8 +96,9 @@ def test_split_errors() -> None:
 
 
 def test_validate_and_pack_errors() -> None:
-    tree = pack_token_sequences([TokenSequence([1, 2, 3], [False, True, True]),
-                                 TokenSequence([1, 5], [False, True])])
+    tree = pack_token_sequences(
+        [TokenSequence([1, 2, 3], [False, True, True]), TokenSequence([1, 5], [False, True])]
+    )
     validate_packed_tree(tree)
     bad_par = dataclasses.replace(tree, parent_index=np.array([-1, 0, 2, 0]))
     with pytest.raises(PackingError, match="parent_index"):

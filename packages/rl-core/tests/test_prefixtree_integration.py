@@ -34,36 +34,58 @@ def _rollout_calls(rng: random.Random, rid: str, n_calls: int) -> list[Call]:
         if calls:
             prev = calls[-1]
             if rng.random() < 0.7:  # harness appends: previous prompt + completion + env
-                prompt = list(prev.prompt_ids) + list(prev.completion_ids) + [
-                    rng.randrange(VOCAB) for _ in range(rng.randint(1, 3))]
+                prompt = (
+                    list(prev.prompt_ids)
+                    + list(prev.completion_ids)
+                    + [rng.randrange(VOCAB) for _ in range(rng.randint(1, 3))]
+                )
             else:  # harness rewrote history (dropped reasoning): diverges
                 cut = rng.randint(1, len(prev.prompt_ids))
                 prompt = list(prev.prompt_ids[:cut]) + [
-                    rng.randrange(VOCAB) for _ in range(rng.randint(1, 3))]
+                    rng.randrange(VOCAB) for _ in range(rng.randint(1, 3))
+                ]
         comp = [rng.randrange(VOCAB) for _ in range(rng.randint(1, 4))]
-        calls.append(Call(f"{rid}-c{j}", f"sess-{rid}", j, np.asarray(prompt),
-                          np.asarray(comp), np.asarray([-rng.uniform(0.1, 3) for _ in comp]),
-                          policy_version=rng.randrange(3)))
+        calls.append(
+            Call(
+                f"{rid}-c{j}",
+                f"sess-{rid}",
+                j,
+                np.asarray(prompt),
+                np.asarray(comp),
+                np.asarray([-rng.uniform(0.1, 3) for _ in comp]),
+                policy_version=rng.randrange(3),
+            )
+        )
     return calls
 
 
 def _group_trees(rng: random.Random, n_groups: int, group_size: int) -> list[PackedTree]:
     trees = []
     for g in range(n_groups):
-        rollouts = [PrefixTree.from_calls(_rollout_calls(rng, f"g{g}r{k}", rng.randint(1, 4)),
-                                          rollout_id=f"g{g}r{k}",
-                                          metadata={"group_id": f"g{g}"})
-                    for k in range(group_size)]
+        rollouts = [
+            PrefixTree.from_calls(
+                _rollout_calls(rng, f"g{g}r{k}", rng.randint(1, 4)),
+                rollout_id=f"g{g}r{k}",
+                metadata={"group_id": f"g{g}"},
+            )
+            for k in range(group_size)
+        ]
         trees.append(merge_trees(*rollouts).pack())
     return trees
 
 
-@settings(max_examples=10, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(seed=st.integers(0, 10**6), algorithm=st.sampled_from(["grpo", "ppo"]))
 def test_prefixtree_packed_groups_equal_flat(
-    tiny_model_factory: Callable[..., Any], flat_loss: Callable[..., torch.Tensor],
-    path_logprobs: Callable[..., torch.Tensor], seed: int, algorithm: str,
+    tiny_model_factory: Callable[..., Any],
+    flat_loss: Callable[..., torch.Tensor],
+    path_logprobs: Callable[..., torch.Tensor],
+    seed: int,
+    algorithm: str,
 ) -> None:
     rng = random.Random(seed)
     trees = _group_trees(rng, 2, 3)
@@ -94,11 +116,19 @@ def test_prefixtree_packed_groups_equal_flat(
     rewards = {t.rollout_id: rng.random() for t in batch.trajectories}
     cfg = LossConfig(clip_eps_low=0.2, clip_eps_high=0.28, aggregation="sequence_mean")
     ppo = PPOConfig(value_clip=None)
-    prepared = prepare_rl(batch, old, rewards, algorithm=algorithm, loss_cfg=cfg, ppo_cfg=ppo,
-                          corr_cfg=CorrectionConfig(tis_cap=2.0))
+    prepared = prepare_rl(
+        batch,
+        old,
+        rewards,
+        algorithm=algorithm,
+        loss_cfg=cfg,
+        ppo_cfg=ppo,
+        corr_cfg=CorrectionConfig(tis_cap=2.0),
+    )
     params = list(model.parameters()) + (list(head.parameters()) if head else [])
-    stats = loss_backward(model, batch, pieces, prepared, old, loss_cfg=cfg, ppo_cfg=ppo,
-                          value_head=head)
+    stats = loss_backward(
+        model, batch, pieces, prepared, old, loss_cfg=cfg, ppo_cfg=ppo, value_head=head
+    )
     g_tree = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params]
     for p in params:
         p.grad = None

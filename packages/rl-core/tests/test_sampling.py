@@ -20,14 +20,21 @@ from clawrl.rl_core import (
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
-def test_rollout_logprobs_equal_trainer_logprobs(tiny_model_factory: Callable[..., Any],
-                                                 temperature: float) -> None:
+def test_rollout_logprobs_equal_trainer_logprobs(
+    tiny_model_factory: Callable[..., Any], temperature: float
+) -> None:
     model = tiny_model_factory(torch.float64, seed=1)
     torch.manual_seed(0)
     done = sample_completions(model, [[1, 2], [1, 3], [1, 2]], 5, temperature=temperature)
-    seqs = [TokenSequence(list(c.prompt_ids) + list(c.token_ids), [False, False] + [True] * 5,
-                          [0.0, 0.0, *c.logprobs], rollout_id=f"r{i}")
-            for i, c in enumerate(done)]
+    seqs = [
+        TokenSequence(
+            list(c.prompt_ids) + list(c.token_ids),
+            [False, False] + [True] * 5,
+            [0.0, 0.0, *c.logprobs],
+            rollout_id=f"r{i}",
+        )
+        for i, c in enumerate(done)
+    ]
     batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
     old = old_pass(model, batch, split_by_token_budget(batch), temperature=temperature)
     diff = old.logprobs[batch.mem_token] - batch.mem_logprob

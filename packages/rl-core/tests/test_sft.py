@@ -38,15 +38,27 @@ def _traj(i: int) -> dict[str, Any]:
         "messages": [
             {"role": "system", "content": "be brief"},
             {"role": "user", "content": f"make file {i}"},
-            {"role": "assistant", "content": "", "reasoning_content": "use bash",
-             "tool_calls": [{"id": "c1", "type": "function",
-                             "function": {"name": "bash", "arguments": f"touch f{i}"}}]},
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": "use bash",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": f"touch f{i}"},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "c1", "content": "ok"},
             {"role": "assistant", "content": f"done {i}", "reasoning_content": "it worked"},
             {"role": "user", "content": "thanks"},
             {"role": "assistant", "content": "bye"},
         ],
-        "intent": {}, "persona": {}, "stats": {}, "outcome": {"success": True},
+        "intent": {},
+        "persona": {},
+        "stats": {},
+        "outcome": {"success": True},
     }
 
 
@@ -72,8 +84,9 @@ def test_assistant_tokens_only_and_branching(chat_tokenizer: Any) -> None:
     assert len(tree.input_ids) < flat
 
 
-def test_sft_tree_loss_and_grads_equal_flat(chat_tokenizer: Any,
-                                            tiny_model_factory: Callable[..., Any]) -> None:
+def test_sft_tree_loss_and_grads_equal_flat(
+    chat_tokenizer: Any, tiny_model_factory: Callable[..., Any]
+) -> None:
     vocab = len(chat_tokenizer)
     model = tiny_model_factory(torch.float64, vocab=vocab)
     trajs = [_traj(0), _traj(1)]
@@ -82,8 +95,15 @@ def test_sft_tree_loss_and_grads_equal_flat(chat_tokenizer: Any,
     cfg = LossConfig(aggregation="unique_token_mean")
     prepared = prepare_sft(batch, cfg)
     max_len = int(batch.position_ids.max()) + 1
-    stats = loss_backward(model, batch, split_by_token_budget(batch, max_len + 5), prepared,
-                          None, loss_cfg=cfg, chunk_size=64)
+    stats = loss_backward(
+        model,
+        batch,
+        split_by_token_budget(batch, max_len + 5),
+        prepared,
+        None,
+        loss_cfg=cfg,
+        chunk_size=64,
+    )
     g_tree = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
     # flat oracle: every assistant turn rendered and forwarded alone, NLL of its tokens
@@ -103,12 +123,17 @@ def test_sft_tree_loss_and_grads_equal_flat(chat_tokenizer: Any,
         torch.testing.assert_close(gt, p.grad, rtol=1e-6, atol=1e-10)
 
 
-def test_sft_training_reduces_loss(chat_tokenizer: Any,
-                                   tiny_model_factory: Callable[..., Any]) -> None:
+def test_sft_training_reduces_loss(
+    chat_tokenizer: Any, tiny_model_factory: Callable[..., Any]
+) -> None:
     model = tiny_model_factory(torch.float32, vocab=len(chat_tokenizer))
-    trainer = Trainer(model, TrainerConfig(
-        optim=OptimConfig(lr=1e-2, total_steps=15),
-        loss=LossConfig(aggregation="unique_token_mean")))
+    trainer = Trainer(
+        model,
+        TrainerConfig(
+            optim=OptimConfig(lr=1e-2, total_steps=15),
+            loss=LossConfig(aggregation="unique_token_mean"),
+        ),
+    )
     tree = pack_sft_trajectories([_traj(0), _traj(1)], chat_tokenizer)
     losses = [trainer.sft_step([tree])["loss"] for _ in range(15)]
     assert losses[-1] < 0.7 * losses[0]
@@ -131,8 +156,7 @@ def test_sft_errors(tmp_path: Path, chat_tokenizer: Any) -> None:
 
 @settings(max_examples=50, deadline=None)
 @given(n=st.integers(1, 40), batch_size=st.integers(1, 16), seed=st.integers(0, 99))
-def test_epoch_batches_see_every_example_equally_often(n: int, batch_size: int,
-                                                       seed: int) -> None:
+def test_epoch_batches_see_every_example_equally_often(n: int, batch_size: int, seed: int) -> None:
     import random
     from itertools import islice
 
@@ -140,8 +164,9 @@ def test_epoch_batches_see_every_example_equally_often(n: int, batch_size: int,
 
     epochs = 3
     n_batches = epochs * n // batch_size  # whole batches within 3 epochs
-    seen = [i for b in islice(epoch_batches(n, batch_size, random.Random(seed)), n_batches)
-            for i in b]
+    seen = [
+        i for b in islice(epoch_batches(n, batch_size, random.Random(seed)), n_batches) for i in b
+    ]
     assert len(seen) == n_batches * batch_size
     counts = [seen.count(i) for i in range(n)]
     assert max(counts) - min(counts) <= 1  # at most one partial epoch among them

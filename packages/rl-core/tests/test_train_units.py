@@ -47,8 +47,16 @@ def test_defaults_and_quickstart_load() -> None:
 def test_overrides_parse_toml_values(tmp_path: Path) -> None:
     p = tmp_path / "c.toml"
     p.write_text('[run]\nsteps = 3\n[rollout]\nharnesses = ["reference"]\n')
-    cfg = load_config(p, ["algo.name=ppo", "run.steps=5", "algo.lr=3e-4",
-                          'rollout.harnesses=["reference", "mini-swe-agent"]', "run.out=x/y"])
+    cfg = load_config(
+        p,
+        [
+            "algo.name=ppo",
+            "run.steps=5",
+            "algo.lr=3e-4",
+            'rollout.harnesses=["reference", "mini-swe-agent"]',
+            "run.out=x/y",
+        ],
+    )
     assert cfg.algo.name == "ppo" and cfg.run.steps == 5 and cfg.algo.lr == 3e-4
     assert cfg.rollout.harnesses == ["reference", "mini-swe-agent"]
     assert cfg.run.out == "x/y"  # not TOML: kept as a string
@@ -91,8 +99,10 @@ def test_unreadable_config_file(tmp_path: Path) -> None:
 def test_per_algorithm_tables(tmp_path: Path) -> None:
     """[algo.ppo] keys apply only with algo.name = "ppo"; the command line wins over both."""
     p = tmp_path / "c.toml"
-    p.write_text('[algo]\nlr = 1e-4\nkl_coef = 0.01\n[algo.ppo]\nkl_coef = 0.05\n'
-                 'value_lr = 1e-3\n[algo.grpo]\nlr = 2e-4\n')
+    p.write_text(
+        "[algo]\nlr = 1e-4\nkl_coef = 0.01\n[algo.ppo]\nkl_coef = 0.05\n"
+        "value_lr = 1e-3\n[algo.grpo]\nlr = 2e-4\n"
+    )
     g = load_config(p)
     assert (g.algo.name, g.algo.lr, g.algo.kl_coef, g.algo.value_lr) == ("grpo", 2e-4, 0.01, 0.0)
     q = load_config(p, ["algo.name='ppo'"])
@@ -103,9 +113,11 @@ def test_per_algorithm_tables(tmp_path: Path) -> None:
     q.save(tmp_path / "config.json")  # saved resolved: no per-algorithm tables
     assert load_config(tmp_path / "config.json") == q
     assert "ppo" not in json.loads((tmp_path / "config.json").read_text())["algo"]
-    for text, match in (('[algo.ppo]\nbogus = 1\n', "bogus"),
-                        ('[algo]\nppo = 3\n', r"\[algo.ppo\] must be a table"),
-                        ('[algo.ppo]\nname = "grpo"\n', "cannot set name")):
+    for text, match in (
+        ("[algo.ppo]\nbogus = 1\n", "bogus"),
+        ("[algo]\nppo = 3\n", r"\[algo.ppo\] must be a table"),
+        ('[algo.ppo]\nname = "grpo"\n', "cannot set name"),
+    ):
         p.write_text(text)
         with pytest.raises(ConfigError, match=match):
             load_config(p, ["algo.name='ppo'"])
@@ -127,18 +139,38 @@ def test_to_dict_uses_toml_section_names() -> None:
 SYSTEM = list(range(1, 41))  # a shared "system prompt"
 
 
-def _record(sid: str, seq: int, prompt: list[int], completion: list[int], version: int = 0,
-            finish: str = "stop") -> dict[str, Any]:
-    return {"call_id": f"{sid}-{seq}", "session_id": sid, "seq": seq, "prompt_ids": prompt,
-            "completion_ids": completion, "completion_logprobs": [-0.5] * len(completion),
-            "policy_version": version, "finish_reason": finish}
+def _record(
+    sid: str,
+    seq: int,
+    prompt: list[int],
+    completion: list[int],
+    version: int = 0,
+    finish: str = "stop",
+) -> dict[str, Any]:
+    return {
+        "call_id": f"{sid}-{seq}",
+        "session_id": sid,
+        "seq": seq,
+        "prompt_ids": prompt,
+        "completion_ids": completion,
+        "completion_logprobs": [-0.5] * len(completion),
+        "policy_version": version,
+        "finish_reason": finish,
+    }
 
 
-def _rollout(rid: str, group: str, task_tok: int, completion: list[int], reward: float,
-             harness: str = "reference") -> RolloutData:
+def _rollout(
+    rid: str,
+    group: str,
+    task_tok: int,
+    completion: list[int],
+    reward: float,
+    harness: str = "reference",
+) -> RolloutData:
     prompt = [*SYSTEM, task_tok]
-    return RolloutData(rid, group, f"task{task_tok}", harness, reward,
-                       [_record(rid, 0, prompt, completion)])
+    return RolloutData(
+        rid, group, f"task{task_tok}", harness, reward, [_record(rid, 0, prompt, completion)]
+    )
 
 
 def test_group_trees_one_per_group_and_rewards() -> None:
@@ -157,13 +189,14 @@ def test_group_trees_one_per_group_and_rewards() -> None:
     assert built.flat_tokens == 43 + 43 + 42 + 44
     assert built.compression == pytest.approx(built.flat_tokens / built.unique_tokens)
     for tree in built.trees:
-        assert {t.metadata["group_id"] for t in tree.trajectories} <= {"t1/reference",
-                                                                       "t2/reference"}
+        assert {t.metadata["group_id"] for t in tree.trajectories} <= {
+            "t1/reference",
+            "t2/reference",
+        }
 
 
 def test_merge_groups_keeps_group_ids_and_shares_the_system_prompt() -> None:
-    ros = [_rollout(f"r{i}", f"t{i % 2}/h", 100 + i % 2, [50 + i], float(i % 2))
-           for i in range(4)]
+    ros = [_rollout(f"r{i}", f"t{i % 2}/h", 100 + i % 2, [50 + i], float(i % 2)) for i in range(4)]
     sep = build_group_trees(ros)
     one = build_group_trees(ros, merge_groups=True)
     assert len(one.trees) == 1 and one.groups == sep.groups
@@ -175,8 +208,7 @@ def test_merge_groups_keeps_group_ids_and_shares_the_system_prompt() -> None:
 def test_empty_and_failed_calls_are_left_out() -> None:
     ros = [
         RolloutData("e", "g", "t", "reference", 0.0, []),
-        RolloutData("f", "g", "t", "reference", 0.0,
-                    [_record("f", 0, SYSTEM, [], finish="error")]),
+        RolloutData("f", "g", "t", "reference", 0.0, [_record("f", 0, SYSTEM, [], finish="error")]),
         _rollout("ok", "g", 100, [5], 1.0),
     ]
     built = build_group_trees(ros)
@@ -194,14 +226,17 @@ def test_over_branched_rollout_is_dropped() -> None:
     prompt = [*SYSTEM, 100]
     recs = [_record("r", i, prompt[: 10 + i], [200 + i]) for i in range(5)]
     ok = _rollout("fine", "g", 100, [5], 0.0)
-    built = build_group_trees([RolloutData("r", "g", "t", "reference", 1.0, recs), ok],
-                              max_leaves=2)
+    built = build_group_trees(
+        [RolloutData("r", "g", "t", "reference", 1.0, recs), ok], max_leaves=2
+    )
     assert built.dropped_rollouts == 1 and list(built.rewards) == ["fine"]
 
 
 def test_mix_harness_groups_are_separate() -> None:
-    ros = [_rollout("a", "t1/reference", 100, [5], 1.0),
-           _rollout("b", "t1/mini-swe-agent", 100, [6], 0.0, harness="mini-swe-agent")]
+    ros = [
+        _rollout("a", "t1/reference", 100, [5], 1.0),
+        _rollout("b", "t1/mini-swe-agent", 100, [6], 0.0, harness="mini-swe-agent"),
+    ]
     built = build_group_trees(ros)
     assert len(built.trees) == 2 and len(set(built.groups.values())) == 2
 
@@ -224,9 +259,18 @@ def test_scripted_turns_for_learnable_tasks(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ logs
 def test_jsonl_skips_torn_line_and_plot_writes_png(tmp_path: Path) -> None:
     log = MetricsLog(tmp_path)
-    rows = [{"kind": "train", "step": s, "reward_mean/reference": 0.1 * s, "pass_rate": 0.0,
-             "grad_norm": 1.0, "time/update": 2.0, "mean_abs_logprob_diff": float("nan")}
-            for s in range(1, 4)]
+    rows = [
+        {
+            "kind": "train",
+            "step": s,
+            "reward_mean/reference": 0.1 * s,
+            "pass_rate": 0.0,
+            "grad_norm": 1.0,
+            "time/update": 2.0,
+            "mean_abs_logprob_diff": float("nan"),
+        }
+        for s in range(1, 4)
+    ]
     rows.append({"kind": "eval", "step": 3, "eval_reward": 0.4})
     for r in rows:
         log.write(r)
@@ -244,12 +288,15 @@ def test_learnable_vocabulary_from_config(tmp_path: Path) -> None:
     values are a ConfigError naming the section, before anything runs."""
     from clawrl.rl_core.train import TrainLoop
 
-    q = load_config(EXAMPLES / "quickstart.toml",
-                    [f'run.out="{tmp_path / "q"}"', "tasks.train_n=20", "tasks.heldout_n=5"])
+    q = load_config(
+        EXAMPLES / "quickstart.toml",
+        [f'run.out="{tmp_path / "q"}"', "tasks.train_n=20", "tasks.heldout_n=5"],
+    )
     assert (q.tasks.learnable_names, q.tasks.learnable_words) == (8, 12)
     train, held = TrainLoop(q)._tasks()
     assert {t.metadata["file"] for t in train + held} <= {
-        f"{s}.txt" for s in ("note", "hello", "data", "todo", "out", "memo", "list", "log")}
+        f"{s}.txt" for s in ("note", "hello", "data", "todo", "out", "memo", "list", "log")
+    }
     assert len({t.metadata["word"] for t in train + held}) <= 12
     assert not {t.id for t in train} & {t.id for t in held}
     bad = load_config(overrides=[f'run.out="{tmp_path / "b"}"', "tasks.learnable_words=500"])
@@ -259,9 +306,14 @@ def test_learnable_vocabulary_from_config(tmp_path: Path) -> None:
 
 def test_resume_supersedes_rows_of_steps_that_run_again(tmp_path: Path) -> None:
     log = MetricsLog(tmp_path)
-    rows = [{"kind": "sft", "sft_step": 1}, {"kind": "eval", "step": 0, "tag": "coldstart-1"},
-            {"kind": "train", "step": 1}, {"kind": "train", "step": 2},
-            {"kind": "eval", "step": 2, "tag": "step-2"}, {"kind": "train", "step": 3}]
+    rows = [
+        {"kind": "sft", "sft_step": 1},
+        {"kind": "eval", "step": 0, "tag": "coldstart-1"},
+        {"kind": "train", "step": 1},
+        {"kind": "train", "step": 2},
+        {"kind": "eval", "step": 2, "tag": "step-2"},
+        {"kind": "train", "step": 3},
+    ]
     for r in rows:
         log.write(r)
     assert log.supersede_after(1) == 3  # checkpoint after step 1: steps 2-3 run again

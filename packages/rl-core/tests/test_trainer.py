@@ -21,15 +21,20 @@ from transformers import AutoModelForCausalLM
 
 
 def _config() -> TrainerConfig:
-    return TrainerConfig(algorithm="ppo", seed=7,
-                         optim=OptimConfig(lr=3e-3, total_steps=5, warmup_steps=1,
-                                           schedule="cosine", weight_decay=0.01),
-                         ppo=PPOConfig(value_warmup_steps=1),
-                         loss=LossConfig(entropy_coef=0.01))
+    return TrainerConfig(
+        algorithm="ppo",
+        seed=7,
+        optim=OptimConfig(
+            lr=3e-3, total_steps=5, warmup_steps=1, schedule="cosine", weight_decay=0.01
+        ),
+        ppo=PPOConfig(value_warmup_steps=1),
+        loss=LossConfig(entropy_coef=0.01),
+    )
 
 
-def _steps(trainer: Trainer, model: Any, toy_task: Callable[..., Any], start: int,
-           stop: int) -> list[float]:
+def _steps(
+    trainer: Trainer, model: Any, toy_task: Callable[..., Any], start: int, stop: int
+) -> list[float]:
     losses = []
     for step in range(start, stop):
         trees, rewards = toy_task(model, 4, 2, step)  # sampling draws on the torch RNG
@@ -37,8 +42,9 @@ def _steps(trainer: Trainer, model: Any, toy_task: Callable[..., Any], start: in
     return losses
 
 
-def test_resume_is_bit_exact(tmp_path: Path, tiny_model_factory: Callable[..., Any],
-                             toy_task: Callable[..., Any]) -> None:
+def test_resume_is_bit_exact(
+    tmp_path: Path, tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any]
+) -> None:
     """3 steps, checkpoint, resume in a fresh trainer, 2 steps == 5 steps straight."""
     m1 = tiny_model_factory(torch.float32, seed=1, vocab=16)
     t1 = Trainer(m1, _config())
@@ -64,8 +70,7 @@ def test_resume_is_bit_exact(tmp_path: Path, tiny_model_factory: Callable[..., A
     assert t1.scheduler.get_last_lr() == t3.scheduler.get_last_lr()
 
 
-def test_export_hf_checkpoint_loads(tmp_path: Path,
-                                    tiny_model_factory: Callable[..., Any]) -> None:
+def test_export_hf_checkpoint_loads(tmp_path: Path, tiny_model_factory: Callable[..., Any]) -> None:
     model = tiny_model_factory(torch.float32, seed=2, vocab=16)
     trainer = Trainer(model, _config())
     out = trainer.export_hf(tmp_path / "hf")
@@ -88,19 +93,25 @@ def test_checkpoint_errors(tmp_path: Path, tiny_model_factory: Callable[..., Any
 
 def test_config_errors(tiny_model_factory: Callable[..., Any]) -> None:
     with pytest.raises(ConfigError):
-        Trainer(tiny_model_factory(torch.float32, vocab=16),
-                TrainerConfig(loss=LossConfig(kl_coef=0.1)))
+        Trainer(
+            tiny_model_factory(torch.float32, vocab=16), TrainerConfig(loss=LossConfig(kl_coef=0.1))
+        )
     with pytest.raises(ConfigError):
         OptimConfig(lr=-1)
     with pytest.raises(ConfigError):
         TrainerConfig(algorithm="dpo")  # type: ignore[arg-type]
 
 
-def test_value_warmup_trains_only_the_value_head(tiny_model_factory: Callable[..., Any],
-                                                 toy_task: Callable[..., Any]) -> None:
+def test_value_warmup_trains_only_the_value_head(
+    tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any]
+) -> None:
     model = tiny_model_factory(torch.float32, seed=3, vocab=16)
-    cfg = TrainerConfig(algorithm="ppo", optim=OptimConfig(lr=1e-2, weight_decay=0.0),
-                        ppo=PPOConfig(value_warmup_steps=1), token_budget=12)
+    cfg = TrainerConfig(
+        algorithm="ppo",
+        optim=OptimConfig(lr=1e-2, weight_decay=0.0),
+        ppo=PPOConfig(value_warmup_steps=1),
+        token_budget=12,
+    )
     trainer = Trainer(model, cfg)
     before = {k: v.clone() for k, v in trainer.unwrapped.policy.state_dict().items()}
     head_before = trainer.unwrapped.value_head.state_dict()["linear.bias"].clone()  # type: ignore[union-attr]
@@ -109,22 +120,24 @@ def test_value_warmup_trains_only_the_value_head(tiny_model_factory: Callable[..
     assert m["num_pieces"] > 1  # the token budget split the batch
     after = trainer.unwrapped.policy.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
-    assert not torch.equal(head_before,
-                           trainer.unwrapped.value_head.state_dict()["linear.bias"])  # type: ignore[union-attr]
+    assert not torch.equal(head_before, trainer.unwrapped.value_head.state_dict()["linear.bias"])  # type: ignore[union-attr]
     trees, rewards = toy_task(model, 4, 1, 1)
     trainer.rl_step(trees, rewards)  # warm-up over: the policy moves
     after2 = trainer.unwrapped.policy.state_dict()
     assert not all(torch.equal(before[k], after2[k]) for k in before)
 
 
-def test_value_lr_trains_the_value_head_faster(tiny_model_factory: Callable[..., Any],
-                                               toy_task: Callable[..., Any]) -> None:
+def test_value_lr_trains_the_value_head_faster(
+    tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any]
+) -> None:
     """optim.value_lr is the value head's own learning rate: Adam's first step moves a
     parameter by about its group's lr, so the zero-initialised bias moves by value_lr
     and no policy weight by more than lr."""
     model = tiny_model_factory(torch.float32, seed=3, vocab=16)
-    cfg = TrainerConfig(algorithm="ppo", optim=OptimConfig(lr=1e-4, value_lr=1e-2,
-                                                           weight_decay=0.0, max_grad_norm=None))
+    cfg = TrainerConfig(
+        algorithm="ppo",
+        optim=OptimConfig(lr=1e-4, value_lr=1e-2, weight_decay=0.0, max_grad_norm=None),
+    )
     trainer = Trainer(model, cfg)
     assert [g["lr"] for g in trainer.optimizer.param_groups] == [1e-4, 1e-2]
     before = {k: v.clone() for k, v in trainer.unwrapped.policy.state_dict().items()}
@@ -139,15 +152,17 @@ def test_value_lr_trains_the_value_head_faster(tiny_model_factory: Callable[...,
         OptimConfig(value_lr=0.0)
 
 
-def test_separate_critic_and_reference_kl(tiny_model_factory: Callable[..., Any],
-                                          toy_task: Callable[..., Any]) -> None:
+def test_separate_critic_and_reference_kl(
+    tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any]
+) -> None:
     from clawrl.rl_core import Critic
 
     model = tiny_model_factory(torch.float32, seed=4, vocab=16)
     ref = tiny_model_factory(torch.float32, seed=4, vocab=16)
     critic = Critic(tiny_model_factory(torch.float32, seed=5, vocab=16))
-    cfg = TrainerConfig(algorithm="ppo", optim=OptimConfig(lr=1e-2),
-                        loss=LossConfig(kl_coef=0.1, entropy_coef=0.01))
+    cfg = TrainerConfig(
+        algorithm="ppo", optim=OptimConfig(lr=1e-2), loss=LossConfig(kl_coef=0.1, entropy_coef=0.01)
+    )
     trainer = Trainer(model, cfg, critic=critic, ref_model=ref)
     assert trainer.unwrapped.value_head is None
     c_before = critic.head.linear.bias.detach().clone()
@@ -164,8 +179,9 @@ def test_separate_critic_and_reference_kl(tiny_model_factory: Callable[..., Any]
     assert m["max_abs_logprob_diff"] < 1e-4
 
 
-def test_rl_step_rejects_bad_rewards(tiny_model_factory: Callable[..., Any],
-                                     toy_task: Callable[..., Any]) -> None:
+def test_rl_step_rejects_bad_rewards(
+    tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any]
+) -> None:
     model = tiny_model_factory(torch.float32, vocab=16)
     trainer = Trainer(model, TrainerConfig())
     trees, rewards = toy_task(model, 2, 2, 0)
@@ -177,13 +193,19 @@ def test_rl_step_rejects_bad_rewards(tiny_model_factory: Callable[..., Any],
     assert trainer.step == 0
 
 
-def test_ppo_epochs_and_minibatches(tiny_model_factory: Callable[..., Any],
-                                    toy_task: Callable[..., Any]) -> None:
+def test_ppo_epochs_and_minibatches(
+    tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any]
+) -> None:
     """2 epochs × 2 minibatches = 4 optimiser steps (and LR-schedule steps) per rl_step, one
     trainer step and policy version per rl_step."""
     model = tiny_model_factory(torch.float32, seed=6, vocab=16)
-    cfg = TrainerConfig(algorithm="grpo", token_budget=12, update_epochs=2, num_minibatches=2,
-                        optim=OptimConfig(lr=1e-2, total_steps=8, schedule="linear"))
+    cfg = TrainerConfig(
+        algorithm="grpo",
+        token_budget=12,
+        update_epochs=2,
+        num_minibatches=2,
+        optim=OptimConfig(lr=1e-2, total_steps=8, schedule="linear"),
+    )
     trainer = Trainer(model, cfg)
     trees, rewards = toy_task(model, 2, 4, 0)
     m = trainer.rl_step(trees, rewards)

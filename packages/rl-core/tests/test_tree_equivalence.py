@@ -27,9 +27,11 @@ from clawrl.rl_core import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-SETTINGS = settings(max_examples=12, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                           HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def _all_nonroot(batch: TreeBatch) -> np.ndarray:
@@ -37,12 +39,22 @@ def _all_nonroot(batch: TreeBatch) -> np.ndarray:
 
 
 @SETTINGS
-@given(seed=st.integers(0, 10_000), n_seq=st.integers(1, 7), budget=st.sampled_from([None, 9, 16]),
-       temperature=st.sampled_from([1.0, 0.7]), roots=st.integers(1, 2))
+@given(
+    seed=st.integers(0, 10_000),
+    n_seq=st.integers(1, 7),
+    budget=st.sampled_from([None, 9, 16]),
+    temperature=st.sampled_from([1.0, 0.7]),
+    roots=st.integers(1, 2),
+)
 def test_packed_logprobs_equal_per_path(
-    tiny_model_factory: Callable[..., Any], seq_factory: Callable[..., Any],
-    path_logprobs: Callable[..., torch.Tensor], seed: int, n_seq: int, budget: int | None,
-    temperature: float, roots: int,
+    tiny_model_factory: Callable[..., Any],
+    seq_factory: Callable[..., Any],
+    path_logprobs: Callable[..., torch.Tensor],
+    seed: int,
+    n_seq: int,
+    budget: int | None,
+    temperature: float,
+    roots: int,
 ) -> None:
     """Failure classes 10–11: every token's logprob (incl. each path's last node) equals the
     one from a separate forward of its own path — no off-by-one, no cross-path attention."""
@@ -56,11 +68,23 @@ def test_packed_logprobs_equal_per_path(
     if budget is not None and budget < max_len:
         budget = max_len
     for piece in split_by_token_budget(batch, budget):
-        tg = np.nonzero(piece.parent_index[piece.n_context:] >= 0)[0] + piece.n_context
+        tg = np.nonzero(piece.parent_index[piece.n_context :] >= 0)[0] + piece.n_context
         out = tree_forward(
-            model, *(torch.as_tensor(a) for a in (piece.input_ids, piece.position_ids,
-                                                  piece.parent_index, piece.subtree_end)),
-            torch.as_tensor(tg), temperature=temperature, chunk_size=5, compute_entropy=True)
+            model,
+            *(
+                torch.as_tensor(a)
+                for a in (
+                    piece.input_ids,
+                    piece.position_ids,
+                    piece.parent_index,
+                    piece.subtree_end,
+                )
+            ),
+            torch.as_tensor(tg),
+            temperature=temperature,
+            chunk_size=5,
+            compute_entropy=True,
+        )
         assert out.entropy is not None
         per_tok[piece.token_index[tg]] = out.logprobs.detach().numpy()
         ent_tok[piece.token_index[tg]] = out.entropy.detach().numpy()
@@ -79,8 +103,7 @@ def test_packed_logprobs_equal_per_path(
 
 
 def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
-    out = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
-           for p in params]
+    out = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params]
     for p in params:
         p.grad = None
     return out
@@ -88,14 +111,23 @@ def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("mode", ["ppo", "grpo", "sft"])
 @SETTINGS
-@given(seed=st.integers(0, 10_000), n_seq=st.integers(1, 6),
-       aggregation=st.sampled_from(["token_mean", "sequence_mean", "prompt_mean",
-                                    "unique_token_mean"]),
-       budget=st.sampled_from([None, 14]))
+@given(
+    seed=st.integers(0, 10_000),
+    n_seq=st.integers(1, 6),
+    aggregation=st.sampled_from(
+        ["token_mean", "sequence_mean", "prompt_mean", "unique_token_mean"]
+    ),
+    budget=st.sampled_from([None, 14]),
+)
 def test_tree_loss_and_grads_equal_flat(
-    tiny_model_factory: Callable[..., Any], seq_factory: Callable[..., Any],
-    flat_loss: Callable[..., torch.Tensor], mode: str, seed: int, n_seq: int,
-    aggregation: str, budget: int | None,
+    tiny_model_factory: Callable[..., Any],
+    seq_factory: Callable[..., Any],
+    flat_loss: Callable[..., torch.Tensor],
+    mode: str,
+    seed: int,
+    n_seq: int,
+    aggregation: str,
+    budget: int | None,
 ) -> None:
     rng = random.Random(seed)
     model = tiny_model_factory(seed=seed % 3)
@@ -118,20 +150,31 @@ def test_tree_loss_and_grads_equal_flat(
     # perturb π_old per token so ratios leave the clip range in both directions
     noise = np.random.default_rng(seed).normal(0, 0.3, batch.num_tokens)
     v_noise = np.random.default_rng(seed + 1).normal(0, 0.1, batch.num_tokens)
-    old = OldPass(logprobs=old.logprobs + noise,
-                  values=None if old.values is None else old.values + v_noise)  # clip active
+    old = OldPass(
+        logprobs=old.logprobs + noise, values=None if old.values is None else old.values + v_noise
+    )  # clip active
     rewards = {s.rollout_id: rng.random() for s in seqs}
     corr = CorrectionConfig(tis_cap=1.5, mask_low=0.05, mask_high=20.0)
     if mode == "sft":
         prepared = prepare_sft(batch, cfg)
     else:
-        prepared = prepare_rl(batch, old, rewards, algorithm=mode, loss_cfg=cfg, ppo_cfg=ppo,
-                              corr_cfg=corr)
+        prepared = prepare_rl(
+            batch, old, rewards, algorithm=mode, loss_cfg=cfg, ppo_cfg=ppo, corr_cfg=corr
+        )
     params = list(model.parameters()) + (list(head.parameters()) if head else [])
     for p in params:
         p.grad = None
-    stats = loss_backward(model, batch, pieces, prepared, None if mode == "sft" else old,
-                          loss_cfg=cfg, ppo_cfg=ppo, value_head=head, chunk_size=4)
+    stats = loss_backward(
+        model,
+        batch,
+        pieces,
+        prepared,
+        None if mode == "sft" else old,
+        loss_cfg=cfg,
+        ppo_cfg=ppo,
+        value_head=head,
+        chunk_size=4,
+    )
     g_tree = _grads(params)
     flat = flat_loss(model, batch, prepared, old, mode, cfg, ppo, head)
     flat.backward()

@@ -165,8 +165,13 @@ def test_owned_tempdirs_of_dead_processes_are_reaped(
         "print(d.name, flush=True)\n"
         "os._exit(0)\n"  # no cleanup, like SIGKILL
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "TMPDIR": str(tmp_path)}, check=True)
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        check=True,
+    )
     dead = Path(res.stdout.strip())
     assert dead.parent == tmp_path and (dead / "f").exists()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

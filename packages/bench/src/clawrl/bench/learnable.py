@@ -226,9 +226,7 @@ def learnable_instances(
     if split not in ("train", "heldout"):
         raise ValueError(f"unknown split {split!r} (train | heldout)")
     names, words = _vocabulary(n_names, n_words)
-    pairs = [
-        (name, word) for name in names for word in words if _split_of(name, word) == split
-    ]
+    pairs = [(name, word) for name in names for word in words if _split_of(name, word) == split]
     if not 0 <= n <= len(pairs):
         raise ValueError(f"n must be in [0, {len(pairs)}] for split {split!r}, got {n}")
     rng = random.Random(f"{split}:{seed}")

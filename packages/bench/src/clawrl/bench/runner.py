@@ -257,9 +257,7 @@ async def local_proxy(
     from clawrl.proxy import ChatRenderer, ProxyServer, ServerConfig, build_proxy_app
 
     with contextlib.ExitStack() as stack:
-        sock_root = Path(
-            socket_dir or stack.enter_context(owned_tempdir("clawrl-px-"))
-        )
+        sock_root = Path(socket_dir or stack.enter_context(owned_tempdir("clawrl-px-")))
         cap = capture_dir or stack.enter_context(owned_tempdir("clawrl-cap-"))
         config = ServerConfig(
             socket=str(sock_root / "model.sock"),

@@ -200,9 +200,7 @@ def parse_request(body: Any) -> ChatCall:
     tool_choice = body.get("tool_choice")
     choice_type = None
     if tool_choice is not None:
-        choice_type = opt_kind(
-            req_obj(tool_choice, "tool_choice").get("type"), "tool_choice.type"
-        )
+        choice_type = opt_kind(req_obj(tool_choice, "tool_choice").get("type"), "tool_choice.type")
         if choice_type not in ("auto", "any", "tool", "none"):
             raise ProxyRequestError(
                 "tool_choice.type must be auto, any, tool or none", param="tool_choice.type"

@@ -89,9 +89,7 @@ class CaptureWriter:
             self._fd = None
 
 
-def iter_records(
-    path: str | Path, skipped: SkippedLines | None = None
-) -> Iterator[dict[str, Any]]:
+def iter_records(path: str | Path, skipped: SkippedLines | None = None) -> Iterator[dict[str, Any]]:
     """Yield the records of a capture file in file order.
 
     A last line without its newline, or one that is not valid JSON, is a torn write and is

@@ -71,7 +71,9 @@ def _unreachable(request: httpx.Request, exc: httpx.TransportError) -> ProxyAdmi
     return ProxyAdminError(
         f"admin call {request.method} {request.url.path} failed: the proxy is unreachable "
         f"or dropped the connection ({type(exc).__name__}: {exc})",
-        status=0, code="admin_unreachable")
+        status=0,
+        code="admin_unreachable",
+    )
 
 
 class _Transport(httpx.HTTPTransport):

@@ -105,7 +105,9 @@ def _message(m: Any, i: int) -> dict[str, Any]:
                     "type": "function",
                     "function": {
                         "name": req_str(fn.get("name"), q + ".function.name"),
-                        "arguments": tool_call_arguments(fn.get("arguments"), q + ".function.arguments"),
+                        "arguments": tool_call_arguments(
+                            fn.get("arguments"), q + ".function.arguments"
+                        ),
                     },
                 }
             )

@@ -196,6 +196,7 @@ def build_prompt(
     gp = renderer.generation_prompt
     end_text = renderer.turn_end_text
     stops = renderer.stop_token_ids
+
     def check_room() -> None:
         if max_tokens is not None and len(out.ids) > max_tokens:
             raise ContextLengthExceededError(

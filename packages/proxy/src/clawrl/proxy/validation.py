@@ -80,7 +80,8 @@ def check_json_depth(v: Any, param: str = "body", *, limit: int = MAX_JSON_DEPTH
     """
     if json_depth_exceeds(v, limit):
         raise ProxyRequestError(
-            f"{param} nests arrays/objects deeper than {limit} levels", param=param,
+            f"{param} nests arrays/objects deeper than {limit} levels",
+            param=param,
             code="json_too_deep",
         )
 

@@ -14,7 +14,10 @@ __all__ = ["gae_along_paths", "grpo_advantages", "whiten_advantages"]
 
 
 def grpo_advantages(
-    rewards: np.ndarray, groups: Sequence[Hashable], *, scale_by_std: bool = True,
+    rewards: np.ndarray,
+    groups: Sequence[Hashable],
+    *,
+    scale_by_std: bool = True,
     eps: float = 1e-6,
 ) -> np.ndarray:
     """GRPO group-relative advantages (Shao et al. 2024, DeepSeekMath eq. 3 outcome form).
@@ -118,7 +121,7 @@ def gae_along_paths(
     idx_by_rank = np.argsort(rrank, kind="stable")
     bounds = np.searchsorted(rrank[idx_by_rank], np.arange(int(rrank.max()) + 2 if m else 1))
     for r in range(len(bounds) - 1):
-        idx = idx_by_rank[bounds[r]:bounds[r + 1]]
+        idx = idx_by_rank[bounds[r] : bounds[r + 1]]
         nxt = np.where(last[idx], 0.0, adv_s[np.minimum(idx + 1, m - 1)])
         adv_s[idx] = delta[idx] + gamma * lam * nxt
     adv = np.empty(m)
@@ -127,7 +130,10 @@ def gae_along_paths(
 
 
 def whiten_advantages(
-    advantages: np.ndarray, mask: np.ndarray | None = None, *, eps: float = 1e-8,
+    advantages: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    eps: float = 1e-8,
 ) -> np.ndarray:
     """Batch advantage whitening (normalisation) over the trainable tokens.
 

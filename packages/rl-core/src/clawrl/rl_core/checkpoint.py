@@ -29,8 +29,13 @@ from torch import nn
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
-_FILES = ("model.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors",
-          "trainer_state.json")
+_FILES = (
+    "model.safetensors",
+    "optimizer.safetensors",
+    "optimizer.json",
+    "rng.safetensors",
+    "trainer_state.json",
+)
 
 
 def _optimizer_to_files(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], Any]:
@@ -47,8 +52,9 @@ def _optimizer_to_files(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Ten
     return tensors, meta
 
 
-def _optimizer_from_files(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
-                          meta: Any) -> None:
+def _optimizer_from_files(
+    opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: Any
+) -> None:
     state: dict[int, dict[str, Any]] = {int(k): dict(v) for k, v in meta["state"].items()}
     for key, t in tensors.items():
         _, pid, name = key.split(".", 2)
@@ -68,8 +74,10 @@ def _rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     name, keys, pos, has_gauss, cached = np.random.get_state()
     tensors["numpy_keys"] = torch.as_tensor(np.asarray(keys, dtype=np.int64))
     py = random.getstate()
-    meta = {"numpy": [name, int(pos), int(has_gauss), float(cached)],
-            "python": [py[0], list(py[1]), py[2]]}
+    meta = {
+        "numpy": [name, int(pos), int(has_gauss), float(cached)],
+        "python": [py[0], list(py[1]), py[2]],
+    }
     return tensors, meta
 
 
@@ -79,8 +87,9 @@ def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> No
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([tensors[k] for k in cuda])
     name, pos, has_gauss, cached = meta["numpy"]
-    np.random.set_state((name, tensors["numpy_keys"].numpy().astype(np.uint32), pos,
-                         has_gauss, cached))
+    np.random.set_state(
+        (name, tensors["numpy_keys"].numpy().astype(np.uint32), pos, has_gauss, cached)
+    )
     v, st, gauss = meta["python"]
     random.setstate((v, tuple(st), gauss))
 
@@ -115,10 +124,14 @@ def save_checkpoint(
     (out / "optimizer.json").write_bytes(orjson.dumps(om, option=orjson.OPT_SERIALIZE_NUMPY))
     rt, rm = _rng_state()
     save_file(rt, str(out / "rng.safetensors"))
-    full = {**state, "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            "rng": rm}
+    full = {
+        **state,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "rng": rm,
+    }
     (out / "trainer_state.json").write_bytes(
-        orjson.dumps(full, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_INDENT_2))
+        orjson.dumps(full, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_INDENT_2)
+    )
     return out
 
 
@@ -152,9 +165,11 @@ def load_checkpoint(
         if bad[0] or bad[1]:
             raise CheckpointError(f"model keys differ: missing {bad[0]}, unexpected {bad[1]}")
         dev = next(model.parameters()).device
-        _optimizer_from_files(optimizer, load_file(str(src / "optimizer.safetensors"),
-                                                   device=str(dev)),
-                              orjson.loads((src / "optimizer.json").read_bytes()))
+        _optimizer_from_files(
+            optimizer,
+            load_file(str(src / "optimizer.safetensors"), device=str(dev)),
+            orjson.loads((src / "optimizer.json").read_bytes()),
+        )
         state: dict[str, Any] = orjson.loads((src / "trainer_state.json").read_bytes())
         if scheduler is not None and state.get("scheduler") is not None:
             scheduler.load_state_dict(state["scheduler"])

@@ -47,7 +47,10 @@ def ratio_mask(log_ratio: np.ndarray, low: float | None, high: float | None) -> 
 
 
 def geometric_sequence_mask(
-    log_ratio: np.ndarray, mem_traj: np.ndarray, low: float | None, high: float | None,
+    log_ratio: np.ndarray,
+    mem_traj: np.ndarray,
+    low: float | None,
+    high: float | None,
 ) -> np.ndarray:
     """Sequence-level geometric masking: ρ̄_τ = exp(mean_{m∈τ} log ρ_m), the geometric mean
     of ρ over trajectory τ's trainable tokens; keep every membership of τ iff
@@ -85,9 +88,18 @@ def correction_metrics(
     """
     lr = np.asarray(log_ratio, dtype=np.float64)
     if lr.size == 0:
-        keys = ("mean_abs_logprob_diff", "max_abs_logprob_diff", "ratio_p01", "ratio_p10",
-                "ratio_p50", "ratio_p90", "ratio_p99", "fraction_masked", "staleness_mean",
-                "staleness_max")
+        keys = (
+            "mean_abs_logprob_diff",
+            "max_abs_logprob_diff",
+            "ratio_p01",
+            "ratio_p10",
+            "ratio_p50",
+            "ratio_p90",
+            "ratio_p99",
+            "fraction_masked",
+            "staleness_mean",
+            "staleness_max",
+        )
         return dict.fromkeys(keys, 0.0)
     absd = np.abs(lr)
     q = np.quantile(np.exp(lr), [0.01, 0.1, 0.5, 0.9, 0.99])

@@ -51,7 +51,8 @@ def tree_block_structure(subtree_end: Tensor, block_size: int = 128) -> tuple[Te
     diff.index_put_((kb, q_hi + 1), -ones, accumulate=True)
     nonempty = (diff.cumsum(1)[:, :nb] > 0).T  # [q block, kv block]
     min_end = torch.full((nb,), n + 1, dtype=torch.int64, device=dev).scatter_reduce(
-        0, kb, end, reduce="amin")
+        0, kb, end, reduce="amin"
+    )
     blocks = torch.arange(nb, device=dev)
     q_end = torch.clamp((blocks + 1) * block_size, max=n)
     # full: every kv k of the block precedes every q (last k <= first q) and every q < end[k]
@@ -90,5 +91,12 @@ def tree_block_mask(subtree_end: Tensor, block_size: int = 128) -> BlockMask:
 
     kv_num, kv_idx = _to_indices(partial)
     full_num, full_idx = _to_indices(full)
-    return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=block_size,
-                                    mask_mod=mask_mod, seq_lengths=(n, n))
+    return BlockMask.from_kv_blocks(
+        kv_num,
+        kv_idx,
+        full_num,
+        full_idx,
+        BLOCK_SIZE=block_size,
+        mask_mod=mask_mod,
+        seq_lengths=(n, n),
+    )

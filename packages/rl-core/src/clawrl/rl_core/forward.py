@@ -79,7 +79,11 @@ def _upcast_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _logprob_entropy_chunk(
-    hidden: Tensor, targets: Tensor, weight: Tensor, bias: Tensor | None, temperature: float,
+    hidden: Tensor,
+    targets: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    temperature: float,
     want_entropy: bool,
 ) -> tuple[Tensor, Tensor]:
     logits = nn.functional.linear(hidden, weight, bias)
@@ -132,19 +136,21 @@ def chunked_token_logprobs(
     use_ckpt = torch.is_grad_enabled()
     lps, ents = [], []
     for s in range(0, hidden.shape[0], chunk_size):
-        h, t = hidden[s:s + chunk_size], target_ids[s:s + chunk_size]
+        h, t = hidden[s : s + chunk_size], target_ids[s : s + chunk_size]
         fn: Callable[..., tuple[Tensor, Tensor]] = _logprob_entropy_chunk
         if use_ckpt:
-            lp, en = checkpoint(fn, h, t, weight, bias, temperature, compute_entropy,
-                                use_reentrant=False)
+            lp, en = checkpoint(
+                fn, h, t, weight, bias, temperature, compute_entropy, use_reentrant=False
+            )
         else:
             lp, en = fn(h, t, weight, bias, temperature, compute_entropy)
         lps.append(lp)
         ents.append(en)
     dtype = _upcast_dtype(hidden.dtype)
     logp = torch.cat(lps) if lps else hidden.new_zeros(0, dtype=dtype)
-    ent = (torch.cat(ents) if ents else hidden.new_zeros(0, dtype=dtype)) if compute_entropy \
-        else None
+    ent = (
+        (torch.cat(ents) if ents else hidden.new_zeros(0, dtype=dtype)) if compute_entropy else None
+    )
     return logp, ent
 
 
@@ -163,7 +169,8 @@ def _attention_mask_for(model: nn.Module, subtree_end: Tensor, dtype: torch.dtyp
         return tree_block_mask(subtree_end)
     raise ConfigError(
         f"attention implementation {impl!r} cannot take a tree mask; load the model with "
-        "attn_implementation='sdpa' (CPU), 'flex_attention' (GPU) or 'eager'")
+        "attn_implementation='sdpa' (CPU), 'flex_attention' (GPU) or 'eager'"
+    )
 
 
 def _decoder(model: nn.Module) -> nn.Module:
@@ -211,8 +218,11 @@ def tree_forward(
         ConfigError: the model's attention implementation cannot take a tree mask.
     """
     n = input_ids.shape[0]
-    for name, t in (("position_ids", position_ids), ("parent_index", parent_index),
-                    ("subtree_end", subtree_end)):
+    for name, t in (
+        ("position_ids", position_ids),
+        ("parent_index", parent_index),
+        ("subtree_end", subtree_end),
+    ):
         if t.shape != (n,):
             raise PackingError(f"{name} has shape {tuple(t.shape)}, expected ({n},)")
     src = parent_index[targets]
@@ -222,13 +232,22 @@ def tree_forward(
     lm_head = model.get_output_embeddings()  # type: ignore[operator]
     dtype = lm_head.weight.dtype
     mask = _attention_mask_for(model, subtree_end, dtype)
-    out = dec(input_ids=input_ids[None], position_ids=position_ids[None], attention_mask=mask,
-              use_cache=False)
+    out = dec(
+        input_ids=input_ids[None],
+        position_ids=position_ids[None],
+        attention_mask=mask,
+        use_cache=False,
+    )
     hidden = out.last_hidden_state[0]
     h_src = hidden[src]
-    logp, ent = chunked_token_logprobs(h_src, input_ids[targets], lm_head,
-                                       temperature=temperature, chunk_size=chunk_size,
-                                       compute_entropy=compute_entropy)
+    logp, ent = chunked_token_logprobs(
+        h_src,
+        input_ids[targets],
+        lm_head,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        compute_entropy=compute_entropy,
+    )
     values = None
     if value_head is not None:
         v = value_head(h_src)
@@ -251,11 +270,27 @@ class TreeModel(nn.Module):
         self.value_head = value_head
 
     def forward(
-        self, input_ids: Tensor, position_ids: Tensor, parent_index: Tensor,
-        subtree_end: Tensor, targets: Tensor, *, temperature: float = 1.0,
-        chunk_size: int = 1024, compute_entropy: bool = False, compute_values: bool = True,
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        parent_index: Tensor,
+        subtree_end: Tensor,
+        targets: Tensor,
+        *,
+        temperature: float = 1.0,
+        chunk_size: int = 1024,
+        compute_entropy: bool = False,
+        compute_values: bool = True,
     ) -> TreeForwardOutput:
         return tree_forward(
-            self.policy, input_ids, position_ids, parent_index, subtree_end, targets,
-            temperature=temperature, chunk_size=chunk_size, compute_entropy=compute_entropy,
-            value_head=self.value_head if compute_values else None)
+            self.policy,
+            input_ids,
+            position_ids,
+            parent_index,
+            subtree_end,
+            targets,
+            temperature=temperature,
+            chunk_size=chunk_size,
+            compute_entropy=compute_entropy,
+            value_head=self.value_head if compute_values else None,
+        )

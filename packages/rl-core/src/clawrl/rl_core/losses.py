@@ -105,8 +105,12 @@ def scatter_to_tokens(values: Tensor, index: Tensor, size: int) -> Tensor:
 
 
 def clipped_surrogate_loss(
-    logprobs: Tensor, old_logprobs: Tensor, coef_pos: Tensor, coef_neg: Tensor,
-    eps_low: float, eps_high: float,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    coef_pos: Tensor,
+    coef_neg: Tensor,
+    eps_low: float,
+    eps_high: float,
 ) -> Tensor:
     """Σ_t [ −c⁺_t·min(r_t, 1+ε_high) + c⁻_t·max(r_t, 1−ε_low) ],  r_t = exp(logπ_θ − logπ_old).
 
@@ -150,7 +154,10 @@ def sft_loss(logprobs: Tensor, token_weight: Tensor) -> Tensor:
 
 
 def value_loss(
-    values: Tensor, old_values: Tensor, returns: Tensor, weight: Tensor,
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    weight: Tensor,
     clip: float | None = None,
 ) -> Tensor:
     """Σ_m w_m · ½ max((V − G)², (V_old + clip(V − V_old, −ε_v, ε_v) − G)²) on memberships.

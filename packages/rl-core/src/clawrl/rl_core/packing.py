@@ -96,11 +96,15 @@ def pack_token_sequences(sequences: Sequence[TokenSequence]) -> PackedTree:
         n = len(seq.token_ids)
         if n == 0:
             raise PackingError(f"sequence {s_idx} is empty")
-        for name, arr in (("trainable", seq.trainable), ("logprobs", seq.logprobs),
-                          ("policy_versions", seq.policy_versions)):
+        for name, arr in (
+            ("trainable", seq.trainable),
+            ("logprobs", seq.logprobs),
+            ("policy_versions", seq.policy_versions),
+        ):
             if arr is not None and len(arr) != n:
                 raise PackingError(
-                    f"sequence {s_idx}: {name} has {len(arr)} entries for {n} tokens")
+                    f"sequence {s_idx}: {name} has {len(arr)} entries for {n} tokens"
+                )
         node = root
         for k, tok in enumerate(seq.token_ids):
             child = node.children.get(int(tok))
@@ -124,7 +128,8 @@ def pack_token_sequences(sequences: Sequence[TokenSequence]) -> PackedTree:
     leaves: list[tuple[int, int]] = []  # (token index, sequence index for metadata)
     # iterative DFS; children in insertion order
     stack: list[tuple[_Node, int, int, int]] = [
-        (c, 0, -1, -1) for c in reversed(list(root.children.values()))]
+        (c, 0, -1, -1) for c in reversed(list(root.children.values()))
+    ]
     open_: list[int] = []  # indices whose subtree_end is pending, with their depth
     while stack:
         node, d, par, last_seq = stack.pop()
@@ -163,10 +168,18 @@ def pack_token_sequences(sequences: Sequence[TokenSequence]) -> PackedTree:
         mem_tok.extend(tr)
         mem_trj.extend([t_idx] * len(tr))
         seq = sequences[s_idx]
-        trajs.append(TrajectoryInfo(
-            index=t_idx, rollout_id=seq.rollout_id, leaf_call_id=seq.call_id, leaf_token=leaf,
-            length=len(path), n_trainable=len(tr), side_path=seq.side_path,
-            metadata=dict(seq.metadata)))
+        trajs.append(
+            TrajectoryInfo(
+                index=t_idx,
+                rollout_id=seq.rollout_id,
+                leaf_call_id=seq.call_id,
+                leaf_token=leaf,
+                length=len(path),
+                n_trainable=len(tr),
+                side_path=seq.side_path,
+                metadata=dict(seq.metadata),
+            )
+        )
     mem_token = np.asarray(mem_tok, dtype=np.int64)
     return PackedTree(
         input_ids=np.asarray(ids, dtype=np.int64),
@@ -284,9 +297,21 @@ class TreeBatch:
             raise PackingError("a TreeBatch needs at least one tree")
         tok_off = 0
         trj_off = 0
-        parts: dict[str, list[np.ndarray]] = {k: [] for k in (
-            "input_ids", "position_ids", "parent_index", "subtree_end", "trainable",
-            "mem_token", "mem_traj", "mem_logprob", "mem_policy_version", "tree_of_traj")}
+        parts: dict[str, list[np.ndarray]] = {
+            k: []
+            for k in (
+                "input_ids",
+                "position_ids",
+                "parent_index",
+                "subtree_end",
+                "trainable",
+                "mem_token",
+                "mem_traj",
+                "mem_logprob",
+                "mem_policy_version",
+                "tree_of_traj",
+            )
+        }
         trajs: list[TrajectoryInfo] = []
         for t_i, tree in enumerate(trees):
             if validate:
@@ -301,15 +326,21 @@ class TreeBatch:
             parts["mem_token"].append(np.asarray(tree.mem_token, dtype=np.int64) + tok_off)
             parts["mem_traj"].append(np.asarray(tree.mem_traj, dtype=np.int64) + trj_off)
             parts["mem_logprob"].append(np.asarray(tree.mem_logprob, dtype=np.float64))
-            parts["mem_policy_version"].append(
-                np.asarray(tree.mem_policy_version, dtype=np.int64))
+            parts["mem_policy_version"].append(np.asarray(tree.mem_policy_version, dtype=np.int64))
             parts["tree_of_traj"].append(np.full(len(tree.trajectories), t_i, dtype=np.int64))
             for tr in tree.trajectories:
-                trajs.append(TrajectoryInfo(
-                    index=tr.index + trj_off, rollout_id=tr.rollout_id,
-                    leaf_call_id=tr.leaf_call_id, leaf_token=tr.leaf_token + tok_off,
-                    length=tr.length, n_trainable=tr.n_trainable, side_path=tr.side_path,
-                    metadata=tr.metadata))
+                trajs.append(
+                    TrajectoryInfo(
+                        index=tr.index + trj_off,
+                        rollout_id=tr.rollout_id,
+                        leaf_call_id=tr.leaf_call_id,
+                        leaf_token=tr.leaf_token + tok_off,
+                        length=tr.length,
+                        n_trainable=tr.n_trainable,
+                        side_path=tr.side_path,
+                        metadata=tr.metadata,
+                    )
+                )
             tok_off += n
             trj_off += len(tree.trajectories)
         arrays = {k: np.concatenate(v) for k, v in parts.items()}
@@ -355,8 +386,9 @@ class TreePiece:
         return int(self.token_index.shape[0])
 
 
-def _make_piece(batch: TreeBatch, start: int, stop: int, mem_order: np.ndarray,
-                mem_sorted_tok: np.ndarray) -> TreePiece:
+def _make_piece(
+    batch: TreeBatch, start: int, stop: int, mem_order: np.ndarray, mem_sorted_tok: np.ndarray
+) -> TreePiece:
     # ancestor chain of `start` (all of its ancestors precede it in DFS order)
     chain = []
     j = int(batch.parent_index[start])
@@ -381,9 +413,18 @@ def _make_piece(batch: TreeBatch, start: int, stop: int, mem_order: np.ndarray,
     pos_of_local[owned_train] = np.arange(len(owned_train))
     mem_local = batch.mem_token[mem_idx] - start + n_ctx
     return TreePiece(
-        token_index=tok, input_ids=batch.input_ids[tok], position_ids=batch.position_ids[tok],
-        parent_index=par, subtree_end=end, n_context=n_ctx, start=start, stop=stop,
-        targets=owned_train, membership_index=mem_idx, mem_target=pos_of_local[mem_local])
+        token_index=tok,
+        input_ids=batch.input_ids[tok],
+        position_ids=batch.position_ids[tok],
+        parent_index=par,
+        subtree_end=end,
+        n_context=n_ctx,
+        start=start,
+        stop=stop,
+        targets=owned_train,
+        membership_index=mem_idx,
+        mem_target=pos_of_local[mem_local],
+    )
 
 
 def split_by_token_budget(batch: TreeBatch, token_budget: int | None = None) -> list[TreePiece]:
@@ -416,7 +457,8 @@ def split_by_token_budget(batch: TreeBatch, token_budget: int | None = None) -> 
     if too_deep.size:
         raise TokenBudgetError(
             f"token {int(too_deep[0])} sits at depth {int(depth[too_deep[0]])}: its path is "
-            f"longer than token_budget={token_budget}")
+            f"longer than token_budget={token_budget}"
+        )
     pieces = []
     a = 0
     while a < n:

@@ -52,8 +52,9 @@ def sample_completions(
     dev = next(model.parameters()).device
     x = torch.as_tensor([list(p) for p in prompts], dtype=torch.int64, device=dev)
     # transformers 5 renamed past_key_values -> cache
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters \
-        else "past_key_values"
+    cache_kw = (
+        "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    )
     lps = []
     past: Any = None
     inp = x
@@ -69,7 +70,11 @@ def sample_completions(
         inp = tok
     lp = torch.cat(lps, dim=1).double().cpu()
     n_p = len(prompts[0])
-    return [Completion(prompt_ids=tuple(int(t) for t in prompts[i]),
-                       token_ids=tuple(int(t) for t in x[i, n_p:].tolist()),
-                       logprobs=tuple(float(v) for v in lp[i].tolist()))
-            for i in range(len(prompts))]
+    return [
+        Completion(
+            prompt_ids=tuple(int(t) for t in prompts[i]),
+            token_ids=tuple(int(t) for t in x[i, n_p:].tolist()),
+            logprobs=tuple(float(v) for v in lp[i].tolist()),
+        )
+        for i in range(len(prompts))
+    ]

@@ -77,15 +77,24 @@ def _ids(rendered: Any) -> list[int]:
     return [int(t) for t in rendered]
 
 
-def _render(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Any,
-            generation_prompt: bool) -> list[int]:
-    return _ids(tokenizer.apply_chat_template(
-        list(messages), tools=tools or None, add_generation_prompt=generation_prompt,
-        tokenize=True))
+def _render(
+    tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Any, generation_prompt: bool
+) -> list[int]:
+    return _ids(
+        tokenizer.apply_chat_template(
+            list(messages),
+            tools=tools or None,
+            add_generation_prompt=generation_prompt,
+            tokenize=True,
+        )
+    )
 
 
 def render_sft_sequences(
-    trajectory: Mapping[str, Any], tokenizer: Any, *, trajectory_id: str = "",
+    trajectory: Mapping[str, Any],
+    tokenizer: Any,
+    *,
+    trajectory_id: str = "",
 ) -> list[TokenSequence]:
     """One :class:`TokenSequence` per assistant message (its tokens trainable, the rest not).
 
@@ -112,22 +121,29 @@ def render_sft_sequences(
         if m["role"] != "assistant":
             continue
         prompt = _render(tokenizer, messages[:k], tools, True)
-        full = _render(tokenizer, messages[:k + 1], tools, False)
-        if full[:len(prompt)] != prompt or len(full) == len(prompt):
+        full = _render(tokenizer, messages[: k + 1], tools, False)
+        if full[: len(prompt)] != prompt or len(full) == len(prompt):
             raise SFTDataError(
                 f"trajectory {trajectory_id!r}: the template's rendering of assistant message "
-                f"{k} does not extend its prompt")
-        seqs.append(TokenSequence(
-            token_ids=full, trainable=[False] * len(prompt) + [True] * (len(full) - len(prompt)),
-            rollout_id=trajectory_id, call_id=f"{trajectory_id}#{k}",
-            metadata={"group_id": trajectory_id}))
+                f"{k} does not extend its prompt"
+            )
+        seqs.append(
+            TokenSequence(
+                token_ids=full,
+                trainable=[False] * len(prompt) + [True] * (len(full) - len(prompt)),
+                rollout_id=trajectory_id,
+                call_id=f"{trajectory_id}#{k}",
+                metadata={"group_id": trajectory_id},
+            )
+        )
     if not seqs:
         raise SFTDataError(f"trajectory {trajectory_id!r} has no assistant message")
     return seqs
 
 
 def pack_sft_trajectories(
-    trajectories: Iterable[Mapping[str, Any]], tokenizer: Any,
+    trajectories: Iterable[Mapping[str, Any]],
+    tokenizer: Any,
 ) -> PackedTree:
     """Render every trajectory (:func:`render_sft_sequences`) and pack all of them into one
     prefix tree (conversations sharing a prefix — a system prompt, a first turn — share

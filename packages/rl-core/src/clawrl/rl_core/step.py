@@ -71,14 +71,21 @@ class PreparedRL:
 
 
 def _piece_tensors(
-    piece: TreePiece, device: torch.device,
+    piece: TreePiece,
+    device: torch.device,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(input_ids, position_ids, parent_index, subtree_end, targets) as int64 tensors."""
+
     def t(a: np.ndarray) -> Tensor:
         return torch.as_tensor(a, dtype=torch.int64, device=device)
 
-    return (t(piece.input_ids), t(piece.position_ids), t(piece.parent_index),
-            t(piece.subtree_end), t(piece.targets))
+    return (
+        t(piece.input_ids),
+        t(piece.position_ids),
+        t(piece.parent_index),
+        t(piece.subtree_end),
+        t(piece.targets),
+    )
 
 
 def _device_of(model: nn.Module) -> torch.device:
@@ -86,20 +93,34 @@ def _device_of(model: nn.Module) -> torch.device:
 
 
 def _forward(
-    model: nn.Module, pt: tuple[Tensor, Tensor, Tensor, Tensor, Tensor],
-    value_head: nn.Module | None, *, temperature: float, chunk_size: int,
-    compute_entropy: bool = False, compute_values: bool = True,
+    model: nn.Module,
+    pt: tuple[Tensor, Tensor, Tensor, Tensor, Tensor],
+    value_head: nn.Module | None,
+    *,
+    temperature: float,
+    chunk_size: int,
+    compute_entropy: bool = False,
+    compute_values: bool = True,
 ) -> TreeForwardOutput:
     """Run ``model`` (a HF causal LM, a :class:`TreeModel`, or a DDP/FSDP wrapper of one)."""
     inner = getattr(model, "module", model)
     if isinstance(inner, TreeModel):
-        out: TreeForwardOutput = model(*pt, temperature=temperature, chunk_size=chunk_size,
-                                       compute_entropy=compute_entropy,
-                                       compute_values=compute_values)
+        out: TreeForwardOutput = model(
+            *pt,
+            temperature=temperature,
+            chunk_size=chunk_size,
+            compute_entropy=compute_entropy,
+            compute_values=compute_values,
+        )
         return out
-    return tree_forward(model, *pt, temperature=temperature, chunk_size=chunk_size,
-                        compute_entropy=compute_entropy,
-                        value_head=value_head if compute_values else None)
+    return tree_forward(
+        model,
+        *pt,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        compute_entropy=compute_entropy,
+        value_head=value_head if compute_values else None,
+    )
 
 
 @torch.no_grad()
@@ -119,14 +140,21 @@ def old_pass(
     lp = np.full(n, np.nan)
     inner = getattr(model, "module", model)
     has_head = value_head is not None or (
-        isinstance(inner, TreeModel) and inner.value_head is not None)
+        isinstance(inner, TreeModel) and inner.value_head is not None
+    )
     vals = np.full(n, np.nan) if (has_head or critic is not None) else None
     ref = np.full(n, np.nan) if ref_model is not None else None
     dev = _device_of(model)
     for piece in pieces:
         pt = _piece_tensors(piece, dev)
-        out = _forward(model, pt, value_head, temperature=temperature, chunk_size=chunk_size,
-                       compute_values=vals is not None and critic is None)
+        out = _forward(
+            model,
+            pt,
+            value_head,
+            temperature=temperature,
+            chunk_size=chunk_size,
+            compute_values=vals is not None and critic is None,
+        )
         g = piece.token_index[piece.targets]
         lp[g] = out.logprobs.double().cpu().numpy()
         if vals is not None:
@@ -135,8 +163,14 @@ def old_pass(
             vals[g] = v.double().cpu().numpy()
         if ref is not None and ref_model is not None:
             pr = _piece_tensors(piece, _device_of(ref_model))
-            r = _forward(ref_model, pr, None, temperature=temperature, chunk_size=chunk_size,
-                         compute_values=False)
+            r = _forward(
+                ref_model,
+                pr,
+                None,
+                temperature=temperature,
+                chunk_size=chunk_size,
+                compute_values=False,
+            )
             ref[g] = r.logprobs.double().cpu().numpy()
     return OldPass(logprobs=lp, values=vals, ref_logprobs=ref)
 
@@ -202,26 +236,32 @@ def prepare_rl(
     # corrections: ρ = π_old / π_rollout per membership
     log_ratio = old.logprobs[batch.mem_token] - batch.mem_logprob
     keep = ratio_mask(log_ratio, corr_cfg.mask_low, corr_cfg.mask_high)
-    keep &= geometric_sequence_mask(log_ratio, batch.mem_traj, corr_cfg.geo_mask_low,
-                                    corr_cfg.geo_mask_high)
+    keep &= geometric_sequence_mask(
+        log_ratio, batch.mem_traj, corr_cfg.geo_mask_low, corr_cfg.geo_mask_high
+    )
     mult = keep.astype(np.float64)
     if corr_cfg.tis_cap is not None:
         mult = mult * truncated_importance_weights(log_ratio, corr_cfg.tis_cap)
-    metrics.update(correction_metrics(log_ratio[inc], keep[inc],
-                                      batch.mem_policy_version[inc], current_version))
+    metrics.update(
+        correction_metrics(
+            log_ratio[inc], keep[inc], batch.mem_policy_version[inc], current_version
+        )
+    )
     pol_w = w * mult
 
     if algorithm == "grpo":
         rollouts: dict[str, int] = {}
-        r_of_traj = np.asarray([rollouts.setdefault(t.rollout_id, len(rollouts))
-                                for t in batch.trajectories], np.int64)
+        r_of_traj = np.asarray(
+            [rollouts.setdefault(t.rollout_id, len(rollouts)) for t in batch.trajectories], np.int64
+        )
         r_reward = np.zeros(len(rollouts))
         r_group: list[Hashable] = [None] * len(rollouts)
         for k, ri in enumerate(r_of_traj):
             r_reward[ri] = traj_reward[k]
             r_group[ri] = tg[k]
-        adv_r = grpo_advantages(r_reward, r_group, scale_by_std=grpo_cfg.scale_by_std,
-                                eps=grpo_cfg.eps)
+        adv_r = grpo_advantages(
+            r_reward, r_group, scale_by_std=grpo_cfg.scale_by_std, eps=grpo_cfg.eps
+        )
         adv = adv_r[r_of_traj][batch.mem_traj]
         metrics["advantage_mean"] = float(adv_r.mean())
         metrics["reward_mean"] = float(r_reward.mean())
@@ -230,17 +270,28 @@ def prepare_rl(
         if old.values is None:
             raise ConfigError("PPO needs values from a value head or critic in the old pass")
         v_mem = old.values[batch.mem_token]
-        adv, ret = gae_along_paths(v_mem, traj_reward, batch.mem_traj,
-                                   batch.position_ids[batch.mem_token],
-                                   gamma=ppo_cfg.gamma, lam=ppo_cfg.lam)
+        adv, ret = gae_along_paths(
+            v_mem,
+            traj_reward,
+            batch.mem_traj,
+            batch.position_ids[batch.mem_token],
+            gamma=ppo_cfg.gamma,
+            lam=ppo_cfg.lam,
+        )
         metrics["advantage_mean"] = float(adv[inc].mean()) if inc.any() else 0.0
         metrics["advantage_std"] = float(adv[inc].std()) if inc.any() else 0.0
         if ppo_cfg.whiten_advantages:
             adv = whiten_advantages(adv, inc)
         metrics["value_mean"] = float(v_mem[inc].mean()) if inc.any() else 0.0
         metrics["reward_mean"] = float(traj_reward.mean())
-        return PreparedRL(weight=pol_w, advantage=adv, value_weight=w, returns=ret,
-                          old_values=v_mem, metrics=metrics)
+        return PreparedRL(
+            weight=pol_w,
+            advantage=adv,
+            value_weight=w,
+            returns=ret,
+            old_values=v_mem,
+            metrics=metrics,
+        )
     raise ConfigError(f"unknown algorithm {algorithm!r}")
 
 
@@ -248,9 +299,13 @@ def prepare_sft(batch: TreeBatch, loss_cfg: LossConfig | None = None) -> Prepare
     """SFT weights: ``loss_cfg.aggregation`` over the assistant-token memberships
     (``unique_token_mean`` counts a shared assistant token once)."""
     loss_cfg = loss_cfg or LossConfig(aggregation="unique_token_mean")
-    w = aggregation_weights(loss_cfg.aggregation, batch.mem_token, batch.mem_traj,
-                            _included(batch, loss_cfg),
-                            _traj_groups(batch, GRPOConfig().group_key))
+    w = aggregation_weights(
+        loss_cfg.aggregation,
+        batch.mem_token,
+        batch.mem_traj,
+        _included(batch, loss_cfg),
+        _traj_groups(batch, GRPOConfig().group_key),
+    )
     return PreparedRL(weight=w)
 
 
@@ -291,7 +346,8 @@ def loss_backward(
     is_sft = prepared.advantage is None
     inner = getattr(model, "module", model)
     has_head = value_head is not None or (
-        isinstance(inner, TreeModel) and inner.value_head is not None)
+        isinstance(inner, TreeModel) and inner.value_head is not None
+    )
     want_values = prepared.returns is not None and (has_head or critic is not None)
     stats = dict.fromkeys(("loss", "policy_loss", "value_loss", "kl", "entropy"), 0.0)
     dev = _device_of(model)
@@ -299,9 +355,15 @@ def loss_backward(
         if piece.targets.size == 0:
             continue
         pt = _piece_tensors(piece, dev)
-        out = _forward(model, pt, value_head, temperature=loss_cfg.temperature,
-                       chunk_size=chunk_size, compute_entropy=loss_cfg.entropy_coef > 0,
-                       compute_values=want_values and critic is None)
+        out = _forward(
+            model,
+            pt,
+            value_head,
+            temperature=loss_cfg.temperature,
+            chunk_size=chunk_size,
+            compute_entropy=loss_cfg.entropy_coef > 0,
+            compute_values=want_values and critic is None,
+        )
         dt = out.logprobs.dtype
         n_t = int(piece.targets.size)
         mem = piece.membership_index
@@ -318,8 +380,9 @@ def loss_backward(
             c_neg = scatter_to_tokens(w * (-a).clamp(min=0), tgt, n_t)
             g = piece.token_index[piece.targets]
             old_lp = torch.as_tensor(old.logprobs[g], dtype=dt, device=dev)
-            pl = clipped_surrogate_loss(out.logprobs, old_lp, c_pos, c_neg,
-                                        loss_cfg.clip_eps_low, loss_cfg.clip_eps_high)
+            pl = clipped_surrogate_loss(
+                out.logprobs, old_lp, c_pos, c_neg, loss_cfg.clip_eps_low, loss_cfg.clip_eps_high
+            )
         else:
             pl = total
         total = total + pl
@@ -337,15 +400,18 @@ def loss_backward(
         if want_values:
             assert prepared.returns is not None and prepared.old_values is not None
             assert prepared.value_weight is not None
-            v_t = out.values if critic is None else critic(*_piece_tensors(
-                piece, _device_of(critic)))
+            v_t = (
+                out.values if critic is None else critic(*_piece_tensors(piece, _device_of(critic)))
+            )
             assert v_t is not None
             v_m = v_t.to(dt)[tgt]
             vl = value_loss(
-                v_m, torch.as_tensor(prepared.old_values[mem], dtype=dt, device=dev),
+                v_m,
+                torch.as_tensor(prepared.old_values[mem], dtype=dt, device=dev),
                 torch.as_tensor(prepared.returns[mem], dtype=dt, device=dev),
                 torch.as_tensor(prepared.value_weight[mem], dtype=dt, device=dev),
-                ppo_cfg.value_clip)
+                ppo_cfg.value_clip,
+            )
             total = total + ppo_cfg.value_coef * vl
             stats["value_loss"] += float(vl.detach())
         do_backward(total)

@@ -24,10 +24,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="override run.seed")
     p.add_argument("--steps", type=int, help="override run.steps")
     p.add_argument("--out", help="override run.out (the results directory)")
-    p.add_argument("--set", dest="overrides", action="append", default=[],
-                   metavar="SECTION.KEY=VALUE", help="override any value (TOML syntax)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from <out>/checkpoints/latest")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override any value (TOML syntax)",
+    )
+    p.add_argument("--resume", action="store_true", help="continue from <out>/checkpoints/latest")
     p.add_argument("--no-progress", action="store_true", help="plain log lines")
     return p
 
@@ -38,8 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     from clawrl.rl_core.train.config import load_config
 
     overrides = list(args.overrides)
-    for flag, key in ((args.algo, "algo.name"), (args.seed, "run.seed"),
-                      (args.steps, "run.steps"), (args.out, "run.out")):
+    for flag, key in (
+        (args.algo, "algo.name"),
+        (args.seed, "run.seed"),
+        (args.steps, "run.steps"),
+        (args.out, "run.out"),
+    ):
         if flag is not None:
             overrides.append(f"{key}={flag!r}" if isinstance(flag, str) else f"{key}={flag}")
     config_path = args.config
@@ -78,8 +87,14 @@ def main(argv: list[str] | None = None) -> int:
             TimeElapsedColumn,
         )
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=True) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
             bar = progress.add_task("rollouts", total=0)
 
             def on_event(ev: object) -> None:

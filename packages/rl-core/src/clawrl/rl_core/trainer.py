@@ -79,7 +79,8 @@ class Trainer:
             raise ConfigError("bf16=True needs a GPU; use 'auto' or False on CPU")
         bf16 = cuda and cfg.bf16 in ("auto", True)
         self.accelerator = accelerator or Accelerator(
-            cpu=not cuda, mixed_precision="bf16" if bf16 else "no")
+            cpu=not cuda, mixed_precision="bf16" if bf16 else "no"
+        )
         seed_everything(cfg.seed)
         head = None
         if cfg.algorithm == "ppo" and critic is None:
@@ -87,21 +88,26 @@ class Trainer:
             head = ValueHead(hidden).to(next(model.parameters()).dtype)
         o = cfg.optim
         value_params = (list(head.parameters()) if head else []) + (
-            list(critic.parameters()) if critic is not None else [])
+            list(critic.parameters()) if critic is not None else []
+        )
         groups: list[dict[str, Any]] = [{"params": list(model.parameters())}]
         if value_params:
             groups.append({"params": value_params, "lr": o.value_lr or o.lr})
-        optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps,
-                                      weight_decay=o.weight_decay)
-        scheduler = get_scheduler(o.schedule, optimizer, num_warmup_steps=o.warmup_steps,
-                                  num_training_steps=o.total_steps)
+        optimizer = torch.optim.AdamW(
+            groups, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+        )
+        scheduler = get_scheduler(
+            o.schedule, optimizer, num_warmup_steps=o.warmup_steps, num_training_steps=o.total_steps
+        )
         tree_model = TreeModel(model, head)
         if critic is not None:
             self.model, self.critic, self.optimizer, self.scheduler = self.accelerator.prepare(
-                tree_model, critic, optimizer, scheduler)
+                tree_model, critic, optimizer, scheduler
+            )
         else:
             self.model, self.optimizer, self.scheduler = self.accelerator.prepare(
-                tree_model, optimizer, scheduler)
+                tree_model, optimizer, scheduler
+            )
             self.critic = None
         self.ref_model = ref_model
         if ref_model is not None:
@@ -159,16 +165,32 @@ class Trainer:
         batch = TreeBatch.from_trees(trees)
         pieces = split_by_token_budget(batch, cfg.token_budget)
         self.model.train()
-        old = old_pass(self.model, batch, pieces, temperature=cfg.loss.temperature,
-                       chunk_size=cfg.chunk_size, critic=self.critic,
-                       ref_model=self.ref_model)
-        prepared = prepare_rl(batch, old, rewards, algorithm=cfg.algorithm, loss_cfg=cfg.loss,
-                              grpo_cfg=cfg.grpo, ppo_cfg=cfg.ppo, corr_cfg=cfg.corrections,
-                              groups=groups, current_version=self.policy_version)
+        old = old_pass(
+            self.model,
+            batch,
+            pieces,
+            temperature=cfg.loss.temperature,
+            chunk_size=cfg.chunk_size,
+            critic=self.critic,
+            ref_model=self.ref_model,
+        )
+        prepared = prepare_rl(
+            batch,
+            old,
+            rewards,
+            algorithm=cfg.algorithm,
+            loss_cfg=cfg.loss,
+            grpo_cfg=cfg.grpo,
+            ppo_cfg=cfg.ppo,
+            corr_cfg=cfg.corrections,
+            groups=groups,
+            current_version=self.policy_version,
+        )
         train_policy = not (cfg.algorithm == "ppo" and self.step < cfg.ppo.value_warmup_steps)
         n_mb = min(cfg.num_minibatches, len(pieces))
-        minibatches = [[pieces[i] for i in idx]
-                       for idx in np.array_split(np.arange(len(pieces)), n_mb)]
+        minibatches = [
+            [pieces[i] for i in idx] for idx in np.array_split(np.arange(len(pieces)), n_mb)
+        ]
         lr = float(self.scheduler.get_last_lr()[0])
         stats: dict[str, float] = {}
         norms = []
@@ -176,9 +198,18 @@ class Trainer:
             for mb in minibatches:
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_stats = loss_backward(
-                    self.model, batch, mb, prepared, old, loss_cfg=cfg.loss, ppo_cfg=cfg.ppo,
-                    critic=self.critic, train_policy=train_policy, chunk_size=cfg.chunk_size,
-                    backward=lambda loss: self.accelerator.backward(loss * n_mb))
+                    self.model,
+                    batch,
+                    mb,
+                    prepared,
+                    old,
+                    loss_cfg=cfg.loss,
+                    ppo_cfg=cfg.ppo,
+                    critic=self.critic,
+                    train_policy=train_policy,
+                    chunk_size=cfg.chunk_size,
+                    backward=lambda loss: self.accelerator.backward(loss * n_mb),
+                )
                 norms.append(self._apply_gradients())
                 if epoch == 0:  # report the first pass over the batch
                     for k, v in mb_stats.items():
@@ -194,8 +225,9 @@ class Trainer:
         stats["num_pieces"] = float(len(pieces))
         return {**stats, **prepared.metrics}
 
-    def sft_step(self, trees: Sequence[PackedTree], *,
-                 aggregation: Aggregation = "unique_token_mean") -> dict[str, float]:
+    def sft_step(
+        self, trees: Sequence[PackedTree], *, aggregation: Aggregation = "unique_token_mean"
+    ) -> dict[str, float]:
         """One SFT optimiser step: NLL of the trainable (assistant) tokens.
 
         ``aggregation`` defaults to "unique_token_mean": each assistant token counts once
@@ -208,8 +240,16 @@ class Trainer:
         self.model.train()
         prepared = prepare_sft(batch, loss_cfg)
         self.optimizer.zero_grad(set_to_none=True)
-        stats = loss_backward(self.model, batch, pieces, prepared, None, loss_cfg=loss_cfg,
-                              chunk_size=cfg.chunk_size, backward=self.accelerator.backward)
+        stats = loss_backward(
+            self.model,
+            batch,
+            pieces,
+            prepared,
+            None,
+            loss_cfg=loss_cfg,
+            chunk_size=cfg.chunk_size,
+            backward=self.accelerator.backward,
+        )
         lr = float(self.scheduler.get_last_lr()[0])
         stats["grad_norm"] = self._apply_gradients()
         self.step += 1
@@ -228,11 +268,18 @@ class Trainer:
         out = Path(path)
         if self.accelerator.is_main_process:
             save_checkpoint(
-                out, model=self.unwrapped, optimizer=self.optimizer, scheduler=self.scheduler,
+                out,
+                model=self.unwrapped,
+                optimizer=self.optimizer,
+                scheduler=self.scheduler,
                 critic=self.accelerator.unwrap_model(self.critic) if self.critic else None,
-                state={"step": self.step, "policy_version": self.policy_version,
-                       "data_position": self.data_position,
-                       "config": dataclasses.asdict(self.config)})
+                state={
+                    "step": self.step,
+                    "policy_version": self.policy_version,
+                    "data_position": self.data_position,
+                    "config": dataclasses.asdict(self.config),
+                },
+            )
         self.accelerator.wait_for_everyone()
         return out
 
@@ -244,8 +291,12 @@ class Trainer:
             CheckpointError: missing or mismatching files.
         """
         state = load_checkpoint(
-            path, model=self.unwrapped, optimizer=self.optimizer, scheduler=self.scheduler,
-            critic=self.accelerator.unwrap_model(self.critic) if self.critic else None)
+            path,
+            model=self.unwrapped,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            critic=self.accelerator.unwrap_model(self.critic) if self.critic else None,
+        )
         self.step = int(state["step"])
         self.policy_version = int(state["policy_version"])
         self.data_position = int(state["data_position"])
@@ -260,8 +311,9 @@ class Trainer:
         policy = self.unwrapped.policy
         state = self.accelerator.get_state_dict(self.model)
         if self.accelerator.is_main_process:
-            sub = {k.removeprefix("policy."): v for k, v in state.items()
-                   if k.startswith("policy.")}
+            sub = {
+                k.removeprefix("policy."): v for k, v in state.items() if k.startswith("policy.")
+            }
             policy.save_pretrained(out, state_dict=sub)  # type: ignore[operator]
             if tokenizer is not None:
                 tokenizer.save_pretrained(out)

@@ -36,12 +36,22 @@ class Critic(nn.Module):
         hidden = int(getattr(backbone.config, "hidden_size"))  # noqa: B009
         self.head = ValueHead(hidden)
 
-    def forward(self, input_ids: Tensor, position_ids: Tensor, parent_index: Tensor,
-                subtree_end: Tensor, targets: Tensor) -> Tensor:
+    def forward(
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        parent_index: Tensor,
+        subtree_end: Tensor,
+        targets: Tensor,
+    ) -> Tensor:
         dec = _decoder(self.backbone)
         dtype = self.head.linear.weight.dtype
         mask = _attention_mask_for(self.backbone, subtree_end, dtype)
-        out = dec(input_ids=input_ids[None], position_ids=position_ids[None],
-                  attention_mask=mask, use_cache=False)
+        out = dec(
+            input_ids=input_ids[None],
+            position_ids=position_ids[None],
+            attention_mask=mask,
+            use_cache=False,
+        )
         h = out.last_hidden_state[0][parent_index[targets]]
         return self.head(h.to(dtype))

@@ -28,6 +28,7 @@ __all__ = ["PoolMetrics", "SandboxPool"]
 #: Seconds a failed warm creation waits before the pool tries that spec again.
 WARM_RETRY_S = 1.0
 
+
 # Kills every process started through exec (all carry the CLAWRL_EXEC_ID tag; the forwarder's
 # tag is "forwarder" and survives), then empties the writable places.
 @dataclass(frozen=True)

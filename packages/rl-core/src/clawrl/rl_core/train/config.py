@@ -282,7 +282,8 @@ class TrainConfig:
             raise ConfigError("async.max_staleness must be >= 0")
         if self.rollout.verifier not in ("sandbox", "host"):
             raise ConfigError(
-                f"rollout.verifier must be 'sandbox' or 'host', got {self.rollout.verifier!r}")
+                f"rollout.verifier must be 'sandbox' or 'host', got {self.rollout.verifier!r}"
+            )
         if self.rollout.temperature <= 0:
             raise ConfigError("rollout.temperature must be > 0 (logprobs at T; see DESIGN.md)")
 
@@ -321,7 +322,9 @@ def _build(data: dict[str, Any]) -> TrainConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(value) - known
         if unknown:
-            raise ConfigError(f"unknown key(s) in [{name}]: {sorted(unknown)} (known: {sorted(known)})")
+            raise ConfigError(
+                f"unknown key(s) in [{name}]: {sorted(unknown)} (known: {sorted(known)})"
+            )
         try:
             section = cls(**value)
         except TypeError as exc:
@@ -347,8 +350,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     Raises:
         ConfigError: an override without ``=`` or without a section.
     """
-    out = {k: {kk: dict(vv) if isinstance(vv, dict) else vv for kk, vv in v.items()}
-           if isinstance(v, dict) else v for k, v in data.items()}
+    out = {
+        k: {kk: dict(vv) if isinstance(vv, dict) else vv for kk, vv in v.items()}
+        if isinstance(v, dict)
+        else v
+        for k, v in data.items()
+    }
     for item in overrides:
         key, sep, raw = item.partition("=")
         section, dot, name = key.strip().partition(".")

@@ -170,10 +170,12 @@ class TrainLoop:
             root = self.out / "tasks"
             vocab = {"n_names": t.learnable_names or None, "n_words": t.learnable_words or None}
             try:
-                train = generate_learnable_tasks(root / "train", "train", t.train_n,
-                                                 self.cfg.run.seed, **vocab)
-                held = generate_learnable_tasks(root / "heldout", "heldout", t.heldout_n,
-                                                self.cfg.run.seed, **vocab)
+                train = generate_learnable_tasks(
+                    root / "train", "train", t.train_n, self.cfg.run.seed, **vocab
+                )
+                held = generate_learnable_tasks(
+                    root / "heldout", "heldout", t.heldout_n, self.cfg.run.seed, **vocab
+                )
             except ValueError as exc:
                 raise ConfigError(f"[tasks]: {exc}") from exc
             return train, held
@@ -187,19 +189,33 @@ class TrainLoop:
         a = self.cfg.algo
         return TrainerConfig(
             algorithm=a.name,
-            loss=LossConfig(clip_eps_low=a.clip_eps_low, clip_eps_high=a.clip_eps_high,
-                            aggregation=a.aggregation, kl_coef=a.kl_coef,
-                            entropy_coef=a.entropy_coef,
-                            temperature=self.cfg.rollout.temperature),
+            loss=LossConfig(
+                clip_eps_low=a.clip_eps_low,
+                clip_eps_high=a.clip_eps_high,
+                aggregation=a.aggregation,
+                kl_coef=a.kl_coef,
+                entropy_coef=a.entropy_coef,
+                temperature=self.cfg.rollout.temperature,
+            ),
             grpo=GRPOConfig(scale_by_std=a.scale_by_std),
-            ppo=PPOConfig(gamma=a.gamma, lam=a.lam, value_coef=a.value_coef,
-                          value_clip=a.value_clip, value_warmup_steps=a.value_warmup_steps,
-                          whiten_advantages=a.whiten_advantages),
-            corrections=CorrectionConfig(tis_cap=a.tis_cap, mask_low=a.mask_low,
-                                         mask_high=a.mask_high),
-            optim=OptimConfig(lr=a.lr, max_grad_norm=a.max_grad_norm,
-                              weight_decay=a.weight_decay, value_lr=a.value_lr or None,
-                              total_steps=max(1, self.cfg.run.steps * a.updates_per_step)),
+            ppo=PPOConfig(
+                gamma=a.gamma,
+                lam=a.lam,
+                value_coef=a.value_coef,
+                value_clip=a.value_clip,
+                value_warmup_steps=a.value_warmup_steps,
+                whiten_advantages=a.whiten_advantages,
+            ),
+            corrections=CorrectionConfig(
+                tis_cap=a.tis_cap, mask_low=a.mask_low, mask_high=a.mask_high
+            ),
+            optim=OptimConfig(
+                lr=a.lr,
+                max_grad_norm=a.max_grad_norm,
+                weight_decay=a.weight_decay,
+                value_lr=a.value_lr or None,
+                total_steps=max(1, self.cfg.run.steps * a.updates_per_step),
+            ),
             token_budget=a.token_budget,
             chunk_size=a.chunk_size,
             seed=self.cfg.run.seed,
@@ -234,29 +250,44 @@ class TrainLoop:
         return time.time() - t0
 
     # ------------------------------------------------------------------ rollouts
-    def _runner(self, endpoint: ModelEndpoint, *, max_turns: int | None = None,
-                session_hook: Any = None, run_id: str | None = None,
-                scripted: bool = False) -> RolloutRunner:
+    def _runner(
+        self,
+        endpoint: ModelEndpoint,
+        *,
+        max_turns: int | None = None,
+        session_hook: Any = None,
+        run_id: str | None = None,
+        scripted: bool = False,
+    ) -> RolloutRunner:
         r = self.cfg.rollout
-        opts = RolloutOptions(max_turns=max_turns or r.max_turns,
-                              max_tokens=None if scripted else r.max_tokens,
-                              agent_timeout_s=r.agent_timeout_s, retries=r.retries)
-        return RolloutRunner(endpoint, opts, concurrency=r.concurrency,
-                             run_id=run_id or self.run_id, progress=self.progress,
-                             session_hook=session_hook,
-                             verify_executor=(LocalExecutor() if r.verifier == "host"
-                                              else self._sandbox_verifier()))
+        opts = RolloutOptions(
+            max_turns=max_turns or r.max_turns,
+            max_tokens=None if scripted else r.max_tokens,
+            agent_timeout_s=r.agent_timeout_s,
+            retries=r.retries,
+        )
+        return RolloutRunner(
+            endpoint,
+            opts,
+            concurrency=r.concurrency,
+            run_id=run_id or self.run_id,
+            progress=self.progress,
+            session_hook=session_hook,
+            verify_executor=(LocalExecutor() if r.verifier == "host" else self._sandbox_verifier()),
+        )
 
     def _sandbox_verifier(self) -> SandboxExecutor:
         """One verifier executor for the whole run: its warm single-use sandboxes outlive
         each step's runner (a runner's own executor is closed after each batch)."""
         if self._verify_executor is None:
-            self._verify_executor = SandboxExecutor(run_id=self.run_id,
-                                                    warm=self.cfg.rollout.concurrency)
+            self._verify_executor = SandboxExecutor(
+                run_id=self.run_id, warm=self.cfg.rollout.concurrency
+            )
         return self._verify_executor
 
-    async def _settle(self, endpoint: ModelEndpoint, results: Sequence[RolloutResult]
-                      ) -> dict[str, list[dict[str, Any]]]:
+    async def _settle(
+        self, endpoint: ModelEndpoint, results: Sequence[RolloutResult]
+    ) -> dict[str, list[dict[str, Any]]]:
         """Each rollout's records once its session's call log stopped changing for
         ``rollout.settle_s`` (at most ``settle_timeout_s``)."""
         r = self.cfg.rollout
@@ -273,21 +304,28 @@ class TrainLoop:
                 except Exception:
                     return res.rollout_id, prev
                 same = len(cur) == len(prev) and (
-                    not cur or cur[-1].get("call_id") == prev[-1].get("call_id"))
+                    not cur or cur[-1].get("call_id") == prev[-1].get("call_id")
+                )
                 if same or time.time() > deadline:
                     return res.rollout_id, cur
                 prev = cur
 
         return dict(await asyncio.gather(*(one(x) for x in results)))
 
-    async def evaluate(self, endpoint: ModelEndpoint, tasks: Sequence[Task],
-                       harnesses: Sequence[HarnessAdapter], tag: str) -> dict[str, Any]:
+    async def evaluate(
+        self,
+        endpoint: ModelEndpoint,
+        tasks: Sequence[Task],
+        harnesses: Sequence[HarnessAdapter],
+        tag: str,
+    ) -> dict[str, Any]:
         """Mean reward, pass rate and verifier sub-scores (``eval_subscore/NAME``, a missing
         sub-score counting 0) on ``tasks`` (held-out) at the current weights."""
         t0 = time.time()
         runner = self._runner(endpoint)
-        specs = plan_rollouts(list(tasks), list(harnesses), self.cfg.eval.samples,
-                              group_prefix=f"eval-{tag}/")
+        specs = plan_rollouts(
+            list(tasks), list(harnesses), self.cfg.eval.samples, group_prefix=f"eval-{tag}/"
+        )
         results = await runner.run(specs)
         ok = [x for x in results if x.status is not RolloutStatus.INFRA_ERROR]
         rewards = [x.reward for x in ok]
@@ -309,8 +347,14 @@ class TrainLoop:
         return row
 
     # ------------------------------------------------------------------ cold start
-    async def cold_start(self, endpoint: ModelEndpoint, backend: Any, train: Sequence[Task],
-                         held: Sequence[Task], harnesses: Sequence[HarnessAdapter]) -> None:
+    async def cold_start(
+        self,
+        endpoint: ModelEndpoint,
+        backend: Any,
+        train: Sequence[Task],
+        held: Sequence[Task],
+        harnesses: Sequence[HarnessAdapter],
+    ) -> None:
         """SFT on scripted-policy trajectories captured through the harness path."""
         from clawrl.proxy import ScriptedBackend
 
@@ -319,40 +363,63 @@ class TrainLoop:
         scripted = ScriptedBackend.from_model_dir(model_dir)
         tasks = list(train)[: cs.tasks]
         t0 = time.time()
-        self.say(f"cold start: capturing {len(tasks)} scripted-policy trajectories "
-                 "(ScriptedBackend, a test backend) through the harness path")
+        self.say(
+            f"cold start: capturing {len(tasks)} scripted-policy trajectories "
+            "(ScriptedBackend, a test backend) through the harness path"
+        )
         async with serve_proxy(scripted, model_dir, capture_dir=self.out / "capture") as sep:
 
             async def hook(session: Any, spec: Any) -> None:
                 await sep.admin.script(session.session_id, scripted_turns(spec.task))
 
             n_turns = max(len(scripted_turns(t)) for t in tasks)
-            runner = self._runner(sep, max_turns=n_turns, session_hook=hook,
-                                  run_id=f"{self.run_id}-coldstart", scripted=True)
+            runner = self._runner(
+                sep,
+                max_turns=n_turns,
+                session_hook=hook,
+                run_id=f"{self.run_id}-coldstart",
+                scripted=True,
+            )
             specs = plan_rollouts(tasks, [harnesses[0]], 1, group_prefix="coldstart/")
             results = await runner.run(specs)
         good = [x for x in results if x.reward >= 1.0 and x.records]
         if not good:
             for x in results[:2]:
-                self.say(f"cold start: {x.status.value} {x.reason} reward {x.reward} "
-                         f"stdout {x.stdout[-300:]!r} stderr {x.stderr[-300:]!r}")
-        self.say(f"cold start: {len(good)}/{len(results)} scripted trajectories solved "
-                 f"their task ({time.time() - t0:.0f} s)")
+                self.say(
+                    f"cold start: {x.status.value} {x.reason} reward {x.reward} "
+                    f"stdout {x.stdout[-300:]!r} stderr {x.stderr[-300:]!r}"
+                )
+        self.say(
+            f"cold start: {len(good)}/{len(results)} scripted trajectories solved "
+            f"their task ({time.time() - t0:.0f} s)"
+        )
         if not good:
-            raise TrainError("cold start: no scripted trajectory solved its task "
-                             f"(statuses: {[x.status.value for x in results][:5]})")
-        trees = [PrefixTree.from_calls([Call.from_record(r) for r in x.records
-                                        if r.get("completion_ids")], rollout_id=x.rollout_id)
-                 for x in good]
+            raise TrainError(
+                "cold start: no scripted trajectory solved its task "
+                f"(statuses: {[x.status.value for x in results][:5]})"
+            )
+        trees = [
+            PrefixTree.from_calls(
+                [Call.from_record(r) for r in x.records if r.get("completion_ids")],
+                rollout_id=x.rollout_id,
+            )
+            for x in good
+        ]
         # SFT fits the model's own distribution (T = 1); rollouts then sample it at
         # rollout.temperature.
-        sft = Trainer(self.policy, TrainerConfig(
-            loss=LossConfig(aggregation="token_mean"),
-            optim=OptimConfig(lr=cs.lr, max_grad_norm=1.0, total_steps=max(1, cs.steps)),
-            token_budget=self.cfg.algo.token_budget, chunk_size=self.cfg.algo.chunk_size,
-            seed=self.cfg.run.seed))
-        batches = epoch_batches(len(trees), cs.batch_size,
-                                random.Random(f"coldstart:{self.cfg.run.seed}"))
+        sft = Trainer(
+            self.policy,
+            TrainerConfig(
+                loss=LossConfig(aggregation="token_mean"),
+                optim=OptimConfig(lr=cs.lr, max_grad_norm=1.0, total_steps=max(1, cs.steps)),
+                token_budget=self.cfg.algo.token_budget,
+                chunk_size=self.cfg.algo.chunk_size,
+                seed=self.cfg.run.seed,
+            ),
+        )
+        batches = epoch_batches(
+            len(trees), cs.batch_size, random.Random(f"coldstart:{self.cfg.run.seed}")
+        )
         version = self.state.policy_version
         for step in range(1, cs.steps + 1):
             idx = next(batches)
@@ -360,9 +427,16 @@ class TrainLoop:
             t1 = time.time()
             m = await asyncio.to_thread(sft.sft_step, [batch])
             assert self.log is not None
-            self.log.write({"kind": "sft", "sft_step": step, "loss": m["loss"],
-                            "grad_norm": m["grad_norm"], "num_tokens": m["num_tokens"],
-                            "time/update": time.time() - t1})
+            self.log.write(
+                {
+                    "kind": "sft",
+                    "sft_step": step,
+                    "loss": m["loss"],
+                    "grad_norm": m["grad_norm"],
+                    "num_tokens": m["num_tokens"],
+                    "time/update": time.time() - t1,
+                }
+            )
             if step % 10 == 0 or step == cs.steps:
                 self.say(f"cold start: SFT step {step}/{cs.steps} loss {m['loss']:.3f}")
             if cs.evaluates_at(step):
@@ -376,8 +450,10 @@ class TrainLoop:
                 row.update(step=0, sft_step=step)
                 self.log.write(row)
                 self.state.evals.append(row)
-                self.say(f"cold start: held-out eval reward {row['eval_reward']:.3f} "
-                         f"after {step} SFT steps")
+                self.say(
+                    f"cold start: held-out eval reward {row['eval_reward']:.3f} "
+                    f"after {step} SFT steps"
+                )
                 if row["eval_reward"] >= cs.stop_at_reward:
                     self.say(f"cold start: stopped (eval reward >= {cs.stop_at_reward})")
                     break
@@ -424,8 +500,10 @@ class TrainLoop:
             load_model(self.ref_model, str(path))
             return
         if resumed and self.state.next_step > 0:
-            self.say(f"warning: no {path.name} (a run from before it was saved): the KL "
-                     "reference is the resumed checkpoint's policy, not RL's start")
+            self.say(
+                f"warning: no {path.name} (a run from before it was saved): the KL "
+                "reference is the resumed checkpoint's policy, not RL's start"
+            )
         self.ref_model.load_state_dict(self.policy.state_dict())
         tmp = path.with_name(f".{path.name}.tmp")
         save_model(self.ref_model, str(tmp))
@@ -448,15 +526,26 @@ class TrainLoop:
         self.ckpt_dir.mkdir(exist_ok=True)
         cfg.save(self.out / "config.json")
         with (self.out / "runs.jsonl").open("a") as f:  # one line per process (resumes)
-            f.write(json.dumps({"run_id": self.run_id, "pid": os.getpid(),
-                                "started": time.time(), "resume": self.resume}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "run_id": self.run_id,
+                        "pid": os.getpid(),
+                        "started": time.time(),
+                        "resume": self.resume,
+                    }
+                )
+                + "\n"
+            )
         removed = await sandbox_gc()
         if removed:
             self.say(f"removed {len(removed)} sandbox(es) left by dead runs")
         stale = await asyncio.to_thread(gc_tempdirs)
         if stale:
-            self.say(f"removed {len(stale)} temporary director"
-                     f"{'y' if len(stale) == 1 else 'ies'} left by dead runs")
+            self.say(
+                f"removed {len(stale)} temporary director"
+                f"{'y' if len(stale) == 1 else 'ies'} left by dead runs"
+            )
         seed_everything(cfg.run.seed)
         self.model_dir = await asyncio.to_thread(self._model_dir)
         train, held = await asyncio.to_thread(self._tasks)
@@ -468,7 +557,8 @@ class TrainLoop:
         harnesses = [get_harness(h) for h in cfg.rollout.harnesses]
         self.log = MetricsLog(self.out, tensorboard=cfg.logging.tensorboard)
         self.policy = AutoModelForCausalLM.from_pretrained(
-            self.model_dir, attn_implementation="sdpa", dtype=torch.float32)
+            self.model_dir, attn_implementation="sdpa", dtype=torch.float32
+        )
         latest = self._latest() if self.resume else None
         if self.resume and latest is None:
             self.say("no checkpoint to resume from: starting afresh")
@@ -476,32 +566,39 @@ class TrainLoop:
             self.state = LoopState(**json.loads((latest / "loop_state.json").read_text()))
             moved = self.log.supersede_after(self.state.next_step)
             if moved:
-                self.say(f"{moved} metrics row(s) of steps after {latest.name} moved to "
-                         "metrics.superseded.jsonl (those steps run again)")
+                self.say(
+                    f"{moved} metrics row(s) of steps after {latest.name} moved to "
+                    "metrics.superseded.jsonl (those steps run again)"
+                )
 
         backend = self._backend()
-        async with serve_proxy(backend, self.model_dir,
-                               capture_dir=self.out / "capture") as endpoint:
+        async with serve_proxy(
+            backend, self.model_dir, capture_dir=self.out / "capture"
+        ) as endpoint:
             r = cfg.rollout
-            await endpoint.admin.set_sampling(temperature=r.temperature, top_p=1.0, top_k=-1,
-                                              max_tokens=r.max_tokens)
+            await endpoint.admin.set_sampling(
+                temperature=r.temperature, top_p=1.0, top_k=-1, max_tokens=r.max_tokens
+            )
             if cfg.cold_start.enabled and not self.state.cold_start_done:
                 await self.cold_start(endpoint, backend, train, held, harnesses)
-            self.ref_model = (copy.deepcopy(self.policy).eval()
-                              if cfg.algo.kl_coef > 0 else None)
-            self.rl_trainer = Trainer(self.policy, self._trainer_config(),
-                                      ref_model=self.ref_model)
+            self.ref_model = copy.deepcopy(self.policy).eval() if cfg.algo.kl_coef > 0 else None
+            self.rl_trainer = Trainer(self.policy, self._trainer_config(), ref_model=self.ref_model)
             if latest is not None:
                 await asyncio.to_thread(self.rl_trainer.load_checkpoint, latest)
-                self.say(f"resumed from {latest.name}: step {self.state.next_step}, "
-                         f"policy version {self.state.policy_version}")
+                self.say(
+                    f"resumed from {latest.name}: step {self.state.next_step}, "
+                    f"policy version {self.state.policy_version}"
+                )
                 await self.sync_weights(endpoint, backend, self.state.policy_version)
             elif cfg.cold_start.enabled:
                 self.save_checkpoint()
             if self.ref_model is not None:
                 await asyncio.to_thread(self._reference_policy, resumed=latest is not None)
-            if self.state.next_step == 0 and cfg.eval.enabled and not (
-                    cfg.cold_start.enabled and self.state.evals):
+            if (
+                self.state.next_step == 0
+                and cfg.eval.enabled
+                and not (cfg.cold_start.enabled and self.state.evals)
+            ):
                 row = await self.evaluate(endpoint, held, harnesses, "step-0")
                 row["step"] = 0
                 self.log.write(row)
@@ -519,10 +616,13 @@ class TrainLoop:
             import clawrl.proxy
 
             embedded: Any = clawrl.proxy.EmbeddedBackend
-            return embedded(self.model_dir, device=b.device,
-                                   max_batch_size=b.max_batch_size,
-                                   seed=self.cfg.run.seed * 1000 + self.state.next_step,
-                                   policy_version=self.state.policy_version)
+            return embedded(
+                self.model_dir,
+                device=b.device,
+                max_batch_size=b.max_batch_size,
+                seed=self.cfg.run.seed * 1000 + self.state.next_step,
+                policy_version=self.state.policy_version,
+            )
         from clawrl.proxy import SGLangBackend
 
         return SGLangBackend(b.sglang_url)
@@ -532,19 +632,33 @@ class TrainLoop:
         k = min(self.cfg.tasks.tasks_per_step, len(train))
         return rng.sample(list(train), k)
 
-    async def _collect(self, endpoint: ModelEndpoint, train: Sequence[Task],
-                       harnesses: Sequence[HarnessAdapter], step: int
-                       ) -> tuple[list[RolloutResult], dict[str, list[dict[str, Any]]], float, float]:
+    async def _collect(
+        self,
+        endpoint: ModelEndpoint,
+        train: Sequence[Task],
+        harnesses: Sequence[HarnessAdapter],
+        step: int,
+    ) -> tuple[list[RolloutResult], dict[str, list[dict[str, Any]]], float, float]:
         t0 = time.time()
-        specs = plan_rollouts(self._sample_tasks(train, step), list(harnesses),
-                              self.cfg.rollout.samples, group_prefix=f"s{step}/")
+        specs = plan_rollouts(
+            self._sample_tasks(train, step),
+            list(harnesses),
+            self.cfg.rollout.samples,
+            group_prefix=f"s{step}/",
+        )
         results = await self._runner(endpoint).run(specs)
         t1 = time.time()
         records = await self._settle(endpoint, results)
         return results, records, t1 - t0, time.time() - t1
 
-    async def _rl_steps(self, endpoint: ModelEndpoint, backend: Any, train: Sequence[Task],
-                        held: Sequence[Task], harnesses: Sequence[HarnessAdapter]) -> None:
+    async def _rl_steps(
+        self,
+        endpoint: ModelEndpoint,
+        backend: Any,
+        train: Sequence[Task],
+        held: Sequence[Task],
+        harnesses: Sequence[HarnessAdapter],
+    ) -> None:
         cfg = self.cfg
         assert self.log is not None
         ahead = cfg.async_.max_staleness if cfg.async_.enabled else 0
@@ -554,30 +668,33 @@ class TrainLoop:
                 for s in range(step, min(cfg.run.steps, step + ahead + 1)):
                     if s not in pending:
                         pending[s] = asyncio.ensure_future(
-                            self._collect(endpoint, train, harnesses, s))
+                            self._collect(endpoint, train, harnesses, s)
+                        )
                 t_step = time.time()
                 results, records, t_roll, t_settle = await pending.pop(step)
                 t_wait = time.time() - t_step  # async mode: what the trainer waited for
                 row = await self._update(step, results, records)
                 row["time/rollout"] = t_wait if cfg.async_.enabled else t_roll
                 row["time/settle"] = t_settle
-                row["time/sync"] = await self.sync_weights(endpoint, backend,
-                                                           self.state.policy_version + 1)
+                row["time/sync"] = await self.sync_weights(
+                    endpoint, backend, self.state.policy_version + 1
+                )
                 row["policy_version"] = self.state.policy_version
                 self.state.next_step = step + 1
                 if cfg.eval.enabled and (
-                        (cfg.eval.every and (step + 1) % cfg.eval.every == 0)
-                        or step + 1 == cfg.run.steps):
+                    (cfg.eval.every and (step + 1) % cfg.eval.every == 0)
+                    or step + 1 == cfg.run.steps
+                ):
                     ev = await self.evaluate(endpoint, held, harnesses, f"step-{step + 1}")
                     ev["step"] = step + 1
                     self.log.write(ev)
                     self.state.evals.append(ev)
                     row["time/eval"] = ev["time/eval"]
-                    self.say(f"eval after step {step + 1}: held-out reward "
-                             f"{ev['eval_reward']:.3f}")
+                    self.say(f"eval after step {step + 1}: held-out reward {ev['eval_reward']:.3f}")
                 t_ck = time.time()
                 if (cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0) or (
-                        step + 1 == cfg.run.steps):
+                    step + 1 == cfg.run.steps
+                ):
                     await asyncio.to_thread(self.save_checkpoint)
                 row["time/checkpoint"] = time.time() - t_ck
                 row["time/step"] = time.time() - t_step
@@ -591,8 +708,9 @@ class TrainLoop:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
 
-    async def _update(self, step: int, results: Sequence[RolloutResult],
-                      records: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    async def _update(
+        self, step: int, results: Sequence[RolloutResult], records: dict[str, list[dict[str, Any]]]
+    ) -> dict[str, Any]:
         cfg = self.cfg
         row: dict[str, Any] = {"kind": "train", "step": step + 1}
         ok = [x for x in results if x.status is not RolloutStatus.INFRA_ERROR]
@@ -619,11 +737,16 @@ class TrainLoop:
         for x in ok:
             recs_x = records.get(x.rollout_id, [])
             versions = [int(rr.get("policy_version") or 0) for rr in recs_x]
-            if cfg.async_.enabled and versions and version - min(versions) > cfg.async_.max_staleness:
+            if (
+                cfg.async_.enabled
+                and versions
+                and version - min(versions) > cfg.async_.max_staleness
+            ):
                 stale += 1
                 continue
-            data.append(RolloutData(x.rollout_id, x.group_id, x.task_id, x.harness, x.reward,
-                                    recs_x))
+            data.append(
+                RolloutData(x.rollout_id, x.group_id, x.task_id, x.harness, x.reward, recs_x)
+            )
         row["stale_dropped"] = stale
         if cfg.algo.drop_zero_std_groups:
             by_group: dict[str, list[float]] = {}
@@ -635,25 +758,39 @@ class TrainLoop:
         t0 = time.time()
         built = build_group_trees(data, max_leaves=cfg.rollout.max_leaves, merge_groups=True)
         row["time/trees"] = time.time() - t0
-        row.update({"tree_tokens": built.unique_tokens, "flat_tokens": built.flat_tokens,
-                    "tree_compression": built.compression,
-                    "trajectories": built.n_trajectories, "dead_leaves": built.dead_leaves,
-                    "over_branched_dropped": built.dropped_rollouts,
-                    "side_path_calls": built.side_path_calls,
-                    "empty_rollouts": built.empty_rollouts})
+        row.update(
+            {
+                "tree_tokens": built.unique_tokens,
+                "flat_tokens": built.flat_tokens,
+                "tree_compression": built.compression,
+                "trajectories": built.n_trajectories,
+                "dead_leaves": built.dead_leaves,
+                "over_branched_dropped": built.dropped_rollouts,
+                "side_path_calls": built.side_path_calls,
+                "empty_rollouts": built.empty_rollouts,
+            }
+        )
         t0 = time.time()
         if built.trees:
             metrics = []
             for _ in range(cfg.algo.updates_per_step):
                 self.rl_trainer.policy_version = version
-                metrics.append(await asyncio.to_thread(
-                    self.rl_trainer.rl_step, built.trees, built.rewards, groups=built.groups))
+                metrics.append(
+                    await asyncio.to_thread(
+                        self.rl_trainer.rl_step, built.trees, built.rewards, groups=built.groups
+                    )
+                )
             # the first update is on-policy: its logprob mismatch is trainer vs engine; later
             # ones see the weights the earlier ones moved (their losses: *_last)
             row.update(metrics[0])
             if len(metrics) > 1:
-                row.update({f"{k}_last": metrics[-1][k] for k in
-                            ("loss", "policy_loss", "mean_abs_logprob_diff") if k in metrics[-1]})
+                row.update(
+                    {
+                        f"{k}_last": metrics[-1][k]
+                        for k in ("loss", "policy_loss", "mean_abs_logprob_diff")
+                        if k in metrics[-1]
+                    }
+                )
         else:
             row["update_skipped"] = True
         row["time/update"] = time.time() - t0
@@ -664,26 +801,33 @@ class TrainLoop:
             v = row.get(k)
             return format(v, fmt) if isinstance(v, int | float) else "-"
 
-        return (f"step {row['step']}/{self.cfg.run.steps} v{row['policy_version']}: reward "
-                f"{f('reward_mean')}±{f('reward_std')} pass {f('pass_rate')} "
-                f"tokens {row.get('tokens_generated')} compression {f('tree_compression', '.1f')}x "
-                f"|Δlp| {f('mean_abs_logprob_diff', '.2e')} grad {f('grad_norm')} "
-                f"({f('time/step', '.0f')} s)")
+        return (
+            f"step {row['step']}/{self.cfg.run.steps} v{row['policy_version']}: reward "
+            f"{f('reward_mean')}±{f('reward_std')} pass {f('pass_rate')} "
+            f"tokens {row.get('tokens_generated')} compression {f('tree_compression', '.1f')}x "
+            f"|Δlp| {f('mean_abs_logprob_diff', '.2e')} grad {f('grad_norm')} "
+            f"({f('time/step', '.0f')} s)"
+        )
 
     def _finish(self) -> dict[str, Any]:
         rows = read_jsonl(self.out / "metrics.jsonl")
         if self.cfg.logging.plot and rows:
             plot_curves(rows, self.out / "curves.png")
         evals = [r for r in rows if r.get("kind") == "eval"]
-        first_rl = [e for e in evals if e.get("tag") == "step-0" or
-                    str(e.get("tag", "")).startswith("coldstart-")]
+        first_rl = [
+            e
+            for e in evals
+            if e.get("tag") == "step-0" or str(e.get("tag", "")).startswith("coldstart-")
+        ]
         summary: dict[str, Any] = {
             "steps": self.state.next_step,
             "policy_version": self.state.policy_version,
             "eval_before_rl": first_rl[-1]["eval_reward"] if first_rl else None,
             "eval_final": evals[-1]["eval_reward"] if evals else None,
-            "evals": [{k: e.get(k) for k in ("tag", "eval_reward", "eval_pass_rate",
-                                              "policy_version")} for e in evals],
+            "evals": [
+                {k: e.get(k) for k in ("tag", "eval_reward", "eval_pass_rate", "policy_version")}
+                for e in evals
+            ],
         }
         if summary["eval_before_rl"] is not None and summary["eval_final"] is not None:
             summary["eval_gain"] = summary["eval_final"] - summary["eval_before_rl"]
@@ -691,7 +835,8 @@ class TrainLoop:
         return summary
 
 
-def run_training(config: TrainConfig, *, resume: bool = False, say: Say | None = None
-                 ) -> dict[str, Any]:
+def run_training(
+    config: TrainConfig, *, resume: bool = False, say: Say | None = None
+) -> dict[str, Any]:
     """Run :class:`TrainLoop` to the end in a new event loop; returns its summary."""
     return asyncio.run(TrainLoop(config, resume=resume, say=say).run())

@@ -87,8 +87,7 @@ class MetricsLog:
         with (self.path.parent / "metrics.superseded.jsonl").open("a") as f:
             f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in later)
         tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n"
-                               for r in rows if not rerun(r)))
+        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows if not rerun(r)))
         os.replace(tmp, self.path)
         return len(later)
 
@@ -110,14 +109,25 @@ def plot_curves(rows: list[dict[str, Any]], path: str | Path) -> Path:
     sft = [r for r in rows if r.get("kind") == "sft"]
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     ax = axes[0][0]
-    harnesses = sorted({k.split("/", 1)[1] for r in train for k in r if k.startswith("reward_mean/")})
+    harnesses = sorted(
+        {k.split("/", 1)[1] for r in train for k in r if k.startswith("reward_mean/")}
+    )
     for h in harnesses:
         xs = [r["step"] for r in train if f"reward_mean/{h}" in r]
-        ax.plot(xs, [r[f"reward_mean/{h}"] for r in train if f"reward_mean/{h}" in r],
-                marker="o", label=f"train reward ({h})")
+        ax.plot(
+            xs,
+            [r[f"reward_mean/{h}"] for r in train if f"reward_mean/{h}" in r],
+            marker="o",
+            label=f"train reward ({h})",
+        )
     if evals:
-        ax.plot([r["step"] for r in evals], [r["eval_reward"] for r in evals], marker="s",
-                linestyle="--", label="held-out eval reward")
+        ax.plot(
+            [r["step"] for r in evals],
+            [r["eval_reward"] for r in evals],
+            marker="s",
+            linestyle="--",
+            label="held-out eval reward",
+        )
     ax.set_title("reward")
     ax.set_xlabel("RL step (0 = after cold start)")
     ax.set_ylim(-0.05, 1.05)
@@ -144,8 +154,12 @@ def plot_curves(rows: list[dict[str, Any]], path: str | Path) -> Path:
     a.set_title("seconds per phase")
     a.legend(fontsize=8)
     if sft:
-        axes[1][0].plot([r["sft_step"] for r in sft], [r["loss"] for r in sft], alpha=0.4,
-                        label="cold-start SFT loss (x = SFT step)")
+        axes[1][0].plot(
+            [r["sft_step"] for r in sft],
+            [r["loss"] for r in sft],
+            alpha=0.4,
+            label="cold-start SFT loss (x = SFT step)",
+        )
         axes[1][0].legend(fontsize=8)
     fig.tight_layout()
     out = Path(path)

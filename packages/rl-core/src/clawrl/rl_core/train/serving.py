@@ -19,7 +19,10 @@ __all__ = ["serve_proxy"]
 
 @contextlib.asynccontextmanager
 async def serve_proxy(
-    backend: Any, model_dir: Path | str, *, capture_dir: Path | str,
+    backend: Any,
+    model_dir: Path | str,
+    *,
+    capture_dir: Path | str,
     start_timeout_s: float = 300.0,
 ) -> AsyncIterator[ModelEndpoint]:
     """Serve ``backend`` behind a clawrl proxy on unix sockets in a fresh temporary
@@ -30,9 +33,11 @@ async def serve_proxy(
         RLCoreError: the proxy stopped or did not listen within ``start_timeout_s``.
     """
     with owned_tempdir("clawrl-train-px-") as sock_root:
-        config = ServerConfig(socket=str(Path(sock_root) / "model.sock"),
-                              admin_socket=str(Path(sock_root) / "admin.sock"),
-                              capture_dir=str(capture_dir))
+        config = ServerConfig(
+            socket=str(Path(sock_root) / "model.sock"),
+            admin_socket=str(Path(sock_root) / "admin.sock"),
+            capture_dir=str(capture_dir),
+        )
         renderer = await asyncio.to_thread(ChatRenderer.from_model_dir, Path(model_dir))
         server = ProxyServer(build_proxy_app(renderer, backend, config), config)
         serving = asyncio.ensure_future(server.serve())

@@ -338,3 +338,54 @@ def test_larger_random_trees_match_brute_force(seed: int) -> None:
     assert got == expected
     assert tree == build(list(reversed(calls)))
     assert PrefixTree.from_json(tree.to_json()) == tree
+
+
+# ------------------------------------------------------------------ the trajectory set
+
+
+def brute_force_trajectories(calls: list[tuple[str, Call]]) -> list[tuple[str, tuple[int, ...]]]:
+    """The trajectory set defined without the tree (DESIGN.md "Prefix tree"): per rollout,
+    the maximal call paths — a call ends a trajectory iff no other call of its rollout has a
+    prompt + completion that strictly extends its own; calls with equal paths end one
+    trajectory. Sorted (rollout_id, path tokens), each once."""
+    out: set[tuple[str, tuple[int, ...]]] = set()
+    for rid, c in calls:
+        toks = tuple(c.token_ids.tolist())
+        extended = any(
+            r2 == rid and len(t2) > len(toks) and t2[: len(toks)] == toks
+            for r2, t2 in ((r, tuple(d.token_ids.tolist())) for r, d in calls)
+        )
+        if not extended:
+            out.add((rid, toks))
+    return sorted(out)
+
+
+@PROFILE
+@given(calls=call_lists(n_rollouts=3))
+def test_trajectories_are_the_maximal_call_paths_of_each_rollout(
+    calls: list[tuple[str, Call]],
+) -> None:
+    """pack()'s trajectories, PrefixTree.leaves() and is_leaf_call() all equal the brute-force
+    set: no call that another call of its rollout extends ends a trajectory, every maximal
+    one does, exactly once; the leaf call is one of the calls with that path, the smallest
+    (seq, call_id)."""
+    expected = brute_force_trajectories(calls)
+    tree = build(calls)
+    p = tree.pack()
+    got = [(t.rollout_id, tuple(p.unpack(t).tolist())) for t in p.trajectories]
+    assert len(got) == len(set(got))  # one trajectory per (rollout, maximal path)
+    assert sorted(got) == expected
+    leaves = sorted(
+        (rid, tuple(np.concatenate([n.tokens for n in tree.path_nodes(node)]).tolist()))
+        for rid, node in tree.leaves()
+    )
+    assert leaves == expected
+    ends = {(rid, tuple(c.token_ids.tolist())) for rid, c in calls if tree.is_leaf_call(c.call_id)}
+    assert sorted(ends) == expected
+    for t in p.trajectories:
+        same = [
+            (c.seq, c.call_id)
+            for rid, c in calls
+            if rid == t.rollout_id and tuple(c.token_ids.tolist()) == got[t.index][1]
+        ]
+        assert t.leaf_call_id == min(same)[1]

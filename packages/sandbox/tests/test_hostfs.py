@@ -130,6 +130,52 @@ async def test_model_socket_cannot_be_tampered_with(sb: Sandbox, unix_http: Unix
     assert "srw" in out  # still a socket, mode unchanged
 
 
+_INOTIFY_HOG = (
+    "python3 -c 'import ctypes, os, sys, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "fds = [fd for fd in (libc.inotify_init1(0) for _ in range(300)) if fd >= 0]\n"
+    "print(len(fds), os.strerror(ctypes.get_errno()), flush=True)\n"
+    "time.sleep(3)'"
+)
+
+
+def _host_inotify_instances_left(cap: int = 2000) -> int:
+    """How many inotify instances this (host) process can still create, up to ``cap``."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fds = []
+    try:
+        for _ in range(cap):
+            fd = libc.inotify_init1(0)
+            if fd < 0:
+                break
+            fds.append(fd)
+        return len(fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="host root's per-user inotify limit")
+async def test_sandbox_root_takes_none_of_host_roots_inotify_instances(sb: Sandbox) -> None:
+    """Sandbox root is host root (no user namespace), so each inotify instance it made was
+    charged to host root's ``fs.inotify.max_user_instances`` (128): a hog left the host with
+    none. The seccomp profile refuses ``inotify_init``/``inotify_init1`` (``ENOSYS``).
+    Revert tried: no ``--security-opt seccomp=`` -> the hog gets 128 and the host 0."""
+    before = _host_inotify_instances_left()
+    hog = asyncio.ensure_future(sb.exec(_INOTIFY_HOG, timeout=20))
+    await asyncio.sleep(1.5)  # the hog holds what it got for 3 s
+    during = _host_inotify_instances_left()
+    r = await hog
+    got, _, why = r.stdout.decode().strip().partition(" ")
+    assert (got, why) == ("0", "Function not implemented"), r
+    assert during == before > 0
+    # programs fall back: tail -f polls
+    r = await sb.exec("echo a > /tmp/t; (sleep 0.5; echo b >> /tmp/t) & timeout 2 tail -f /tmp/t")
+    assert r.stdout == b"a\nb\n", r
+
+
 async def test_every_writable_tmpfs_has_a_size(sb: Sandbox) -> None:
     r = await sb.exec("cat /proc/self/mountinfo", timeout=10)
     unsized = []

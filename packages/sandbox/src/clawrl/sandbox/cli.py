@@ -20,6 +20,7 @@ from .image import DEFAULT_IMAGE_PACKAGES, DEFAULT_MIRROR, build_image
 from .podman import Podman, cgroup_mode
 from .reaper import gc, gc_tempdirs, list_containers
 from .sandbox import Sandbox
+from .seccomp import sandbox_seccomp_profile
 from .spec import Limits, SandboxSpec
 
 __all__ = ["main"]
@@ -114,6 +115,16 @@ async def _doctor() -> int:
         _fail("nofile", f"hard limit {hard} < 1024", "raise `ulimit -Hn` for the orchestrator")
     else:
         _ok("nofile", f"host hard limit {hard}; sandboxes get --ulimit nofile=1024:1024 by default")
+    profile = sandbox_seccomp_profile()
+    if profile is not None:
+        _ok("seccomp", f"podman's default without inotify_init/inotify_init1 ({profile})")
+    else:
+        failed += 1
+        _fail(
+            "seccomp",
+            "no default profile to derive from: sandbox root can use host root's inotify instances",
+            "apt-get install -y containers-common (ships /usr/share/containers/seccomp.json)",
+        )
     t0 = time.monotonic()
     try:
         sb = await Sandbox.create(SandboxSpec(limits=Limits(memory="128m", pids=100)))

@@ -40,6 +40,7 @@ from .hostfs import (
 from .podman import Podman, die_with_parent, shared_podman
 from .reaper import RunIdentity, current_identity
 from .rootfs import default_rootfs
+from .seccomp import sandbox_seccomp_profile
 from .spec import (
     EXEC_TAG_VAR,
     MODEL_SOCKET_PATH,
@@ -396,6 +397,10 @@ class Sandbox:
         a += ["--tmpfs", f"/var/tmp:rw,nosuid,nodev,size={lim.tmp_bytes},mode=1777"]
         # podman's /sys/fs/cgroup is an unsized tmpfs writable by root: masked read-only
         a += ["--security-opt", "mask=/sys/fs/cgroup"]
+        # no inotify instances: they would be charged to host root's per-user limit
+        profile = sandbox_seccomp_profile()
+        if profile is not None:
+            a += ["--security-opt", f"seccomp={profile}"]
         env = {"PATH": PATH_ENV, "HOME": home, "LANG": "C.UTF-8", "TERM": "dumb", **spec.env}
         for k, v in env.items():
             a += ["--env", f"{k}={v}"]

@@ -102,29 +102,51 @@ def test_config_errors(tiny_model_factory: Callable[..., Any]) -> None:
         TrainerConfig(algorithm="dpo")  # type: ignore[arg-type]
 
 
-def test_value_warmup_trains_only_the_value_head(
-    tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any]
+@pytest.mark.parametrize("value_fn", ["head", "critic"])
+def test_value_warmup_freezes_the_policy(
+    tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any], value_fn: str
 ) -> None:
+    """Over 3 warm-up steps, with KL, entropy and weight decay on, no policy weight moves
+    (exactly) while the value function does; from the first step after the warm-up the policy
+    moves. One step would not show it: a zero-initialised value head passes no gradient to
+    the hidden states until its weights have moved."""
+    from clawrl.rl_core import Critic
+
     model = tiny_model_factory(torch.float32, seed=3, vocab=16)
+    ref = tiny_model_factory(torch.float32, seed=4, vocab=16)
+    critic = None
+    if value_fn == "critic":
+        critic = Critic(tiny_model_factory(torch.float32, seed=5, vocab=16))
     cfg = TrainerConfig(
         algorithm="ppo",
-        optim=OptimConfig(lr=1e-2, weight_decay=0.0),
-        ppo=PPOConfig(value_warmup_steps=1),
+        optim=OptimConfig(lr=1e-2, weight_decay=0.1),
+        ppo=PPOConfig(value_warmup_steps=3),
+        loss=LossConfig(kl_coef=0.1, entropy_coef=0.05),
         token_budget=12,
     )
-    trainer = Trainer(model, cfg)
+    trainer = Trainer(model, cfg, critic=critic, ref_model=ref)
     before = {k: v.clone() for k, v in trainer.unwrapped.policy.state_dict().items()}
-    head_before = trainer.unwrapped.value_head.state_dict()["linear.bias"].clone()  # type: ignore[union-attr]
-    trees, rewards = toy_task(model, 4, 1, 0)
-    m = trainer.rl_step(trees, rewards)
-    assert m["num_pieces"] > 1  # the token budget split the batch
+
+    def value_params() -> list[torch.Tensor]:
+        mod = trainer.unwrapped.value_head if critic is None else critic
+        assert mod is not None
+        return [p.detach().clone() for p in mod.parameters()]
+
+    for step in range(3):
+        v_before = value_params()
+        trees, rewards = toy_task(model, 4, 1, step)
+        m = trainer.rl_step(trees, rewards)
+        assert m["num_pieces"] > 1  # the token budget split the batch
+        after = trainer.unwrapped.policy.state_dict()
+        moved = max(float((after[k] - before[k]).abs().max()) for k in before)
+        assert moved == 0.0, f"warm-up step {step}: policy moved by {moved}"
+        assert m["kl"] == 0.0 and m["entropy"] == 0.0 and m["policy_loss"] == 0.0
+        assert any(not torch.equal(a, b) for a, b in zip(v_before, value_params(), strict=True))
+    trees, rewards = toy_task(model, 4, 1, 3)
+    m = trainer.rl_step(trees, rewards)  # warm-up over: the policy moves
     after = trainer.unwrapped.policy.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)
-    assert not torch.equal(head_before, trainer.unwrapped.value_head.state_dict()["linear.bias"])  # type: ignore[union-attr]
-    trees, rewards = toy_task(model, 4, 1, 1)
-    trainer.rl_step(trees, rewards)  # warm-up over: the policy moves
-    after2 = trainer.unwrapped.policy.state_dict()
-    assert not all(torch.equal(before[k], after2[k]) for k in before)
+    assert not all(torch.equal(before[k], after[k]) for k in before)
+    assert m["entropy"] > 0
 
 
 def test_value_lr_trains_the_value_head_faster(

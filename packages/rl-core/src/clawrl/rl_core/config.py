@@ -82,7 +82,9 @@ class PPOConfig:
         gamma, lam: discount γ and GAE λ along each path (paper: γ = λ = 1, Â_t = R − V(s_t)).
         value_coef: weight of the value loss.
         value_clip: clip the new value to V_old ± value_clip in the value loss (None: off).
-        value_warmup_steps: first steps train only the value function (policy loss off).
+        value_warmup_steps: first steps train only the value function: the policy, KL and
+            entropy terms are off and the policy gets no gradient (the value head reads
+            detached hidden states), so no policy weight moves.
         whiten_advantages: normalise the GAE advantages to mean 0, std 1 over the batch's
             trainable tokens (:func:`clawrl.rl_core.whiten_advantages`); keeps a value
             function that lags the reward from making most advantages one sign.

@@ -195,6 +195,7 @@ def tree_forward(
     chunk_size: int = 1024,
     compute_entropy: bool = False,
     value_head: nn.Module | None = None,
+    policy_grad: bool = True,
 ) -> TreeForwardOutput:
     """One forward of a HF causal LM over a packed tree; outputs at ``targets``.
 
@@ -209,6 +210,10 @@ def tree_forward(
         chunk_size: vocabulary-projection rows per chunk.
         compute_entropy: also return entropies.
         value_head: optional module mapping hidden [T, H] → [T, 1] or [T] (PPO value head).
+        policy_grad: False runs the policy (decoder and vocabulary head) without autograd,
+            so nothing downstream — the value head included, which then reads detached hidden
+            states — can give the policy a gradient (PPO value warm-up); the value head's
+            own parameters still get theirs.
 
     Returns:
         :class:`TreeForwardOutput` with [T] tensors.
@@ -232,22 +237,23 @@ def tree_forward(
     lm_head = model.get_output_embeddings()  # type: ignore[operator]
     dtype = lm_head.weight.dtype
     mask = _attention_mask_for(model, subtree_end, dtype)
-    out = dec(
-        input_ids=input_ids[None],
-        position_ids=position_ids[None],
-        attention_mask=mask,
-        use_cache=False,
-    )
-    hidden = out.last_hidden_state[0]
-    h_src = hidden[src]
-    logp, ent = chunked_token_logprobs(
-        h_src,
-        input_ids[targets],
-        lm_head,
-        temperature=temperature,
-        chunk_size=chunk_size,
-        compute_entropy=compute_entropy,
-    )
+    with torch.set_grad_enabled(torch.is_grad_enabled() and policy_grad):
+        out = dec(
+            input_ids=input_ids[None],
+            position_ids=position_ids[None],
+            attention_mask=mask,
+            use_cache=False,
+        )
+        hidden = out.last_hidden_state[0]
+        h_src = hidden[src]
+        logp, ent = chunked_token_logprobs(
+            h_src,
+            input_ids[targets],
+            lm_head,
+            temperature=temperature,
+            chunk_size=chunk_size,
+            compute_entropy=compute_entropy,
+        )
     values = None
     if value_head is not None:
         v = value_head(h_src)
@@ -261,7 +267,8 @@ class TreeModel(nn.Module):
     wrappers see every parameter and every call.
 
     ``forward(input_ids, position_ids, parent_index, subtree_end, targets, *, temperature,
-    chunk_size, compute_entropy, compute_values)`` → :class:`TreeForwardOutput`.
+    chunk_size, compute_entropy, compute_values, policy_grad)`` → :class:`TreeForwardOutput`
+    (``policy_grad``: see :func:`tree_forward`).
     """
 
     def __init__(self, policy: nn.Module, value_head: nn.Module | None = None) -> None:
@@ -281,6 +288,7 @@ class TreeModel(nn.Module):
         chunk_size: int = 1024,
         compute_entropy: bool = False,
         compute_values: bool = True,
+        policy_grad: bool = True,
     ) -> TreeForwardOutput:
         return tree_forward(
             self.policy,
@@ -293,4 +301,5 @@ class TreeModel(nn.Module):
             chunk_size=chunk_size,
             compute_entropy=compute_entropy,
             value_head=self.value_head if compute_values else None,
+            policy_grad=policy_grad,
         )

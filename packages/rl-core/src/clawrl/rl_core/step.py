@@ -101,6 +101,7 @@ def _forward(
     chunk_size: int,
     compute_entropy: bool = False,
     compute_values: bool = True,
+    policy_grad: bool = True,
 ) -> TreeForwardOutput:
     """Run ``model`` (a HF causal LM, a :class:`TreeModel`, or a DDP/FSDP wrapper of one)."""
     inner = getattr(model, "module", model)
@@ -111,6 +112,7 @@ def _forward(
             chunk_size=chunk_size,
             compute_entropy=compute_entropy,
             compute_values=compute_values,
+            policy_grad=policy_grad,
         )
         return out
     return tree_forward(
@@ -120,6 +122,7 @@ def _forward(
         chunk_size=chunk_size,
         compute_entropy=compute_entropy,
         value_head=value_head if compute_values else None,
+        policy_grad=policy_grad,
     )
 
 
@@ -337,8 +340,16 @@ def loss_backward(
     with c⁺, c⁻, c scattered from the pieces' memberships. ``backward`` defaults to
     ``loss.backward()`` (pass ``accelerator.backward``).
 
+    ``train_policy=False`` (PPO value warm-up) freezes the policy: the loss is the value term
+    alone (no policy, KL or entropy term), and the policy runs without autograd, so the value
+    head reads detached hidden states and no policy parameter gets a gradient (``.grad``
+    stays None, so AdamW leaves it untouched, weight decay included).
+
     Returns:
         {"loss", "policy_loss", "value_loss", "kl", "entropy"} summed over pieces.
+
+    Raises:
+        ConfigError: ``train_policy=False`` without a value head or critic.
     """
     loss_cfg = loss_cfg or LossConfig()
     ppo_cfg = ppo_cfg or PPOConfig()
@@ -349,6 +360,9 @@ def loss_backward(
         isinstance(inner, TreeModel) and inner.value_head is not None
     )
     want_values = prepared.returns is not None and (has_head or critic is not None)
+    freeze = not is_sft and not train_policy
+    if freeze and not want_values:
+        raise ConfigError("train_policy=False (value warm-up) needs a value head or critic")
     stats = dict.fromkeys(("loss", "policy_loss", "value_loss", "kl", "entropy"), 0.0)
     dev = _device_of(model)
     for piece in pieces:
@@ -361,8 +375,9 @@ def loss_backward(
             value_head,
             temperature=loss_cfg.temperature,
             chunk_size=chunk_size,
-            compute_entropy=loss_cfg.entropy_coef > 0,
+            compute_entropy=loss_cfg.entropy_coef > 0 and not freeze,
             compute_values=want_values and critic is None,
+            policy_grad=not freeze,
         )
         dt = out.logprobs.dtype
         n_t = int(piece.targets.size)
@@ -387,13 +402,15 @@ def loss_backward(
             pl = total
         total = total + pl
         stats["policy_loss"] += float(pl.detach())
-        if loss_cfg.kl_coef > 0 and old is not None and old.ref_logprobs is not None:
+        if freeze:
+            pass  # value warm-up: no policy-side term (KL and entropy would move the policy)
+        elif loss_cfg.kl_coef > 0 and old is not None and old.ref_logprobs is not None:
             g = piece.token_index[piece.targets]
             ref = torch.as_tensor(old.ref_logprobs[g], dtype=dt, device=dev)
             kl = reference_kl_loss(out.logprobs, ref, c_w)
             total = total + loss_cfg.kl_coef * kl
             stats["kl"] += float(kl.detach())
-        if loss_cfg.entropy_coef > 0 and out.entropy is not None:
+        if not freeze and loss_cfg.entropy_coef > 0 and out.entropy is not None:
             ent = entropy_bonus(out.entropy, c_w)
             total = total - loss_cfg.entropy_coef * ent
             stats["entropy"] += float(ent.detach())

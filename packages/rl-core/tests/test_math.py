@@ -266,3 +266,50 @@ def test_corrections_hand_computed() -> None:
     )
     with pytest.raises(ConfigError):
         truncated_importance_weights(log_ratio, 0.0)
+
+
+def _one_call_batch(engine_probs: list[float], metadata: dict[str, Any] | None = None) -> Any:
+    """A one-call rollout: prompt [1, 2], one generated token per engine prob."""
+    from clawrl.prefixtree import Call, PrefixTree
+
+    n = len(engine_probs)
+    call = Call(
+        call_id="c0",
+        session_id="s0",
+        seq=0,
+        prompt_ids=np.array([1, 2]),
+        completion_ids=np.arange(3, 3 + n),
+        completion_logprobs=np.log(np.asarray(engine_probs)),
+    )
+    meta = {"group_id": "g"} if metadata is None else metadata
+    tree = PrefixTree.from_calls([call], rollout_id="r0", metadata=meta)
+    return TreeBatch.from_trees([tree.pack()])
+
+
+def test_tis_weight_is_trainer_prob_over_engine_prob() -> None:
+    """The TIS weight is min(π_old / π_rollout, c) — trainer over engine (Yao et al. 2025,
+    "Your efficient RL framework secretly brings you off-policy RL training":
+    min(π_fsdp(a; θ_old) / π_vllm(a; θ_old), C); ClawGym II: w_t = min(π_old / π_rollout, c)).
+    The ratios 0.5, 3 → 2 (capped), 1 here would be 2, 1/3, 1 the other way round."""
+    from clawrl.rl_core import CorrectionConfig, LossConfig
+
+    engine = [0.5, 0.1, 0.4]
+    trainer_p = [0.25, 0.3, 0.4]
+    batch = _one_call_batch(engine)
+    lp = np.full(batch.num_tokens, np.nan)
+    lp[batch.mem_token] = np.log(trainer_p)
+    old = OldPass(logprobs=lp)
+    loss = LossConfig(aggregation="token_mean")
+    prep = prepare_rl(
+        batch, old, {"r0": 1.0}, loss_cfg=loss, corr_cfg=CorrectionConfig(tis_cap=2.0)
+    )
+    np.testing.assert_allclose(prep.weight, np.array([0.5, 2.0, 1.0]) / 3, rtol=1e-12)
+    # IcePop masking reads the same ρ: keep 0.6 ≤ ρ ≤ 2.5 → only the third token
+    masked = prepare_rl(
+        batch,
+        old,
+        {"r0": 1.0},
+        loss_cfg=loss,
+        corr_cfg=CorrectionConfig(tis_cap=None, mask_low=0.6, mask_high=2.5),
+    )
+    np.testing.assert_allclose(masked.weight, np.array([0.0, 0.0, 1.0]) / 3, rtol=1e-12)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import time
 import uuid
@@ -140,13 +141,27 @@ class RolloutOptions(BaseModel):
 
 @dataclass(frozen=True)
 class RolloutSpec:
-    """One rollout to run: a task, a harness, its sample index and group."""
+    """One rollout to run: a task, a harness, its sample index and group.
+
+    ``sampling_seed``: the seed of the rollout's proxy session (see
+    ``clawrl.proxy.Session``): its calls draw from a stream of their own, whatever the
+    machine load or the order in which concurrent rollouts' requests arrive. ``None``: the
+    backend's own generator.
+    """
 
     task: Task
     harness: HarnessAdapter
     sample_index: int = 0
     group_id: str = ""
     rollout_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    sampling_seed: int | None = None
+
+
+def rollout_sampling_seed(seed: int, group_id: str, sample_index: int) -> int:
+    """The session seed of sample ``sample_index`` of group ``group_id`` in a run seeded
+    with ``seed``: the first 63 bits of SHA-256 of ``"<seed>/<group_id>/<sample_index>"``."""
+    digest = hashlib.sha256(f"{seed}/{group_id}/{sample_index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
 
 
 class RolloutResult(BaseModel):
@@ -285,19 +300,26 @@ def plan_rollouts(
     harnesses: Sequence[HarnessAdapter | str],
     samples: int = 1,
     group_prefix: str = "",
+    seed: int | None = None,
 ) -> list[RolloutSpec]:
     """The rollouts of tasks × harnesses × samples, grouped per (task, harness).
 
     Group id: ``<group_prefix><task id>/<harness>``. Order: task-major, so that the samples
-    of one group run close together.
+    of one group run close together. With ``seed``, each rollout's ``sampling_seed`` is
+    :func:`rollout_sampling_seed` ``(seed, group_id, sample_index)``: the same plan samples
+    the same streams in every run.
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     adapters = [get_harness(h) for h in harnesses]
-    return [
-        RolloutSpec(task=t, harness=h, sample_index=i, group_id=f"{group_prefix}{t.id}/{h.name}")
-        for t, h, i in itertools.product(tasks, adapters, range(samples))
-    ]
+    specs = []
+    for t, h, i in itertools.product(tasks, adapters, range(samples)):
+        group = f"{group_prefix}{t.id}/{h.name}"
+        sampling = None if seed is None else rollout_sampling_seed(seed, group, i)
+        specs.append(
+            RolloutSpec(task=t, harness=h, sample_index=i, group_id=group, sampling_seed=sampling)
+        )
+    return specs
 
 
 class RolloutRunner:
@@ -499,6 +521,7 @@ class RolloutRunner:
                             "rollout_id": spec.rollout_id,
                             "category": task.category,
                         },
+                        sampling_seed=spec.sampling_seed,
                     )
                     if self.session_hook is not None:
                         await self.session_hook(session, spec)

@@ -61,6 +61,7 @@ from clawrl.proxy.validation import (
     check_json_depth,
     opt_int,
     opt_number,
+    opt_seed,
     opt_str,
     req_list,
     req_obj,
@@ -446,6 +447,7 @@ class ProxyApp:
                 harness=opt_str(body.get("harness"), "harness"),
                 group_id=opt_str(body.get("group_id"), "group_id"),
                 metadata=req_obj(meta, "metadata") if meta is not None else None,
+                sampling_seed=opt_seed(body.get("sampling_seed"), "sampling_seed"),
             )
         except ValueError as e:
             raise ProxyRequestError(str(e), param="run_id") from e

@@ -116,9 +116,11 @@ def _session_body(
     group_id: str | None,
     metadata: dict[str, Any] | None,
     public_base_url: str | None = None,
+    sampling_seed: int | None = None,
 ) -> dict[str, Any]:
     return {
         "public_base_url": public_base_url,
+        "sampling_seed": sampling_seed,
         "run_id": run_id,
         "task_id": task_id,
         "harness": harness,
@@ -178,14 +180,19 @@ class AdminClient:
         group_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         public_base_url: str | None = None,
+        sampling_seed: int | None = None,
     ) -> SessionInfo:
         """A new session; its capture file is ``<capture_dir>/<run_id>/<session_id>.jsonl``.
 
         ``public_base_url`` overrides the base of the returned URLs for this session (e.g.
         ``http://127.0.0.1:<port>`` for a harness on the host reaching the TCP listener);
         default: the proxy's ``--public-base-url`` (the in-sandbox forwarder address).
+        ``sampling_seed`` (an int in [-2**63, 2**63)) makes the session's calls that give no
+        ``seed`` draw from their own stream, seeded by ``(sampling_seed, call seq)``.
         """
-        body = _session_body(run_id, task_id, harness, group_id, metadata, public_base_url)
+        body = _session_body(
+            run_id, task_id, harness, group_id, metadata, public_base_url, sampling_seed
+        )
         return SessionInfo.from_json(_check(self._http.post("/sessions", json=body)))
 
     def close_session(self, session_id: str) -> dict[str, Any]:
@@ -272,8 +279,11 @@ class AsyncAdminClient:
         group_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         public_base_url: str | None = None,
+        sampling_seed: int | None = None,
     ) -> SessionInfo:
-        body = _session_body(run_id, task_id, harness, group_id, metadata, public_base_url)
+        body = _session_body(
+            run_id, task_id, harness, group_id, metadata, public_base_url, sampling_seed
+        )
         return SessionInfo.from_json(_check(await self._http.post("/sessions", json=body)))
 
     async def close_session(self, session_id: str) -> dict[str, Any]:

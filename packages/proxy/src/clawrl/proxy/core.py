@@ -7,6 +7,7 @@ backend generation (buffered whole; aborted if the client disconnects) -> parse 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import time
@@ -31,7 +32,7 @@ from clawrl.proxy.errors import (
 )
 from clawrl.proxy.parse import ParsedCompletion, parse_completion
 from clawrl.proxy.render import ChatRenderer
-from clawrl.proxy.session import Session, SessionManager
+from clawrl.proxy.session import Session, SessionManager, call_seed
 from clawrl.proxy.splice import Generation, PromptBuild, build_prompt, canonical_key
 
 __all__ = ["CallOutcome", "ChatCall", "ClientDisconnected", "ProxyCore", "TrainingSampling"]
@@ -308,6 +309,11 @@ class ProxyCore:
             )
         params, sampling_rec = self.sampling_for(call, len(prompt_ids))
         seq = session.next_seq()
+        if params.seed is None and session.sampling_seed is not None:
+            # the session's own stream: independent of other sessions' arrival order
+            params = dataclasses.replace(params, seed=call_seed(session.sampling_seed, seq))
+            sampling_rec["seed"] = params.seed
+            sampling_rec["seed_source"] = "session"
         call_id = "call-" + secrets.token_hex(12)
         relation = session.history.relation(prompt_ids, bool(build.spliced))
         flags: list[str] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import itertools
 import secrets
@@ -19,7 +20,17 @@ from clawrl.proxy.capture import (
 from clawrl.proxy.errors import AuthenticationError, SessionClosedError, SessionNotFoundError
 from clawrl.proxy.splice import CallHistory, SpliceMemory
 
-__all__ = ["Session", "SessionManager"]
+__all__ = ["Session", "SessionManager", "call_seed"]
+
+
+def call_seed(sampling_seed: int, seq: int) -> int:
+    """The sampling seed of call ``seq`` (0-based, in the session's order) of a session
+    seeded with ``sampling_seed``: the first 63 bits of SHA-256 of ``"<seed>:<seq>"``.
+
+    Returns an int in ``[0, 2**63)``, a valid seed for every backend.
+    """
+    digest = hashlib.sha256(f"{sampling_seed}:{seq}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
 
 
 @dataclass
@@ -28,6 +39,9 @@ class Session:
 
     ``metadata`` holds ``run_id``, ``task_id``, ``harness``, ``group_id`` and any extra keys
     given at creation. ``records`` is kept in memory only when no capture directory is set.
+    ``sampling_seed``: when set, a call that gives no ``seed`` of its own is sampled with
+    :func:`call_seed` ``(sampling_seed, seq)``, so what a session draws depends only on its
+    seed and the order of its own calls, not on when other sessions' requests arrive.
     """
 
     session_id: str
@@ -43,6 +57,7 @@ class Session:
     history: CallHistory = field(default_factory=CallHistory)
     _seq: itertools.count = field(default_factory=itertools.count)
     calls: int = 0
+    sampling_seed: int | None = None
 
     def next_seq(self) -> int:
         return next(self._seq)
@@ -81,6 +96,7 @@ class Session:
             "created": self.created,
             "closed": self.closed,
             "calls": self.calls,
+            "sampling_seed": self.sampling_seed,
             "capture_path": str(self.capture_path) if self.capture_path else None,
         }
 
@@ -104,8 +120,10 @@ class SessionManager:
         harness: str | None = None,
         group_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        sampling_seed: int | None = None,
     ) -> Session:
-        """A new session with an unguessable id (128 random bits) and API key (256 bits)."""
+        """A new session with an unguessable id (128 random bits) and API key (256 bits);
+        ``sampling_seed``: see :class:`Session`."""
         if not run_id or "/" in run_id or run_id in (".", ".."):
             raise ValueError(f"invalid run_id {run_id!r}")
         sid = "s" + secrets.token_hex(16)
@@ -115,7 +133,12 @@ class SessionManager:
             {"run_id": run_id, "task_id": task_id, "harness": harness, "group_id": group_id}
         )
         session = Session(
-            session_id=sid, api_key=key, run_id=run_id, metadata=meta, created=time.time()
+            session_id=sid,
+            api_key=key,
+            run_id=run_id,
+            metadata=meta,
+            created=time.time(),
+            sampling_seed=sampling_seed,
         )
         if self.capture_dir is not None:
             session.capture_path = session_capture_path(self.capture_dir, run_id, sid)

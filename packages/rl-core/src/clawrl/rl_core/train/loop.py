@@ -324,7 +324,11 @@ class TrainLoop:
         t0 = time.time()
         runner = self._runner(endpoint)
         specs = plan_rollouts(
-            list(tasks), list(harnesses), self.cfg.eval.samples, group_prefix=f"eval-{tag}/"
+            list(tasks),
+            list(harnesses),
+            self.cfg.eval.samples,
+            group_prefix=f"eval-{tag}/",
+            seed=self.cfg.run.seed,
         )
         results = await runner.run(specs)
         ok = [x for x in results if x.status is not RolloutStatus.INFRA_ERROR]
@@ -380,7 +384,9 @@ class TrainLoop:
                 run_id=f"{self.run_id}-coldstart",
                 scripted=True,
             )
-            specs = plan_rollouts(tasks, [harnesses[0]], 1, group_prefix="coldstart/")
+            specs = plan_rollouts(
+                tasks, [harnesses[0]], 1, group_prefix="coldstart/", seed=self.cfg.run.seed
+            )
             results = await runner.run(specs)
         good = [x for x in results if x.reward >= 1.0 and x.records]
         if not good:
@@ -645,6 +651,7 @@ class TrainLoop:
             list(harnesses),
             self.cfg.rollout.samples,
             group_prefix=f"s{step}/",
+            seed=self.cfg.run.seed,
         )
         results = await self._runner(endpoint).run(specs)
         t1 = time.time()

@@ -313,3 +313,25 @@ def test_tis_weight_is_trainer_prob_over_engine_prob() -> None:
         corr_cfg=CorrectionConfig(tis_cap=None, mask_low=0.6, mask_high=2.5),
     )
     np.testing.assert_allclose(masked.weight, np.array([0.0, 0.0, 1.0]) / 3, rtol=1e-12)
+
+
+def test_missing_group_is_a_typed_error() -> None:
+    """GRPO without a group for a rollout raises MissingGroupError (a ConfigError) instead
+    of making it a group of one with Â ≡ 0; the groups argument or the metadata key fixes it."""
+    from clawrl.rl_core import LossConfig, MissingGroupError
+
+    batch = _one_call_batch([0.5, 0.5], metadata={"task": "t"})
+    old = OldPass(logprobs=np.log(np.full(batch.num_tokens, 0.5)))
+    with pytest.raises(MissingGroupError, match="no group for rollouts \\['r0'\\]"):
+        prepare_rl(batch, old, {"r0": 1.0})
+    with pytest.raises(ConfigError):
+        prepare_rl(
+            batch,
+            old,
+            {"r0": 1.0},
+            algorithm="ppo",
+            loss_cfg=LossConfig(aggregation="prompt_mean"),
+        )
+    assert prepare_rl(batch, old, {"r0": 1.0}, groups={"r0": "g"}).advantage is not None
+    grouped = _one_call_batch([0.5, 0.5], metadata={"group_id": "g"})
+    assert prepare_rl(grouped, old, {"r0": 1.0}).advantage is not None

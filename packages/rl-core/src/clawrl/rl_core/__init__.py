@@ -24,6 +24,7 @@ from clawrl.rl_core.corrections import (
 from clawrl.rl_core.errors import (
     CheckpointError,
     ConfigError,
+    MissingGroupError,
     PackingError,
     RLCoreError,
     SFTDataError,
@@ -83,6 +84,7 @@ __all__ = [
     "Critic",
     "GRPOConfig",
     "LossConfig",
+    "MissingGroupError",
     "OldPass",
     "OptimConfig",
     "PPOConfig",

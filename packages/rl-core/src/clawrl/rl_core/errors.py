@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "MissingGroupError",
     "PackingError",
     "RLCoreError",
     "SFTDataError",
@@ -22,6 +23,13 @@ class RLCoreError(Exception):
 
 class ConfigError(RLCoreError, ValueError):
     """A hyperparameter is out of range or two settings contradict each other."""
+
+
+class MissingGroupError(ConfigError):
+    """GRPO (or ``prompt_mean`` aggregation) needs a group per rollout, and a rollout has
+    none: neither the ``groups`` argument nor its trajectories' metadata (key
+    ``GRPOConfig.group_key``) names one. Without it the rollout would be a group of one,
+    whose advantage is 0 — it would silently not be trained."""
 
 
 class PackingError(RLCoreError, ValueError):

@@ -24,7 +24,7 @@ from clawrl.rl_core.corrections import (
     ratio_mask,
     truncated_importance_weights,
 )
-from clawrl.rl_core.errors import ConfigError, PackingError
+from clawrl.rl_core.errors import ConfigError, MissingGroupError, PackingError
 from clawrl.rl_core.forward import TreeForwardOutput, TreeModel, tree_forward
 from clawrl.rl_core.losses import (
     aggregation_weights,
@@ -209,12 +209,15 @@ def prepare_rl(
         old: the no-grad pass (π_old; V_old for PPO).
         rewards: reward per rollout id (every trajectory of a rollout shares it).
         algorithm: "grpo" or "ppo".
-        groups: group key per rollout id (GRPO); default: the trajectory metadata key
-            ``grpo_cfg.group_key``, else the rollout id.
+        groups: group key per rollout id (GRPO, ``prompt_mean``); a rollout not in it takes
+            its trajectories' metadata value of ``grpo_cfg.group_key``. (PPO without
+            ``prompt_mean`` needs no group.)
         current_version: the trainer's policy version (staleness metric).
 
     Raises:
         ConfigError: a rollout without a reward, a non-finite reward, an unknown algorithm.
+        MissingGroupError: GRPO or ``prompt_mean`` and a rollout with no group in either
+            place (it would be a group of one: Â ≡ 0, silently untrained).
         PackingError: a non-finite rollout logprob.
     """
     loss_cfg = loss_cfg or LossConfig()
@@ -233,6 +236,20 @@ def prepare_rl(
     tg = _traj_groups(batch, grpo_cfg.group_key)
     if groups is not None:
         tg = [groups.get(t.rollout_id, g) for t, g in zip(batch.trajectories, tg, strict=True)]
+    if algorithm == "grpo" or loss_cfg.aggregation == "prompt_mean":
+        key = grpo_cfg.group_key
+        lost = sorted(
+            {
+                t.rollout_id
+                for t in batch.trajectories
+                if key not in t.metadata and (groups is None or t.rollout_id not in groups)
+            }
+        )
+        if lost:
+            raise MissingGroupError(
+                f"no group for rollouts {lost[:5]} ({len(lost)} in all): pass groups= or set "
+                f"trajectory metadata {key!r}; a group of one would get advantage 0"
+            )
     w = aggregation_weights(loss_cfg.aggregation, batch.mem_token, batch.mem_traj, inc, tg)
     metrics: dict[str, float] = {}
 

@@ -35,19 +35,47 @@ def test_pack_contract_and_paths(
     tree = pack_token_sequences(seqs)
     validate_packed_tree(tree)
     batch = TreeBatch.from_trees([tree])
-    inputs = {tuple(s.token_ids) for s in seqs}
-    # every leaf path is one of the inputs; every input is a prefix of some leaf path
-    paths = [
-        tuple(int(t) for t in batch.input_ids[batch.path(k)]) for k in range(batch.num_trajectories)
-    ]
-    assert set(paths) <= inputs
-    assert all(any(p[: len(s)] == s for p in paths) for s in inputs)
-    assert len(tree.input_ids) <= sum(len(s) for s in inputs)
-    # memberships: exactly the trainable tokens on each path
-    for k in range(batch.num_trajectories):
-        on_path = [int(t) for t in batch.path(k) if batch.trainable[t]]
-        assert sorted(batch.mem_token[batch.mem_traj == k].tolist()) == sorted(on_path)
-        assert tree.trajectories[k].n_trainable == len(on_path)
+    # brute force from the inputs: packed token index of every root-to-token prefix
+    index_of = {
+        tuple(int(t) for t in tree.input_ids[tree.path_to(i)]): i for i in range(tree.num_tokens)
+    }
+    assert len(tree.input_ids) == len(
+        {tuple(s.token_ids[:j]) for s in seqs for j in range(1, len(s.token_ids) + 1)}
+    )
+    marked = {
+        index_of[tuple(s.token_ids[: i + 1])]
+        for s in seqs
+        for i in range(1, len(s.token_ids))
+        if s.trainable[i]
+    }
+    assert set(np.flatnonzero(batch.trainable).tolist()) == marked
+    # a rollout's trajectories are exactly its maximal sequences (not a strict prefix of
+    # another sequence of the same rollout), one each, whatever other rollouts hold
+    by_rollout: dict[str, list[TokenSequence]] = {}
+    for s in seqs:
+        by_rollout.setdefault(s.rollout_id, []).append(s)
+    paths: dict[str, list[tuple[int, ...]]] = {}
+    for k, tr in enumerate(batch.trajectories):
+        paths.setdefault(tr.rollout_id, []).append(
+            tuple(int(t) for t in batch.input_ids[batch.path(k)])
+        )
+    for rid, own in by_rollout.items():
+        toks = {tuple(s.token_ids) for s in own}
+        maximal = {t for t in toks if not any(len(u) > len(t) and u[: len(t)] == t for u in toks)}
+        assert sorted(paths[rid]) == sorted(maximal)
+    assert set(paths) == set(by_rollout)
+    # memberships: the tokens on the path that a sequence of the trajectory's rollout marks
+    for k, tr in enumerate(batch.trajectories):
+        path = tuple(int(t) for t in batch.input_ids[batch.path(k)])
+        want = {
+            index_of[path[: i + 1]]
+            for s in by_rollout[tr.rollout_id]
+            for i in range(1, min(len(s.token_ids), len(path)))
+            if s.trainable[i] and tuple(s.token_ids[: i + 1]) == path[: i + 1]
+        }
+        got = batch.mem_token[batch.mem_traj == k].tolist()
+        assert sorted(got) == sorted(want) and len(got) == len(want)
+        assert tree.trajectories[k].n_trainable == len(want)
     # dense mask = ancestor-or-self relation
     mask = tree_attention_mask(torch.as_tensor(tree.subtree_end))[0, 0].numpy()
     for i in range(len(tree.input_ids)):
@@ -146,3 +174,182 @@ def test_first_token_is_never_a_target() -> None:
     validate_packed_tree(tree)
     batch = TreeBatch.from_trees([tree])
     assert split_by_token_budget(batch)[0].targets.tolist() == [1]
+
+
+# ------------------------------------------------------------------ every rollout is kept
+
+
+def _grpo_adv_by_rollout(seqs: list[TokenSequence], rewards: dict[str, float]) -> dict[str, float]:
+    """Pack ``seqs`` (one GRPO group per ``group_id``), run ``prepare_rl`` and read back the
+    advantage each rollout's memberships carry (they must all agree within a rollout)."""
+    from clawrl.rl_core import OldPass, prepare_rl
+
+    batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
+    old = OldPass(logprobs=np.zeros(batch.num_tokens))
+    prepared = prepare_rl(batch, old, rewards, algorithm="grpo")
+    assert prepared.advantage is not None
+    out: dict[str, set[float]] = {}
+    for m, k in enumerate(batch.mem_traj.tolist()):
+        rid = batch.trajectories[k].rollout_id
+        out.setdefault(rid, set()).add(round(float(prepared.advantage[m]), 9))
+    assert all(len(v) == 1 for v in out.values()), out
+    return {rid: v.pop() for rid, v in out.items()}
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        # r1 repeats r0's tokens exactly
+        [[1, 2, 3], [1, 2, 3], [1, 4, 5], [1, 6, 7]],
+        # r1's tokens are a prefix of r0's
+        [[1, 2, 3, 4], [1, 2, 3], [1, 4, 5], [1, 6, 7]],
+    ],
+    ids=["identical", "prefix"],
+)
+def test_identical_and_prefix_rollouts_keep_their_own_reward(tokens: list[list[int]]) -> None:
+    """Issue 22: a rollout whose tokens equal, or are a prefix of, another rollout's must stay
+    in the group: rewards {1, 1, 0, 0} give GRPO advantages ±0.866 (std with ddof 1), not the
+    1.155 / −0.577 / −0.577 of a group that lost one of the reward-1 rollouts."""
+    rewards = {"r0": 1.0, "r1": 1.0, "r2": 0.0, "r3": 0.0}
+    seqs = [
+        TokenSequence(
+            token_ids=t,
+            trainable=[False] + [True] * (len(t) - 1),
+            logprobs=[0.0] + [-0.5] * (len(t) - 1),
+            rollout_id=f"r{k}",
+            call_id=f"c{k}",
+            metadata={"group_id": "g"},
+        )
+        for k, t in enumerate(tokens)
+    ]
+    adv = _grpo_adv_by_rollout(seqs, rewards)
+    assert sorted(adv) == ["r0", "r1", "r2", "r3"], adv
+    half = 0.5 / np.std([1.0, 1.0, 0.0, 0.0], ddof=1)  # 0.866
+    assert adv == pytest.approx({"r0": half, "r1": half, "r2": -half, "r3": -half}, abs=1e-5)
+
+
+@st.composite
+def _groups_with_duplicates_and_prefixes(draw: st.DrawFn) -> tuple[list[TokenSequence], bool]:
+    """GRPO groups whose rollouts often repeat, cut or extend each other's tokens."""
+    pool: list[list[int]] = []
+    seqs: list[TokenSequence] = []
+    for g in range(draw(st.integers(1, 3))):
+        for r in range(draw(st.integers(1, 5))):
+            rid = f"g{g}r{r}"
+            for c in range(draw(st.integers(1, 3))):
+                kind = draw(st.sampled_from(["fresh", "copy", "prefix", "extend"]))
+                if kind == "fresh" or not pool:
+                    toks = [
+                        draw(st.integers(0, 2)),
+                        *draw(st.lists(st.integers(0, 3), min_size=1, max_size=4)),
+                    ]
+                else:
+                    base = draw(st.sampled_from(pool))
+                    if kind == "copy":
+                        toks = list(base)
+                    elif kind == "prefix":
+                        toks = base[: draw(st.integers(2, max(2, len(base))))]
+                    else:
+                        toks = base + draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))
+                pool.append(toks)
+                n = len(toks)
+                mask = [False, *draw(st.lists(st.booleans(), min_size=n - 1, max_size=n - 1))]
+                mask[-1] = True  # every sequence generated at least its last token
+                seqs.append(
+                    TokenSequence(
+                        token_ids=toks,
+                        trainable=mask,
+                        logprobs=[-0.25 * (1 + k % 3) for k in range(n)],
+                        rollout_id=rid,
+                        call_id=f"{rid}c{c}",
+                        metadata={"group_id": f"g{g}"},
+                    )
+                )
+    return seqs, draw(st.booleans())
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=_groups_with_duplicates_and_prefixes(), reward_seed=st.integers(0, 10**6))
+def test_every_rollout_keeps_its_reward_and_advantage(
+    data: tuple[list[TokenSequence], bool], reward_seed: int
+) -> None:
+    """Every rollout given to the packer is in the packed batch with its own reward and
+    advantage: the GRPO advantages read back from the memberships equal
+    ``grpo_advantages`` over the rollouts as given (one tree per group, or all groups in one
+    tree), whatever tokens the rollouts share."""
+    from clawrl.rl_core import grpo_advantages
+
+    seqs, one_tree = data
+    rng = random.Random(reward_seed)
+    rollouts = list(dict.fromkeys(s.rollout_id for s in seqs))
+    rewards = {rid: float(rng.choice([0.0, 0.5, 1.0])) for rid in rollouts}
+    group = {s.rollout_id: s.metadata["group_id"] for s in seqs}
+    if one_tree:
+        batch_seqs = seqs
+        adv = _grpo_adv_by_rollout(batch_seqs, rewards)
+    else:
+        from clawrl.rl_core import OldPass, prepare_rl
+
+        trees = [
+            pack_token_sequences([s for s in seqs if s.metadata["group_id"] == g])
+            for g in dict.fromkeys(group.values())
+        ]
+        batch = TreeBatch.from_trees(trees)
+        prepared = prepare_rl(
+            batch, OldPass(logprobs=np.zeros(batch.num_tokens)), rewards, algorithm="grpo"
+        )
+        assert prepared.advantage is not None
+        adv = {}
+        for m, k in enumerate(batch.mem_traj.tolist()):
+            rid = batch.trajectories[k].rollout_id
+            adv.setdefault(rid, round(float(prepared.advantage[m]), 9))
+            assert adv[rid] == round(float(prepared.advantage[m]), 9)
+    expected = grpo_advantages(
+        np.asarray([rewards[r] for r in rollouts]), [group[r] for r in rollouts]
+    )
+    assert sorted(adv) == sorted(rollouts)
+    assert adv == pytest.approx(dict(zip(rollouts, expected.tolist(), strict=True)), abs=1e-8)
+
+
+def test_sequence_adapter_carries_logprobs_versions_names_and_side_paths() -> None:
+    """Per-token logprobs and policy versions (a run of trainable tokens may change version),
+    the sequence's call_id as ``leaf_call_id``, its side-path mark and its rollout metadata
+    reach the packed trajectories; two sequences of one rollout must agree on metadata."""
+    seqs = [
+        TokenSequence(
+            token_ids=[7, 1, 2, 3, 9, 4],
+            trainable=[True, True, True, False, False, True],
+            logprobs=[-9.0, -0.1, -0.2, -9.0, -9.0, -0.4],
+            policy_versions=[0, 3, 4, 0, 0, 5],
+            rollout_id="a",
+            call_id="main",
+            metadata={"group_id": "g"},
+        ),
+        TokenSequence(
+            token_ids=[7, 1, 8],
+            trainable=[False, False, True],
+            logprobs=[0.0, 0.0, -0.8],
+            rollout_id="b",
+            call_id="sub",
+            side_path=True,
+            metadata={"group_id": "g"},
+        ),
+    ]
+    tree = pack_token_sequences(seqs)
+    validate_packed_tree(tree)
+    assert tree.input_ids.tolist() == [7, 1, 2, 3, 9, 4, 8]  # children by ascending token
+    by_rollout = {t.rollout_id: t for t in tree.trajectories}
+    a, b = by_rollout["a"], by_rollout["b"]
+    assert (a.leaf_call_id, a.side_path, a.metadata) == ("main", False, {"group_id": "g"})
+    assert (b.leaf_call_id, b.side_path, b.length) == ("sub", True, 3)
+    mine = tree.mem_traj == a.index
+    assert tree.mem_token[mine].tolist() == [1, 2, 5]  # the first token is never trainable
+    assert tree.mem_logprob[mine].tolist() == [-0.1, -0.2, -0.4]
+    assert tree.mem_policy_version[mine].tolist() == [3, 4, 5]
+    assert tree.mem_token[tree.mem_traj == b.index].tolist() == [6]
+    with pytest.raises(PackingError, match="metadata"):
+        pack_token_sequences([seqs[0], dataclasses.replace(seqs[1], rollout_id="a", metadata={})])
+    with pytest.raises(PackingError, match="sequence 0"):
+        pack_token_sequences([TokenSequence([1, 2], [False, True], logprobs=[0.0, 0.5])])
+    with pytest.raises(PackingError, match="at least one"):
+        pack_token_sequences([])

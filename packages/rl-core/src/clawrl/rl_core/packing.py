@@ -3,10 +3,12 @@
 The layout is the contract of ``clawrl.prefixtree.PackedTree`` (DFS order, ``position_ids`` =
 depth, ``parent_index``, ``subtree_end``; token ``i`` attends token ``j`` iff
 ``j <= i < subtree_end[j]``; a sparse list of (token, trajectory) memberships of trainable
-tokens). This module:
+tokens). Every tree is built and packed by ``clawrl.prefixtree`` (one packer, one child
+order). This module:
 
-* :func:`pack_token_sequences` — a small trie builder from whole token sequences (used by SFT
-  and by tests; rollouts from the proxy are packed by ``clawrl.prefixtree``);
+* :func:`pack_token_sequences` — an adapter for whole token sequences with a per-token
+  trainable mask (tests, benchmarks, examples): each sequence becomes ``clawrl.prefixtree``
+  :class:`~clawrl.prefixtree.Call` s, packed by :meth:`~clawrl.prefixtree.PrefixTree.pack`;
 * :func:`validate_packed_tree` — checks the contract, raising :class:`PackingError`;
 * :class:`TreeBatch` — several trees concatenated into one forest with global trajectory
   indices (what one training step consumes);
@@ -16,12 +18,21 @@ tokens). This module:
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from clawrl.prefixtree import PackedTree, TrajectoryInfo
+from clawrl.prefixtree import (
+    SIDE_PATH_FLAG,
+    Call,
+    PackedTree,
+    PrefixTree,
+    PrefixTreeError,
+    TrajectoryInfo,
+)
 from clawrl.rl_core.errors import PackingError, TokenBudgetError
 
 __all__ = [
@@ -36,20 +47,22 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TokenSequence:
-    """One root-to-node token sequence to insert into a prefix tree.
+    """One root-to-node token sequence of a rollout, to pack with :func:`pack_token_sequences`.
 
     Attributes:
         token_ids: the tokens, in order.
-        trainable: one bool per token; True where this sequence's call generated the token
-            (RL) or where it is an assistant token (SFT).
-        logprobs: one rollout logprob per token (natural log; ignored where not trainable).
-            ``None`` means 0.0 everywhere (SFT).
-        policy_versions: one policy version per token (ignored where not trainable);
+        trainable: one bool per token; True where the rollout generated the token (RL) or
+            where it is an assistant token (SFT). The first token never is (nothing predicts
+            it).
+        logprobs: one rollout logprob per token (natural log, <= 0; ignored where not
+            trainable). ``None`` means 0.0 everywhere (SFT).
+        policy_versions: one policy version (>= 0) per token (ignored where not trainable);
             ``None`` means 0.
-        rollout_id: the rollout the sequence belongs to.
-        call_id: id of the call (or SFT turn) that produced the sequence.
-        side_path: mark the trajectories ending in this sequence as side paths.
-        metadata: copied to the :class:`TrajectoryInfo` of each trajectory ending here.
+        rollout_id: the rollout the sequence belongs to (its reward and GRPO group).
+        call_id: becomes ``TrajectoryInfo.leaf_call_id`` of the trajectory ending here.
+        side_path: mark the trajectory ending in this sequence as a side path.
+        metadata: the rollout's metadata (``group_id``, ...), copied to every trajectory of
+            the rollout; sequences of one rollout must carry equal metadata.
     """
 
     token_ids: Sequence[int]
@@ -62,137 +75,105 @@ class TokenSequence:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-class _Node:
-    __slots__ = ("children", "logprob", "seq", "token", "trainable", "version")
-
-    def __init__(self, token: int) -> None:
-        self.token = token
-        self.children: dict[int, _Node] = {}
-        self.trainable = False
-        self.logprob = 0.0
-        self.version = 0
-        self.seq = -1  # index of the last sequence that ended exactly here
+def _sequence_calls(seq: TokenSequence, s_idx: int, first_seq: int) -> list[Call]:
+    """The sequence as prefixtree calls: one call per maximal run of trainable tokens with
+    one policy version (prompt = every token before the run, completion = the run), and a
+    last call with an empty completion if the sequence ends in non-trainable tokens. The
+    last call's path is the whole sequence; call ids are ``"<s_idx>.<run>"``."""
+    n = len(seq.token_ids)
+    if n == 0:
+        raise PackingError(f"sequence {s_idx} is empty")
+    for name, arr in (
+        ("trainable", seq.trainable),
+        ("logprobs", seq.logprobs),
+        ("policy_versions", seq.policy_versions),
+    ):
+        if arr is not None and len(arr) != n:
+            raise PackingError(f"sequence {s_idx}: {name} has {len(arr)} entries for {n} tokens")
+    ids = np.asarray(seq.token_ids, dtype=np.int64)
+    train = np.asarray(seq.trainable, dtype=bool).copy()
+    train[0] = False
+    lp = np.zeros(n) if seq.logprobs is None else np.asarray(seq.logprobs, dtype=np.float64)
+    ver = (
+        np.zeros(n, dtype=np.int64)
+        if seq.policy_versions is None
+        else np.asarray(seq.policy_versions, dtype=np.int64)
+    )
+    # run boundaries: where trainable flips, or the version changes inside a trainable run
+    cut = np.flatnonzero((train[1:] != train[:-1]) | (train[1:] & (ver[1:] != ver[:-1]))) + 1
+    bounds = [0, *cut.tolist(), n]
+    spans = [(a, b) for a, b in itertools.pairwise(bounds) if train[a]]
+    if not spans or spans[-1][1] < n:
+        spans.append((n, n))
+    flags = frozenset({SIDE_PATH_FLAG}) if seq.side_path else frozenset()
+    try:
+        return [
+            Call(
+                call_id=f"{s_idx}.{j}",
+                session_id=seq.rollout_id,
+                seq=first_seq + j,
+                prompt_ids=ids[:a],
+                completion_ids=ids[a:b],
+                completion_logprobs=lp[a:b],
+                policy_version=int(ver[a]) if a < n else 0,
+                flags=flags if j == len(spans) - 1 else frozenset(),
+            )
+            for j, (a, b) in enumerate(spans)
+        ]
+    except PrefixTreeError as exc:
+        raise PackingError(f"sequence {s_idx}: {exc}") from exc
 
 
 def pack_token_sequences(sequences: Sequence[TokenSequence]) -> PackedTree:
-    """Insert whole token sequences into a token trie and pack it (DFS order).
+    """Pack whole token sequences with ``clawrl.prefixtree`` (one tree; several roots form a
+    forest).
 
-    A token is trainable iff some sequence marks it trainable at that position (the first such
-    sequence's logprob and policy version are kept); a sequence's first token never is (it has
-    no predecessor to predict it from). Trajectories are the root-to-leaf paths;
-    a sequence that is a prefix of another one ends at an interior node and adds no
-    trajectory. Memberships: one per (trainable token, trajectory through it). Sequences may
-    start with different tokens (several roots: a forest).
+    Each sequence is turned into calls of its rollout (see ``TokenSequence.trainable``),
+    inserted into one :class:`~clawrl.prefixtree.PrefixTree` and packed by
+    :meth:`~clawrl.prefixtree.PrefixTree.pack`, so the layout, the child order (ascending
+    first token) and the trajectory rule are prefixtree's: a rollout's trajectories are its
+    maximal sequences — a sequence that is a prefix of another sequence of the *same*
+    rollout adds none, while every rollout keeps its own trajectories even where its tokens
+    equal, or are a prefix of, another rollout's. A trajectory's memberships are the tokens
+    on its path that a sequence of its rollout marks trainable, with that rollout's logprob
+    and policy version (where several sequences of the rollout mark the same token,
+    prefixtree's choice: one on the trajectory's path first, then the earliest).
+    ``TrajectoryInfo.leaf_call_id`` is the ``call_id`` of a sequence ending at the leaf;
+    ``PackedTree.call_ids`` name the internal calls ``"<sequence index>.<run index>"``.
 
-    Cost: O(total tokens) Python operations — meant for SFT data and tests, not for 10⁸ tokens.
+    Cost: O(total tokens) numpy work and O(calls) Python steps.
 
     Raises:
-        PackingError: empty input, an empty sequence, or per-token lists of the wrong length.
+        PackingError: empty input, an empty sequence, per-token lists of the wrong length,
+            invalid values (a positive logprob, a negative token id or version), or two
+            sequences of one rollout with different metadata.
     """
     if not sequences:
         raise PackingError("pack_token_sequences needs at least one sequence")
-    root = _Node(-1)
+    tree = PrefixTree()
+    metadata: dict[str, dict[str, Any]] = {}
+    leaf_name: dict[str, str] = {}
+    n_calls = 0
     for s_idx, seq in enumerate(sequences):
-        n = len(seq.token_ids)
-        if n == 0:
-            raise PackingError(f"sequence {s_idx} is empty")
-        for name, arr in (
-            ("trainable", seq.trainable),
-            ("logprobs", seq.logprobs),
-            ("policy_versions", seq.policy_versions),
-        ):
-            if arr is not None and len(arr) != n:
-                raise PackingError(
-                    f"sequence {s_idx}: {name} has {len(arr)} entries for {n} tokens"
-                )
-        node = root
-        for k, tok in enumerate(seq.token_ids):
-            child = node.children.get(int(tok))
-            if child is None:
-                child = _Node(int(tok))
-                node.children[int(tok)] = child
-            node = child
-            if seq.trainable[k] and k > 0 and not node.trainable:
-                node.trainable = True
-                node.logprob = float(seq.logprobs[k]) if seq.logprobs is not None else 0.0
-                node.version = int(seq.policy_versions[k]) if seq.policy_versions is not None else 0
-        node.seq = s_idx
-
-    ids: list[int] = []
-    depth: list[int] = []
-    parent: list[int] = []
-    end: list[int] = []
-    trainable: list[bool] = []
-    logprob: list[float] = []
-    version: list[int] = []
-    leaves: list[tuple[int, int]] = []  # (token index, sequence index for metadata)
-    # iterative DFS; children in insertion order
-    stack: list[tuple[_Node, int, int, int]] = [
-        (c, 0, -1, -1) for c in reversed(list(root.children.values()))
-    ]
-    open_: list[int] = []  # indices whose subtree_end is pending, with their depth
-    while stack:
-        node, d, par, last_seq = stack.pop()
-        while open_ and depth[open_[-1]] >= d:
-            end[open_.pop()] = len(ids)
-        idx = len(ids)
-        ids.append(node.token)
-        depth.append(d)
-        parent.append(par)
-        end.append(-1)
-        trainable.append(node.trainable)
-        logprob.append(node.logprob)
-        version.append(node.version)
-        open_.append(idx)
-        seq_here = node.seq if node.seq >= 0 else last_seq
-        if not node.children:
-            leaves.append((idx, seq_here))
-        for c in reversed(list(node.children.values())):
-            stack.append((c, d + 1, idx, seq_here))
-    while open_:
-        end[open_.pop()] = len(ids)
-
-    parent_a = np.asarray(parent, dtype=np.int64)
-    train_a = np.asarray(trainable, dtype=bool)
-    mem_tok: list[int] = []
-    mem_trj: list[int] = []
-    trajs: list[TrajectoryInfo] = []
-    for t_idx, (leaf, s_idx) in enumerate(leaves):
-        path = []
-        j = leaf
-        while j >= 0:
-            path.append(j)
-            j = int(parent_a[j])
-        path.reverse()
-        tr = [p for p in path if train_a[p]]
-        mem_tok.extend(tr)
-        mem_trj.extend([t_idx] * len(tr))
-        seq = sequences[s_idx]
-        trajs.append(
-            TrajectoryInfo(
-                index=t_idx,
-                rollout_id=seq.rollout_id,
-                leaf_call_id=seq.call_id,
-                leaf_token=leaf,
-                length=len(path),
-                n_trainable=len(tr),
-                side_path=seq.side_path,
-                metadata=dict(seq.metadata),
+        calls = _sequence_calls(seq, s_idx, n_calls)
+        n_calls += len(calls)
+        for call in calls:
+            tree.insert(call, rollout_id=seq.rollout_id)
+        leaf_name[calls[-1].call_id] = seq.call_id
+        have = metadata.setdefault(seq.rollout_id, dict(seq.metadata))
+        if have != seq.metadata:
+            raise PackingError(
+                f"sequence {s_idx}: rollout {seq.rollout_id!r} already has metadata {have!r}, "
+                f"this sequence carries {seq.metadata!r}"
             )
-        )
-    mem_token = np.asarray(mem_tok, dtype=np.int64)
-    return PackedTree(
-        input_ids=np.asarray(ids, dtype=np.int64),
-        position_ids=np.asarray(depth, dtype=np.int64),
-        parent_index=parent_a,
-        subtree_end=np.asarray(end, dtype=np.int64),
-        trainable=train_a,
-        mem_token=mem_token,
-        mem_traj=np.asarray(mem_trj, dtype=np.int64),
-        mem_logprob=np.asarray(logprob, dtype=np.float64)[mem_token],
-        mem_policy_version=np.asarray(version, dtype=np.int64)[mem_token],
-        trajectories=tuple(trajs),
+    for rid, meta in metadata.items():
+        tree.set_rollout_metadata(rid, meta)
+    packed = tree.pack()
+    trajs = tuple(
+        dataclasses.replace(t, leaf_call_id=leaf_name.get(t.leaf_call_id, t.leaf_call_id))
+        for t in packed.trajectories
     )
+    return dataclasses.replace(packed, trajectories=trajs)
 
 
 def validate_packed_tree(tree: PackedTree) -> None:

@@ -21,7 +21,7 @@ from clawrl.rl_core import (
     pack_sft_trajectories,
     prepare_sft,
     read_trajectories,
-    render_sft_sequences,
+    render_sft_calls,
     split_by_token_budget,
 )
 from hypothesis import given, settings
@@ -63,24 +63,24 @@ def _traj(i: int) -> dict[str, Any]:
 
 
 def test_assistant_tokens_only_and_branching(chat_tokenizer: Any) -> None:
-    seqs = render_sft_sequences(_traj(0), chat_tokenizer, trajectory_id="t0")
-    assert len(seqs) == 3
+    calls = render_sft_calls(_traj(0), chat_tokenizer, trajectory_id="t0")
+    assert len(calls) == 3
+    assert [c.call_id for c in calls] == ["t0#2", "t0#4", "t0#6"]
     texts = []
-    for s in seqs:
-        ids = [t for t, m in zip(s.token_ids, s.trainable, strict=True) if m]
-        texts.append(chat_tokenizer.decode(ids))
-        # a trainable span is one contiguous suffix
-        first = list(s.trainable).index(True)
-        assert all(s.trainable[first:]) and not any(s.trainable[:first])
+    for c in calls:
+        # the trainable span is the call's completion: one contiguous suffix of its path
+        texts.append(chat_tokenizer.decode(c.completion_ids.tolist()))
+        assert c.session_id == "t0" and not c.completion_logprobs.any()
     assert texts[0].startswith("<think>\nuse bash\n</think>") and "touch f0" in texts[0]
     assert texts[1].startswith("<think>\nit worked") and texts[1].endswith("done 0<|im_end|>")
     assert texts[2] == "bye<|im_end|>"
     tree = pack_sft_trajectories([_traj(0)], chat_tokenizer)
     # turn 2 is an extension of turn 1 (same user turn), turn 3 drops the reasoning: 2 leaves
     assert len(tree.trajectories) == 2
-    n_assist = sum(int(np.sum(s.trainable)) for s in seqs)
+    n_assist = sum(int(c.completion_ids.size) for c in calls)
     assert int(tree.trainable.sum()) == n_assist
-    flat = sum(len(s.token_ids) for s in seqs)
+    assert [t.metadata for t in tree.trajectories] == [{"group_id": "t0"}] * 2
+    flat = sum(c.num_tokens for c in calls)
     assert len(tree.input_ids) < flat
 
 
@@ -109,10 +109,10 @@ def test_sft_tree_loss_and_grads_equal_flat(
     # flat oracle: every assistant turn rendered and forwarded alone, NLL of its tokens
     total, count = torch.zeros((), dtype=torch.float64), 0
     for i, tr in enumerate(trajs):
-        for s in render_sft_sequences(tr, chat_tokenizer, trajectory_id=str(i)):
-            x = torch.tensor([list(s.token_ids)])
+        for c in render_sft_calls(tr, chat_tokenizer, trajectory_id=str(i)):
+            x = torch.tensor([c.token_ids.tolist()])
             lp = torch.log_softmax(model(input_ids=x).logits[0], -1)
-            for k in np.nonzero(np.asarray(s.trainable))[0]:
+            for k in range(c.prompt_ids.size, c.num_tokens):
                 total = total - lp[k - 1, x[0, k]]
                 count += 1
     flat = total / count
@@ -139,11 +139,34 @@ def test_sft_training_reduces_loss(
     assert losses[-1] < 0.7 * losses[0]
 
 
+def test_repeated_conversations_each_keep_their_trajectories(chat_tokenizer: Any) -> None:
+    """Two trajectories with equal messages (or one a prefix of the other) are two rollouts:
+    neither loses its trajectories or memberships to the other (issue 22's dropped rollout)."""
+    a, b = _traj(0), {**_traj(0), "id": "copy"}
+    short = {**_traj(0), "id": "short", "messages": _traj(0)["messages"][:3]}
+    one = pack_sft_trajectories([a], chat_tokenizer)
+    tree = pack_sft_trajectories([a, b, short], chat_tokenizer)
+    assert tree.num_tokens == one.num_tokens  # the same tokens, stored once
+    per = {
+        rid: [t for t in tree.trajectories if t.rollout_id == rid]
+        for rid in ("t0", "copy", "short")
+    }
+    assert len(per["t0"]) == len(per["copy"]) == len(one.trajectories) == 2
+    assert len(per["short"]) == 1 and per["short"][0].metadata == {"group_id": "short"}
+    n_mem = np.bincount(tree.mem_traj, minlength=tree.num_trajectories)
+    for rid in ("t0", "copy"):
+        assert sorted(n_mem[t.index] for t in per[rid]) == sorted(
+            t.n_trainable for t in one.trajectories
+        )
+    with pytest.raises(SFTDataError, match="already in the tree"):
+        pack_sft_trajectories([a, {**_traj(1), "id": "t0"}], chat_tokenizer)
+
+
 def test_sft_errors(tmp_path: Path, chat_tokenizer: Any) -> None:
     with pytest.raises(SFTDataError, match="no assistant"):
-        render_sft_sequences({"messages": [{"role": "user", "content": "hi"}]}, chat_tokenizer)
+        render_sft_calls({"messages": [{"role": "user", "content": "hi"}]}, chat_tokenizer)
     with pytest.raises(SFTDataError, match="no role"):
-        render_sft_sequences({"messages": [{"content": "hi"}]}, chat_tokenizer)
+        render_sft_calls({"messages": [{"content": "hi"}]}, chat_tokenizer)
     p = tmp_path / "t.jsonl"
     p.write_bytes(orjson.dumps(_traj(0)) + b"\n\n" + b"{not json\n")
     with pytest.raises(SFTDataError, match=":3: invalid JSON"):

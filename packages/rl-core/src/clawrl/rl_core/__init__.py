@@ -60,7 +60,7 @@ from clawrl.rl_core.sft import (
     epoch_batches,
     pack_sft_trajectories,
     read_trajectories,
-    render_sft_sequences,
+    render_sft_calls,
 )
 from clawrl.rl_core.step import (
     OldPass,
@@ -121,7 +121,7 @@ __all__ = [
     "ratio_mask",
     "read_trajectories",
     "reference_kl_loss",
-    "render_sft_sequences",
+    "render_sft_calls",
     "sample_completions",
     "scatter_to_tokens",
     "seed_everything",

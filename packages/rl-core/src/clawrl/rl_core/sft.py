@@ -5,10 +5,12 @@ A trajectory is a JSON object with ``messages`` (OpenAI chat: system / user / as
 (function schemas). For every assistant message k we render, with the tokenizer's own chat
 template, the prompt ``messages[:k]`` (with the generation prompt) and the conversation
 ``messages[:k+1]``; the tokens after the prompt are that turn's assistant tokens (trainable),
-everything before is context. The per-turn sequences go into one prefix tree: where the
-template only appends, consecutive turns lie on one path and each shared token is computed
-once; where it rewrites history (e.g. Qwen3 drops earlier ``reasoning_content``) the next turn
-branches off, exactly like the rollouts the proxy records.
+everything before is context. Each turn is one ``clawrl.prefixtree`` :class:`Call` (prompt,
+completion = the assistant tokens), the trajectory is one rollout, and the calls go into one
+prefix tree: where the template only appends, consecutive turns lie on one path and each
+shared token is computed once; where it rewrites history (e.g. Qwen3 drops earlier
+``reasoning_content``) the next turn branches off, exactly like the rollouts the proxy
+records.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
-from clawrl.prefixtree import PackedTree
+from clawrl.prefixtree import Call, PackedTree, PrefixTree, PrefixTreeError
 from clawrl.rl_core.errors import SFTDataError
-from clawrl.rl_core.packing import TokenSequence, pack_token_sequences
 
-__all__ = ["epoch_batches", "pack_sft_trajectories", "read_trajectories", "render_sft_sequences"]
+__all__ = ["epoch_batches", "pack_sft_trajectories", "read_trajectories", "render_sft_calls"]
 
 
 def epoch_batches(n: int, batch_size: int, rng: random.Random) -> Iterator[list[int]]:
@@ -90,22 +92,27 @@ def _render(
     )
 
 
-def render_sft_sequences(
+def render_sft_calls(
     trajectory: Mapping[str, Any],
     tokenizer: Any,
     *,
     trajectory_id: str = "",
-) -> list[TokenSequence]:
-    """One :class:`TokenSequence` per assistant message (its tokens trainable, the rest not).
+) -> list[Call]:
+    """One ``clawrl.prefixtree`` :class:`Call` per assistant message: ``prompt_ids`` = the
+    rendering of the messages before it with the generation prompt, ``completion_ids`` = its
+    assistant tokens (the rest of the rendering of the conversation up to it, trainable),
+    ``completion_logprobs`` = 0.0, ``session_id`` = ``trajectory_id``, ``call_id`` =
+    ``"<trajectory_id>#<message index>"``, ``seq`` = the message index.
 
     Args:
         trajectory: ``{"messages": [...], "tools": [...], ...}``.
         tokenizer: any HF tokenizer with a chat template.
-        trajectory_id: becomes the sequences' ``rollout_id``.
+        trajectory_id: the trajectory's id (the calls' session id and rollout).
 
     Raises:
         SFTDataError: no chat template, no assistant message, a message that is not a dict
-            with a role, or a template whose rendering of a turn does not extend its prompt.
+            with a role, or a template whose rendering of a turn does not extend its prompt
+            (or renders an empty prompt).
     """
     if not getattr(tokenizer, "chat_template", None):
         raise SFTDataError("the tokenizer has no chat template")
@@ -116,45 +123,56 @@ def render_sft_sequences(
         if not isinstance(m, Mapping) or "role" not in m:
             raise SFTDataError(f"trajectory {trajectory_id!r}: message {k} has no role")
     tools = trajectory.get("tools")
-    seqs: list[TokenSequence] = []
+    calls: list[Call] = []
     for k, m in enumerate(messages):
         if m["role"] != "assistant":
             continue
         prompt = _render(tokenizer, messages[:k], tools, True)
         full = _render(tokenizer, messages[: k + 1], tools, False)
-        if full[: len(prompt)] != prompt or len(full) == len(prompt):
+        if not prompt or full[: len(prompt)] != prompt or len(full) == len(prompt):
             raise SFTDataError(
                 f"trajectory {trajectory_id!r}: the template's rendering of assistant message "
                 f"{k} does not extend its prompt"
             )
-        seqs.append(
-            TokenSequence(
-                token_ids=full,
-                trainable=[False] * len(prompt) + [True] * (len(full) - len(prompt)),
-                rollout_id=trajectory_id,
+        completion = full[len(prompt) :]
+        calls.append(
+            Call(
                 call_id=f"{trajectory_id}#{k}",
-                metadata={"group_id": trajectory_id},
+                session_id=trajectory_id,
+                seq=k,
+                prompt_ids=np.asarray(prompt, dtype=np.int64),
+                completion_ids=np.asarray(completion, dtype=np.int64),
+                completion_logprobs=np.zeros(len(completion)),
             )
         )
-    if not seqs:
+    if not calls:
         raise SFTDataError(f"trajectory {trajectory_id!r} has no assistant message")
-    return seqs
+    return calls
 
 
 def pack_sft_trajectories(
     trajectories: Iterable[Mapping[str, Any]],
     tokenizer: Any,
 ) -> PackedTree:
-    """Render every trajectory (:func:`render_sft_sequences`) and pack all of them into one
-    prefix tree (conversations sharing a prefix — a system prompt, a first turn — share
-    tokens). Trajectory ids: the ``id`` field if present, else the position.
+    """Render every trajectory (:func:`render_sft_calls`) and pack all of them into one
+    ``clawrl.prefixtree`` tree, each trajectory one rollout with metadata
+    ``{"group_id": <id>}`` (conversations sharing a prefix — a system prompt, a first turn —
+    share tokens; each keeps its own trajectories and memberships). Trajectory ids: the
+    ``id`` field if present, else the position.
 
     Raises:
-        SFTDataError: as :func:`render_sft_sequences`, or no trajectory at all.
+        SFTDataError: as :func:`render_sft_calls`, no trajectory at all, or two trajectories
+            with the same id whose assistant message k renders differently.
     """
-    seqs: list[TokenSequence] = []
+    tree = PrefixTree()
     for i, tr in enumerate(trajectories):
-        seqs.extend(render_sft_sequences(tr, tokenizer, trajectory_id=str(tr.get("id", i))))
-    if not seqs:
+        tid = str(tr.get("id", i))
+        try:
+            for call in render_sft_calls(tr, tokenizer, trajectory_id=tid):
+                tree.insert(call, rollout_id=tid)
+        except PrefixTreeError as exc:
+            raise SFTDataError(f"trajectory {tid!r}: {exc}") from exc
+        tree.set_rollout_metadata(tid, {"group_id": tid})
+    if not len(tree):
         raise SFTDataError("no trajectories to pack")
-    return pack_token_sequences(seqs)
+    return tree.pack()

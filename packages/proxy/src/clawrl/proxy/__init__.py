@@ -35,7 +35,14 @@ from clawrl.proxy.errors import (
     SessionNotFoundError,
     UnsupportedParameterError,
 )
-from clawrl.proxy.model_kit import build_default_model
+from clawrl.proxy.model_fetch import (
+    KNOWN_MODELS,
+    check_model_dir,
+    fetch_model,
+    list_models,
+    resolve_model,
+)
+from clawrl.proxy.model_kit import ModelKitError, build_default_model
 from clawrl.proxy.parse import (
     ParsedCompletion,
     ParsedToolCall,
@@ -60,6 +67,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "KNOWN_MODELS",
     "AdminClient",
     "AsyncAdminClient",
     "AuthenticationError",
@@ -74,6 +82,7 @@ __all__ = [
     "GenerationRequest",
     "GenerationResult",
     "InferenceBackend",
+    "ModelKitError",
     "NotFoundError",
     "NullBackend",
     "ParsedCompletion",
@@ -103,10 +112,14 @@ __all__ = [
     "__version__",
     "build_default_model",
     "build_proxy_app",
+    "check_model_dir",
+    "fetch_model",
     "format_assistant_text",
     "iter_records",
     "launch_sglang",
+    "list_models",
     "parse_completion",
     "read_records",
+    "resolve_model",
     "session_capture_path",
 ]

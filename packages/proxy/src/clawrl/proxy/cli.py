@@ -4,8 +4,16 @@
                 [--sglang-url URL | --launch-sglang] --socket PATH [--port N]
                 (--admin-socket PATH | --admin-port N) [--capture-dir DIR]
 
+    proxy model list [--json]
+    proxy model fetch NAME [--refetch] [--cache-dir DIR]
+    proxy model fetch --model-dir DIR        (same as: proxy model check DIR)
+    proxy model check DIR
+
 ``--model default`` serves the kit's tiny model (``build_default_model()``, tokenizer chosen
-with ``--tokenizer``). Exit codes: 0 after SIGINT/SIGTERM, 2 for bad arguments.
+with ``--tokenizer``); ``--model NAME`` a real model of the kit (``proxy model list``), fetched
+on first use. Exit codes: 0 after SIGINT/SIGTERM, 2 for bad arguments. ``proxy model``: 0 on
+success (the model directory on stdout for ``fetch``), 1 when a model cannot be fetched or a
+directory is not usable (the reason on stderr).
 """
 
 from __future__ import annotations
@@ -25,7 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="proxy", description="clawrl serving proxy")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="serve the model API and the admin API")
-    s.add_argument("--model", default="default", help="HF model directory, or 'default'")
+    s.add_argument(
+        "--model",
+        default="default",
+        help="HF model directory, 'default', or a known real model ('proxy model list')",
+    )
     s.add_argument(
         "--tokenizer",
         choices=["byte", "qwen3"],
@@ -82,7 +94,61 @@ def _parser() -> argparse.ArgumentParser:
         "context window)",
     )
     s.add_argument("--log-level", default="warning")
+
+    m = sub.add_parser("model", help="real models of the model kit: list, fetch, check")
+    msub = m.add_subparsers(dest="model_command", required=True)
+    ml = msub.add_parser("list", help="known models and whether each is cached")
+    ml.add_argument("--json", action="store_true", help="one JSON object per line")
+    mf = msub.add_parser("fetch", help="download, verify and convert a known model")
+    mf.add_argument("name", nargs="?", help="a known model (see 'proxy model list')")
+    mf.add_argument("--model-dir", help="validate an HF directory you already have instead")
+    mf.add_argument("--refetch", action="store_true", help="fetch again even if cached")
+    mc = msub.add_parser("check", help="validate an HF causal-LM directory")
+    mc.add_argument("model_dir")
+    for q in (ml, mf, mc):
+        q.add_argument(
+            "--cache-dir",
+            help="cache root (default: $CLAWRL_MODEL_CACHE, else ~/.cache/clawrl/models)",
+        )
+        q.add_argument("--log-level", default="info")
     return p
+
+
+def _model_command(args: argparse.Namespace) -> int:
+    import json
+
+    from clawrl.proxy.model_fetch import check_model_dir, fetch_model, list_models
+    from clawrl.proxy.model_kit import ModelKitError
+
+    try:
+        if args.model_command == "list":
+            rows = list_models(args.cache_dir)
+            if args.json:
+                for row in rows:
+                    print(json.dumps(row, sort_keys=True))
+                return 0
+            for row in rows:
+                state = f"cached at {row['path']}" if row["cached"] else "not cached"
+                print(
+                    f"{row['name']:30} {row['architecture']:6} {row['parameters']:>5} "
+                    f"{row['bytes'] / 1e6:6.1f} MB  {row['license']:10} {row['packages']}  "
+                    f"[{state}]"
+                )
+            return 0
+        model_dir = args.model_dir
+        if args.model_command == "fetch" and (args.name is None) == (model_dir is None):
+            print("proxy model fetch: give a model NAME or --model-dir DIR", file=sys.stderr)
+            return 2
+        if model_dir is not None:
+            info = check_model_dir(model_dir)
+            print(json.dumps(info, indent=2, sort_keys=True), file=sys.stderr)
+            print(info["path"])
+            return 0
+        print(fetch_model(args.name, cache_dir=args.cache_dir, refetch=args.refetch))
+        return 0
+    except ModelKitError as exc:
+        print(f"proxy model {args.model_command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 def _model_dir(args: argparse.Namespace) -> Path:
@@ -90,6 +156,10 @@ def _model_dir(args: argparse.Namespace) -> Path:
         from clawrl.proxy.model_kit import build_default_model
 
         return Path(build_default_model(args.tokenizer))
+    from clawrl.proxy.model_fetch import KNOWN_MODELS, fetch_model
+
+    if args.model in KNOWN_MODELS and not Path(args.model).is_dir():
+        return fetch_model(args.model)
     return Path(args.model)
 
 
@@ -132,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
+    if args.command == "model":
+        return _model_command(args)
     from clawrl.proxy.render import ChatRenderer
     from clawrl.proxy.server import ProxyServer, ServerConfig, build_proxy_app
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from clawrl.rl_core import (
@@ -236,3 +237,35 @@ def test_ppo_epochs_and_minibatches(
     assert trainer.scheduler.get_last_lr()[0] == pytest.approx(1e-2 * 4 / 8)
     with pytest.raises(ConfigError):
         TrainerConfig(update_epochs=0)
+
+
+def test_old_pass_runs_in_eval_mode(
+    tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any]
+) -> None:
+    """π_old comes from the policy with dropout off: with attention dropout 0.5, two old
+    passes in train mode agree exactly and equal the eval-mode forward, although two
+    train-mode forwards differ; the model is back in train mode afterwards."""
+    from clawrl.rl_core import TreeBatch, old_pass, split_by_token_budget, tree_forward
+
+    model = tiny_model_factory(torch.float32, seed=8, vocab=16)
+    for mod in model.modules():
+        if hasattr(mod, "attention_dropout"):
+            mod.attention_dropout = 0.5
+    trees, _ = toy_task(model, 2, 2, 0)
+    batch = TreeBatch.from_trees(trees)
+    pieces = split_by_token_budget(batch, None)
+    model.eval()
+    ref = old_pass(model, batch, pieces).logprobs
+    model.train()
+    a = old_pass(model, batch, pieces).logprobs
+    b = old_pass(model, batch, pieces).logprobs
+    assert model.training and all(m.training for m in model.modules())
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, ref)
+    # dropout is really on in train mode: two forwards disagree
+    p = pieces[0]
+    args = [
+        torch.as_tensor(x)
+        for x in (p.input_ids, p.position_ids, p.parent_index, p.subtree_end, p.targets)
+    ]
+    assert not torch.equal(tree_forward(model, *args).logprobs, tree_forward(model, *args).logprobs)

@@ -11,7 +11,8 @@ The optimiser step is the trainer's job (:mod:`clawrl.rl_core.trainer`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,6 +127,21 @@ def _forward(
     )
 
 
+@contextmanager
+def _eval_mode(*modules: nn.Module | None) -> Iterator[None]:
+    """Put modules in eval mode (dropout off) and restore each one's mode afterwards."""
+    mods = [m for m in modules if m is not None]
+    modes = [[(s, s.training) for s in m.modules()] for m in mods]
+    try:
+        for m in mods:
+            m.eval()
+        yield
+    finally:
+        for saved in modes:
+            for sub, was in saved:
+                sub.train(was)
+
+
 @torch.no_grad()
 def old_pass(
     model: nn.Module,
@@ -138,7 +154,39 @@ def old_pass(
     critic: Critic | None = None,
     ref_model: nn.Module | None = None,
 ) -> OldPass:
-    """Forward every piece without gradients; π_old (and V_old, π_ref) per trainable token."""
+    """Forward every piece without gradients; π_old (and V_old, π_ref) per trainable token.
+
+    Runs ``model``, ``value_head``, ``critic`` and ``ref_model`` in eval mode (dropout off,
+    so π_old is deterministic and is the policy the engine samples from), restoring each
+    module's train/eval mode afterwards.
+
+    Returns:
+        :class:`OldPass`, float64 [N] arrays (NaN at tokens that are no piece's target).
+    """
+    with _eval_mode(model, value_head, critic, ref_model):
+        return _old_pass(
+            model,
+            batch,
+            pieces,
+            temperature=temperature,
+            chunk_size=chunk_size,
+            value_head=value_head,
+            critic=critic,
+            ref_model=ref_model,
+        )
+
+
+def _old_pass(
+    model: nn.Module,
+    batch: TreeBatch,
+    pieces: Sequence[TreePiece],
+    *,
+    temperature: float,
+    chunk_size: int,
+    value_head: nn.Module | None,
+    critic: Critic | None,
+    ref_model: nn.Module | None,
+) -> OldPass:
     n = batch.num_tokens
     lp = np.full(n, np.nan)
     inner = getattr(model, "module", model)

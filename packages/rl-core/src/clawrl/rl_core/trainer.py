@@ -5,7 +5,8 @@ The trainer orchestrates; the math is in :mod:`advantages`, :mod:`losses`,
 step on a batch of packed trees:
 
 1. split the forest into pieces of at most ``token_budget`` tokens;
-2. no-grad pass: π_old (and V_old, π_ref) per token;
+2. no-grad pass in eval mode (dropout off; train mode restored after): π_old (and V_old,
+   π_ref) per token;
 3. advantages, corrections, aggregation weights on the membership list;
 4. forward + backward per piece (gradients accumulate), clip the gradient norm, AdamW step,
    LR-schedule step — ``update_epochs`` × ``num_minibatches`` times; step and policy

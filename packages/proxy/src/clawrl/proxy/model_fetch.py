@@ -552,6 +552,8 @@ def _is_current(spec: RealModelSpec, model_dir: Path) -> bool:
         manifest is not None
         and manifest.get("format") == FETCH_FORMAT
         and manifest.get("gguf", {}).get("sha256") == spec.sha256
+        and (model_dir / "config.json").is_file()
+        and any(model_dir.glob("*.safetensors"))
     )
 
 

@@ -4,29 +4,39 @@ Task side: load a task directory in any supported layout (:func:`load_task`), bu
 workspace (:func:`prepare_workspace`), run its oracle (:func:`run_solution`) and score a
 workspace tamper-proof (:func:`verify`) through an :class:`Executor`.
 
-Rollout side: harness adapters behind one interface (:class:`HarnessAdapter`;
-:class:`ReferenceHarness`, :class:`MiniSweAgentHarness`, :class:`OracleHarness`), the
-rollout runner (:func:`run_rollouts`, :class:`RolloutRunner`: one podman sandbox and one
-proxy session per rollout), metrics (:func:`aggregate`, :func:`pass_at_k`) and reports
-(``bench`` CLI).
+Rollout side: harness adapters behind one interface (:mod:`clawrl.bench.harness`:
+:class:`HarnessAdapter`, :func:`get_harness`; reference, mini-swe-agent, the npm harnesses,
+oracle, noop), the rollout runner (:func:`run_rollouts`, :class:`RolloutRunner`: one podman
+sandbox and one proxy session per rollout), metrics (:func:`aggregate`, :func:`pass_at_k`)
+and reports (``bench`` CLI).
 """
 
 from clawrl.bench.errors import BenchError, ExecutorError, HostVerificationError, TaskLoadError
 from clawrl.bench.executors import ExecResult, ExecSpec, Executor, LocalExecutor, Mount
-from clawrl.bench.harnesses import (
+from clawrl.bench.harness import (
     HARNESS_LOG_DIR,
+    NODE_HARNESS_VERSIONS,
+    ORACLE_COPY_DIR,
+    ClaudeCodeHarness,
+    CodexHarness,
     HarnessAdapter,
     HarnessContext,
     HarnessInstallError,
     HarnessLaunch,
     HarnessOutcome,
     MiniSweAgentHarness,
+    NodeHarness,
+    OpenClawHarness,
     OracleHarness,
+    PiHarness,
     ReferenceHarness,
     get_harness,
     harness_cache_dir,
     harness_names,
+    oracle_completions,
+    oracle_shell_command,
     reference_agent_path,
+    scripted_oracle,
 )
 from clawrl.bench.learnable import (
     LEARNABLE_WORDS,
@@ -42,17 +52,6 @@ from clawrl.bench.loaders import (
     load_task,
 )
 from clawrl.bench.metrics import AggregateReport, GroupStats, ScoredRollout, aggregate, pass_at_k
-from clawrl.bench.node_harnesses import (
-    NODE_HARNESS_VERSIONS,
-    ClaudeCodeHarness,
-    CodexHarness,
-    NodeHarness,
-    OpenClawHarness,
-    PiHarness,
-    oracle_shell_command,
-    scripted_oracle,
-)
-from clawrl.bench.oracle_script import ORACLE_COPY_DIR, oracle_completions
 from clawrl.bench.runner import (
     ModelEndpoint,
     RolloutEvent,

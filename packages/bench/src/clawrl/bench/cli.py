@@ -31,9 +31,8 @@ from typing import Any, cast
 
 from clawrl.bench.config import BenchConfig, ConfigError, load_config
 from clawrl.bench.errors import BenchError
-from clawrl.bench.harnesses import HarnessAdapter, get_harness, harness_names
+from clawrl.bench.harness import HarnessAdapter, get_harness, harness_names, oracle_completions
 from clawrl.bench.loaders import load_builtin_suite, load_suite, load_task
-from clawrl.bench.oracle_script import oracle_completions
 from clawrl.bench.report import summarize, write_results
 from clawrl.bench.runner import (
     ModelEndpoint,

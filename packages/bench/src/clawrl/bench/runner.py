@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 from clawrl.bench.errors import BenchError
 from clawrl.bench.executors import Executor
-from clawrl.bench.harnesses import (
+from clawrl.bench.harness import (
     HARNESS_LOG_DIR,
     HarnessAdapter,
     HarnessContext,

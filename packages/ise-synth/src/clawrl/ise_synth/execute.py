@@ -6,7 +6,7 @@ user turns), one proxy session for the agent. Per user turn:
 1. the user simulator (stage 2) sees the conversation so far — the agent's final replies and a
    summary of the workspace changes each turn made — and answers the next query or ends the
    session;
-2. the reference harness (clawrl.bench's ``reference_agent.py``, run by the sandbox's
+2. the reference harness (:class:`clawrl.bench.harness.ReferenceHarness`, run by the sandbox's
    ``/usr/bin/python3``) resumes the whole conversation (``--messages-file``), appends the
    query and runs its tool loop against the model through the proxy session (the in-sandbox
    forwarder and the mounted model socket), so every tool call really executes — failures
@@ -29,7 +29,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from clawrl.bench import ModelEndpoint, reference_agent_path
+from clawrl.bench import ModelEndpoint
+from clawrl.bench.harness import REFERENCE_AGENT_MOUNT, ReferenceHarness, reference_agent_path
 from clawrl.ise_synth.errors import SimulatorDriftError, SimulatorError
 from clawrl.ise_synth.records import IntentRecord
 from clawrl.ise_synth.simulator import AgentTurn, SimulatorReply, SimulatorTurn, UserSimulator
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 #: Where the reference agent program is mounted (read-only) inside the session's sandbox.
-AGENT_MOUNT = "/run/clawrl/harness/reference_agent.py"
+AGENT_MOUNT = REFERENCE_AGENT_MOUNT
 _STATE_DIR = "/tmp/clawrl-ise"
 #: One user turn in one exec (stdlib, run by the sandbox's python3): list the workspace, write
 #: the query, run the agent (its own timeout), read its transcript, list the workspace again;
@@ -175,21 +176,19 @@ def workspace_changes(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 def _agent_argv(base_url: str, config: SessionConfig, resume: bool) -> list[str]:
-    argv = [
-        "/usr/bin/python3", AGENT_MOUNT,
-        "--base-url", base_url,
-        "--model", config.agent_model,
-        "--task-file", f"{_STATE_DIR}/query.md",
-        "--workdir", "/workspace",
-        "--max-turns", str(config.agent_max_turns),
-        "--bash-timeout", f"{config.bash_timeout_s:g}",
-        "--transcript", f"{_STATE_DIR}/transcript.json",
-    ]  # fmt: skip
-    if config.agent_max_tokens:
-        argv += ["--max-tokens", str(config.agent_max_tokens)]
-    if resume:
-        argv += ["--messages-file", f"{_STATE_DIR}/transcript.json"]
-    return argv
+    """The reference harness's command line for one user turn (``resume``: continue the
+    conversation of the previous turns' transcript)."""
+    transcript = f"{_STATE_DIR}/transcript.json"
+    return ReferenceHarness(bash_timeout_s=config.bash_timeout_s).agent_argv(
+        base_url=base_url,
+        model=config.agent_model,
+        task_file=f"{_STATE_DIR}/query.md",
+        workdir="/workspace",
+        max_turns=config.agent_max_turns,
+        transcript=transcript,
+        max_tokens=config.agent_max_tokens,
+        messages_file=transcript if resume else None,
+    )
 
 
 async def run_session(

@@ -9,13 +9,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clawrl.bench.harness import reference_agent_path
 
-AGENT = Path(str(resources.files("clawrl.bench") / "harness_programs" / "reference_agent.py"))
+AGENT = reference_agent_path()
 
 
 def _tool_call(i: int, name: str, args: dict[str, Any] | str) -> dict[str, Any]:

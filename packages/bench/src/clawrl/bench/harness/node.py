@@ -1,17 +1,17 @@
 """Adapters for the real npm agent harnesses: Claude Code, Codex CLI, pi and OpenClaw.
 
-Each one follows the four steps of :class:`~clawrl.bench.HarnessAdapter`:
+Each one follows the four steps of :class:`~clawrl.bench.harness.HarnessAdapter`:
 
 1. ``prepare`` installs the pinned npm package once into
-   ``<cache>/<name>-<version>/`` (:func:`~clawrl.bench.harness_cache_dir`, the layout and
-   lock of ``tools/harnesses/install.sh``, so either installs it for both) with ``npm``,
+   ``<cache>/<name>-<version>/`` (:func:`~clawrl.bench.harness.harness_cache_dir`, the layout
+   and lock of ``tools/harnesses/install.sh``, so either installs it for both) with ``npm``,
    reporting npm's output lines as progress; a ``.complete`` stamp marks a finished install;
 2. ``mounts`` mounts that prefix **read-only at the same path** in the sandbox (OpenClaw's
    launcher holds absolute paths; Node 24 for OpenClaw comes from the npm ``node`` package
    inside the prefix — the sandbox only sees the host's ``/usr``, whose Debian Node is 20);
 3. ``launch`` writes the harness's provider configuration into a fresh in-sandbox ``HOME``
-   (``/tmp/clawrl-harness/home``) and runs it headless against the rollout's proxy session
-   (invocations of ``shared/HARNESSES.md``, verified offline);
+   (``<log_dir>/home`` = ``/tmp/clawrl-harness/home``) and runs it headless against the
+   rollout's proxy session (invocations of ``shared/HARNESSES.md``, verified offline);
 4. ``outcome`` reads the exit status (and Claude Code's final ``result`` event).
 
 Facts per harness (``shared/HARNESSES.md``, ``packages/proxy/tests/fixtures/harness_requests``):
@@ -31,40 +31,38 @@ a test keeps them equal) and written into results through :meth:`describe`.
 
 from __future__ import annotations
 
-import base64
-import fcntl
 import json
 import os
-import shlex
 import shutil
-import time
-from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
-from clawrl.bench.harnesses import (
-    HarnessAdapter,
+from clawrl.bench.harness.base import (
+    HARNESS_LOG_DIR,
     HarnessContext,
     HarnessInstallError,
     HarnessLaunch,
     HarnessOutcome,
     ProgressFn,
     WireAPI,
-    harness_cache_dir,
-    run_streamed,
+    exit_code_outcome,
 )
+from clawrl.bench.harness.install import CachedHarness, harness_cache_dir, run_streamed
+from clawrl.bench.harness.oracle import oracle_shell_command
 from clawrl.bench.task import Task
+from clawrl.proxy import format_assistant_text
 
 __all__ = [
     "NODE_HARNESS_NAMES",
     "NODE_HARNESS_VERSIONS",
+    "SANDBOX_HOME",
     "ClaudeCodeHarness",
     "CodexHarness",
     "NodeHarness",
     "OpenClawHarness",
     "PiHarness",
     "make_node_harness",
-    "oracle_shell_command",
     "scripted_oracle",
 ]
 
@@ -81,8 +79,9 @@ NODE_HARNESS_VERSIONS: dict[str, dict[str, str]] = {
     "pi": {"package": "@mariozechner/pi-coding-agent", "version": "0.73.1", "bin": "pi"},
 }
 
-#: The in-sandbox home directory of every npm harness (fresh per rollout: /tmp is per sandbox).
-SANDBOX_HOME = "/tmp/clawrl-harness/home"
+#: The in-sandbox home directory of every npm harness, ``<log_dir>/home`` (fresh per rollout:
+#: /tmp is per sandbox).
+SANDBOX_HOME = f"{HARNESS_LOG_DIR}/home"
 
 OpenClawAPI = Literal["openai-completions", "anthropic-messages", "openai-responses"]
 _OPENCLAW_WIRE: dict[str, WireAPI] = {
@@ -92,7 +91,12 @@ _OPENCLAW_WIRE: dict[str, WireAPI] = {
 }
 
 
-def _home_env(home: str = SANDBOX_HOME) -> dict[str, str]:
+def _home(ctx: HarnessContext) -> str:
+    return f"{ctx.log_dir}/home"
+
+
+def _home_env(ctx: HarnessContext) -> dict[str, str]:
+    home = _home(ctx)
     return {
         "HOME": home,
         "XDG_CONFIG_HOME": f"{home}/.config",
@@ -104,17 +108,26 @@ def _home_env(home: str = SANDBOX_HOME) -> dict[str, str]:
     }
 
 
-class NodeHarness(HarnessAdapter):
+def _provider_model(ctx: HarnessContext, context_window: int, **extra: Any) -> dict[str, Any]:
+    """The one model entry of a pi / OpenClaw provider (no reasoning, the output cap)."""
+    return {
+        "id": ctx.model,
+        **extra,
+        "reasoning": False,
+        "contextWindow": context_window,
+        "maxTokens": ctx.max_tokens or 4096,
+    }
+
+
+class NodeHarness(CachedHarness):
     """Shared install / mount logic of the npm harnesses (abstract: subclasses launch).
 
     Args:
         version: npm version (default: the pin in :data:`NODE_HARNESS_VERSIONS`).
-        cache_dir: runtime cache root (default :func:`~clawrl.bench.harness_cache_dir`).
+        cache_dir: runtime cache root (default :func:`~clawrl.bench.harness.harness_cache_dir`).
         npm: the ``npm`` executable used to install (default: found on ``PATH``).
     """
 
-    #: key in :data:`NODE_HARNESS_VERSIONS`
-    key = ""
     #: the harness's shell tool and its command argument (for :func:`scripted_oracle`)
     shell_tool: tuple[str, str] = ("bash", "command")
 
@@ -129,17 +142,9 @@ class NodeHarness(HarnessAdapter):
         self.npm = npm
 
     @property
-    def prefix(self) -> Path:
-        """``<cache>/<name>-<version>`` (mounted read-only at the same path)."""
-        return self.cache_dir / f"{self.key}-{self.version}"
-
-    @property
     def binary(self) -> Path:
         """The launcher: ``<prefix>/bin/<bin>``."""
         return self.prefix / "bin" / self.bin_name
-
-    def installed(self) -> bool:
-        return (self.prefix / ".complete").is_file() and self.binary.exists()
 
     def _npm_install(self, say: ProgressFn, env: dict[str, str], *specs: str) -> None:
         npm = self.npm or shutil.which("npm")
@@ -165,40 +170,15 @@ class NodeHarness(HarnessAdapter):
         if not link.is_symlink():
             link.symlink_to(f"../node_modules/.bin/{self.bin_name}")
 
-    def prepare(self, progress: ProgressFn | None = None) -> None:
-        """Install the pinned package unless cached (under the cache's install lock).
-
-        Raises:
-            HarnessInstallError: no ``npm`` or the install failed (the prefix is removed).
-        """
-        say = progress or (lambda _msg: None)
-        if self.installed():
-            return
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.cache_dir / ".install.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # the lock tools/harnesses/install.sh takes too
-            if self.installed():
-                return
-            started = time.monotonic()
-            shutil.rmtree(self.prefix, ignore_errors=True)
-            try:
-                self._install(say)
-            except BaseException:
-                shutil.rmtree(self.prefix, ignore_errors=True)
-                raise
-            (self.prefix / ".complete").touch()
-            say(f"{self.key} {self.version}: installed in {time.monotonic() - started:.0f} s")
-
     def mounts(self, task: Task) -> dict[str, str]:
         return {str(self.prefix): str(self.prefix)}
 
+    def outcome(self, exit_code: int, logs: Mapping[str, str], stdout: str) -> HarnessOutcome:
+        """Exit 0 = ended by itself with a final answer."""
+        return exit_code_outcome(exit_code, "final_answer")
+
     def describe(self) -> dict[str, Any]:
-        return {
-            **super().describe(),
-            "package": self.package,
-            "version": self.version,
-            "prefix": str(self.prefix),
-        }
+        return {**super().describe(), "package": self.package, "prefix": str(self.prefix)}
 
 
 # --------------------------------------------------------------------------- Claude Code
@@ -231,7 +211,7 @@ class ClaudeCodeHarness(NodeHarness):
         self.lean = lean
 
     def launch(self, ctx: HarnessContext) -> HarnessLaunch:
-        env = _home_env()
+        env = _home_env(ctx)
         env.update(
             ANTHROPIC_BASE_URL=ctx.anthropic_base_url,
             ANTHROPIC_API_KEY=ctx.api_key,
@@ -250,22 +230,18 @@ class ClaudeCodeHarness(NodeHarness):
             env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(ctx.max_tokens)
         argv = [
             str(self.binary),
-            "-p",
-            ctx.task.instruction,
+            "-p", ctx.task.instruction,
             "--dangerously-skip-permissions",
-            "--output-format",
-            "stream-json",
+            "--output-format", "stream-json",
             "--verbose",
-            "--model",
-            ctx.model,
-            "--max-turns",
-            str(ctx.max_turns),
-        ]
+            "--model", ctx.model,
+            "--max-turns", str(ctx.max_turns),
+        ]  # fmt: skip
         return HarnessLaunch(
             argv=tuple(argv),
             env=env,
             workdir=ctx.task.workspace_path,
-            files={f"{SANDBOX_HOME}/.keep": ""},
+            files={f"{_home(ctx)}/.keep": ""},
         )
 
     def outcome(self, exit_code: int, logs: Mapping[str, str], stdout: str) -> HarnessOutcome:
@@ -320,7 +296,7 @@ class CodexHarness(NodeHarness):
 
     def launch(self, ctx: HarnessContext) -> HarnessLaunch:
         codex_home = f"{ctx.log_dir}/codex-home"
-        env = _home_env()
+        env = _home_env(ctx)
         env.update(CODEX_HOME=codex_home, P_KEY=ctx.api_key)
         provider = (
             f'{{name="p",base_url="{ctx.openai_base_url}",env_key="P_KEY",wire_api="responses"}}'
@@ -331,13 +307,10 @@ class CodexHarness(NodeHarness):
             "--skip-git-repo-check",
             "--dangerously-bypass-approvals-and-sandbox",
             "--json",
-            "-c",
-            "model_provider=p",
-            "-c",
-            f"model_providers.p={provider}",
-            "-m",
-            ctx.model,
-        ]
+            "-c", "model_provider=p",
+            "-c", f"model_providers.p={provider}",
+            "-m", ctx.model,
+        ]  # fmt: skip
         if ctx.max_tokens:
             argv += ["-c", f"model_max_output_tokens={ctx.max_tokens}"]
         argv.append(ctx.task.instruction)
@@ -345,7 +318,7 @@ class CodexHarness(NodeHarness):
             argv=tuple(argv),
             env=env,
             workdir=ctx.task.workspace_path,
-            files={f"{SANDBOX_HOME}/.keep": "", f"{codex_home}/.keep": ""},
+            files={f"{_home(ctx)}/.keep": "", f"{codex_home}/.keep": ""},
         )
 
     def outcome(self, exit_code: int, logs: Mapping[str, str], stdout: str) -> HarnessOutcome:
@@ -379,45 +352,27 @@ class PiHarness(NodeHarness):
         self.context_window = context_window
 
     def launch(self, ctx: HarnessContext) -> HarnessLaunch:
-        models = {
-            "providers": {
-                "clawrl": {
-                    "baseUrl": ctx.openai_base_url,
-                    "api": "openai-completions",
-                    "apiKey": ctx.api_key,
-                    "models": [
-                        {
-                            "id": ctx.model,
-                            "reasoning": False,
-                            "contextWindow": self.context_window,
-                            "maxTokens": ctx.max_tokens or 4096,
-                        }
-                    ],
-                }
-            }
+        provider = {
+            "baseUrl": ctx.openai_base_url,
+            "api": "openai-completions",
+            "apiKey": ctx.api_key,
+            "models": [_provider_model(ctx, self.context_window)],
         }
+        models = {"providers": {"clawrl": provider}}
         argv = [
             str(self.binary),
             "-p",
-            "--provider",
-            "clawrl",
-            "--model",
-            ctx.model,
-            "--mode",
-            "json",
+            "--provider", "clawrl",
+            "--model", ctx.model,
+            "--mode", "json",
             ctx.task.instruction,
-        ]
+        ]  # fmt: skip
         return HarnessLaunch(
             argv=tuple(argv),
-            env=_home_env(),
+            env=_home_env(ctx),
             workdir=ctx.task.workspace_path,
-            files={f"{SANDBOX_HOME}/.pi/agent/models.json": json.dumps(models, indent=2)},
+            files={f"{_home(ctx)}/.pi/agent/models.json": json.dumps(models, indent=2)},
         )
-
-    def outcome(self, exit_code: int, logs: Mapping[str, str], stdout: str) -> HarnessOutcome:
-        if exit_code == 0:
-            return HarnessOutcome(ok=True, end_reason="final_answer")
-        return super().outcome(exit_code, logs, stdout)
 
 
 # ------------------------------------------------------------------------------ OpenClaw
@@ -472,64 +427,45 @@ class OpenClawHarness(NodeHarness):
         )
         self.binary.chmod(0o755)
 
-    def launch(self, ctx: HarnessContext) -> HarnessLaunch:
+    def config(self, ctx: HarnessContext) -> dict[str, Any]:
+        """The ``openclaw.json5`` of one rollout: provider ``clawrl`` + the agent defaults."""
         base = (
             ctx.anthropic_base_url if self.api_mode == "anthropic-messages" else ctx.openai_base_url
         )
-        cfg = {
-            "models": {
-                "providers": {
-                    "clawrl": {
-                        "baseUrl": base,
-                        "apiKey": ctx.api_key,
-                        "api": self.api_mode,
-                        "models": [
-                            {
-                                "id": ctx.model,
-                                "name": ctx.model,
-                                "reasoning": False,
-                                "input": ["text"],
-                                "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-                                "contextWindow": self.context_window,
-                                "maxTokens": ctx.max_tokens or 4096,
-                            }
-                        ],
-                    }
-                }
-            },
-            "agents": {
-                "defaults": {
-                    "model": {"primary": f"clawrl/{ctx.model}"},
-                    "workspace": ctx.task.workspace_path,
-                }
-            },
+        cost = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}
+        model = _provider_model(ctx, self.context_window, name=ctx.model, input=["text"], cost=cost)
+        provider = {"baseUrl": base, "apiKey": ctx.api_key, "api": self.api_mode, "models": [model]}
+        defaults = {
+            "model": {"primary": f"clawrl/{ctx.model}"},
+            "workspace": ctx.task.workspace_path,
         }
+        return {"models": {"providers": {"clawrl": provider}}, "agents": {"defaults": defaults}}
+
+    def launch(self, ctx: HarnessContext) -> HarnessLaunch:
         cfg_path = f"{ctx.log_dir}/openclaw.json5"
-        env = _home_env()
-        env["OPENCLAW_STATE_DIR"] = f"{SANDBOX_HOME}/.openclaw"
+        env = _home_env(ctx)
+        env["OPENCLAW_STATE_DIR"] = f"{_home(ctx)}/.openclaw"
         argv = [
             str(self.binary),
             "agent",
             "exec",
-            "--config",
-            cfg_path,
-            "--model",
-            f"clawrl/{ctx.model}",
-            "--cwd",
-            ctx.task.workspace_path,
+            "--config", cfg_path,
+            "--model", f"clawrl/{ctx.model}",
+            "--cwd", ctx.task.workspace_path,
             "--json",
             ctx.task.instruction,
-        ]
+        ]  # fmt: skip
         return HarnessLaunch(
             argv=tuple(argv),
             env=env,
             workdir=ctx.task.workspace_path,
-            files={cfg_path: json.dumps(cfg, indent=2), f"{SANDBOX_HOME}/.keep": ""},
+            files={
+                cfg_path: json.dumps(self.config(ctx), indent=2),
+                f"{_home(ctx)}/.keep": "",
+            },
         )
 
     def outcome(self, exit_code: int, logs: Mapping[str, str], stdout: str) -> HarnessOutcome:
-        if exit_code == 0:
-            return HarnessOutcome(ok=True, end_reason="final_answer")
         if exit_code == 2:
             return HarnessOutcome(ok=False, end_reason="openclaw_timeout", reason="exit code 2")
         return super().outcome(exit_code, logs, stdout)
@@ -541,46 +477,14 @@ class OpenClawHarness(NodeHarness):
 # ---------------------------------------------------------------------- scripted oracle
 
 
-def oracle_shell_command(task: Task, copy_dir: str = "/tmp/clawrl-oracle") -> str:
-    """One shell command that solves ``task``: writes the solution files (base64, so any
-    content survives quoting) under ``copy_dir`` and runs the solution command there, in the
-    workspace.
-
-    Raises:
-        ValueError: the task has no solution.
-    """
-    if task.solution is None:
-        raise ValueError(f"task {task.id!r} has no solution")
-    sol = task.solution
-    parts = [f"mkdir -p {shlex.quote(copy_dir)}"]
-    for path in sorted(sol.files_dir.rglob("*")):
-        if not path.is_file():
-            continue
-        rel = path.relative_to(sol.files_dir).as_posix()
-        dest = f"{copy_dir}/{rel}"
-        b64 = base64.b64encode(path.read_bytes()).decode()
-        parts.append(
-            f"mkdir -p {shlex.quote(str(PurePosixPath(dest).parent))} && "
-            f"echo {b64} | base64 -d > {shlex.quote(dest)}"
-        )
-    mount = str(PurePosixPath(sol.mount_path))
-    argv = [a.replace(mount, copy_dir) for a in sol.command]
-    parts.append(
-        f"cd {shlex.quote(task.workspace_path)} && " + " ".join(shlex.quote(a) for a in argv)
-    )
-    return " && ".join(parts)
-
-
 def scripted_oracle(harness: NodeHarness, task: Task, final_text: str = "Done.") -> list[str]:
     """Model turns (model-format text, for the proxy's ScriptedBackend) that make
     ``harness`` solve ``task`` through its own shell tool: one call running
-    :func:`oracle_shell_command`, then a final answer.
+    :func:`~clawrl.bench.harness.oracle_shell_command`, then a final answer.
 
     Raises:
         ValueError: the task has no solution.
     """
-    from clawrl.proxy import format_assistant_text
-
     tool, arg = harness.shell_tool
     args: dict[str, object] = {arg: oracle_shell_command(task)}
     if harness.key == "claude-code":
@@ -591,15 +495,19 @@ def scripted_oracle(harness: NodeHarness, task: Task, final_text: str = "Done.")
     ]
 
 
-#: registry names -> constructors (used by :func:`clawrl.bench.get_harness`)
-NODE_HARNESS_NAMES = (
-    "claude-code",
-    "codex",
-    "pi",
-    "openclaw",
-    "openclaw-anthropic-messages",
-    "openclaw-openai-responses",
-)
+# ------------------------------------------------------------------------------ registry
+
+#: registry name -> constructor with the defaults (used by :func:`~clawrl.bench.get_harness`)
+NODE_HARNESS_FACTORIES: dict[str, Callable[[], NodeHarness]] = {
+    "claude-code": ClaudeCodeHarness,
+    "codex": CodexHarness,
+    "pi": PiHarness,
+    "openclaw": OpenClawHarness,
+    "openclaw-anthropic-messages": lambda: OpenClawHarness(api_mode="anthropic-messages"),
+    "openclaw-openai-responses": lambda: OpenClawHarness(api_mode="openai-responses"),
+}
+#: the registry names of the npm harnesses
+NODE_HARNESS_NAMES = tuple(NODE_HARNESS_FACTORIES)
 
 
 def make_node_harness(name: str) -> NodeHarness:
@@ -608,16 +516,8 @@ def make_node_harness(name: str) -> NodeHarness:
     Raises:
         ValueError: unknown name.
     """
-    if name == "claude-code":
-        return ClaudeCodeHarness()
-    if name == "codex":
-        return CodexHarness()
-    if name == "pi":
-        return PiHarness()
-    if name == "openclaw":
-        return OpenClawHarness()
-    if name == "openclaw-anthropic-messages":
-        return OpenClawHarness(api_mode="anthropic-messages")
-    if name == "openclaw-openai-responses":
-        return OpenClawHarness(api_mode="openai-responses")
-    raise ValueError(f"unknown npm harness {name!r}; known: {', '.join(NODE_HARNESS_NAMES)}")
+    try:
+        return NODE_HARNESS_FACTORIES[name]()
+    except KeyError:
+        known = ", ".join(NODE_HARNESS_NAMES)
+        raise ValueError(f"unknown npm harness {name!r}; known: {known}") from None

@@ -51,6 +51,19 @@ async def test_kill_all_leaves_only_pid_1(sb: Sandbox) -> None:
     assert all("sleep infinity" in a for a in alive), alive
 
 
+async def test_kill_all_reaches_nested_pid_namespaces(sb: Sandbox) -> None:
+    """A process in a PID namespace of its own inside the sandbox (``unshare -Upf``) is not
+    in the sandbox's PID namespace, but it is in the sandbox's cgroups. Revert tried:
+    membership by PID namespace only -> the nested ``sleep`` survives (red team, session 9)."""
+    await sb.exec(
+        "unshare -Upf --map-root-user sleep 777 </dev/null >/dev/null 2>&1 & sleep 0.5",
+        timeout=20,
+    )
+    assert await sb.kill_all() >= 1
+    r = await sb.exec("ps -eo args", timeout=10)
+    assert r.ok and "sleep 777" not in r.stdout.decode(), r
+
+
 async def test_pid_1_ignores_every_signal_from_inside(sb: Sandbox) -> None:
     r = await sb.exec(
         "for s in KILL TERM INT HUP QUIT USR1 USR2 ALRM STOP; do kill -s $s 1; done; sleep 0.3; "

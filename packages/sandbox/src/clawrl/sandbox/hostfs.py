@@ -97,11 +97,14 @@ class CopyStats:
 @dataclass(frozen=True)
 class SandboxInit:
     """The host's handle on a sandbox's PID 1: its host pid, the start time that tells it from a
-    later process with a recycled pid, and its PID namespace."""
+    later process with a recycled pid, its PID namespace, and its cgroups (the content of
+    ``/proc/<pid>/cgroup``, which also holds processes of PID namespaces nested inside the
+    sandbox's; a sandbox cannot leave its cgroup: ``/sys/fs/cgroup`` is masked)."""
 
     pid: int
     start_ticks: int
     pid_ns: str
+    cgroup: bytes = b""
 
     @classmethod
     def of(cls, pid: int) -> SandboxInit:
@@ -113,11 +116,22 @@ class SandboxInit:
         ticks = process_start_ticks(pid)
         try:
             ns = os.readlink(f"/proc/{pid}/ns/pid")
+            cgroup = _cgroup(pid)
         except OSError as e:
             raise SandboxGoneError(f"sandbox init process {pid} is gone: {e}") from e
         if ticks is None or process_start_ticks(pid) != ticks:
             raise SandboxGoneError(f"sandbox init process {pid} is gone")
-        return cls(pid, ticks, ns)
+        return cls(pid, ticks, ns, cgroup)
+
+    def has_member(self, pid: int) -> bool:
+        """Whether host process ``pid`` belongs to this sandbox: in its PID namespace, or in
+        its cgroups (a PID namespace nested inside the sandbox, e.g. ``unshare -pf``)."""
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") == self.pid_ns:
+                return True
+            return bool(self.cgroup) and _cgroup(pid) == self.cgroup
+        except OSError:
+            return False
 
     def check(self) -> None:
         """Raise :class:`SandboxGoneError` unless the process is still this sandbox's PID 1."""
@@ -153,33 +167,32 @@ def _state(pid: int) -> bytes:
     return data[data.rfind(b")") + 2 : data.rfind(b")") + 3]
 
 
+def _cgroup(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cgroup", "rb") as f:
+        return f.read()
+
+
 def _members(init: SandboxInit) -> list[int]:
-    """Host pids of the live (non-zombie) processes of the sandbox, its PID 1 excluded."""
+    """Host pids of the live (non-zombie) processes of the sandbox (nested PID namespaces
+    included), its PID 1 excluded."""
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         pid = int(name)
-        if pid == init.pid:
-            continue
-        try:
-            if os.readlink(f"/proc/{pid}/ns/pid") != init.pid_ns:
-                continue
-        except OSError:
-            continue
-        if _state(pid) not in (b"Z", b"X"):
+        if pid != init.pid and init.has_member(pid) and _state(pid) not in (b"Z", b"X"):
             out.append(pid)
     return out
 
 
-def _kill(pid: int, pid_ns: str) -> None:
+def _kill(pid: int, init: SandboxInit) -> None:
     try:
         pidfd = os.pidfd_open(pid)
     except OSError:
         return  # already gone
     try:
-        # the pidfd pins the process: if this still reads our namespace, the signal reaches it
-        if os.readlink(f"/proc/{pid}/ns/pid") == pid_ns:
+        # the pidfd pins the process: if it still belongs to the sandbox, the signal reaches it
+        if init.has_member(pid):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except OSError:
         pass
@@ -212,7 +225,7 @@ def kill_sandbox_processes(init: SandboxInit, timeout_s: float = 10.0) -> int:
                 f"{len(pids)} sandbox processes still alive after {timeout_s:g} s of SIGKILL"
             )
         for pid in pids:
-            _kill(pid, init.pid_ns)
+            _kill(pid, init)
         killed += len(pids)
         time.sleep(0.005)
 

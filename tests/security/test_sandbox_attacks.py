@@ -232,3 +232,24 @@ def test_every_agent_sandbox_has_a_wall_clock() -> None:
     spec = RolloutSpec(task=task, harness=get_harness("oracle"), rollout_id="r", group_id="g")
     sb_spec = runner.sandbox_spec(spec, Path("/nonexistent"))
     assert sb_spec.limits.wall_clock_s == task.timeouts.agent_s + 300
+
+
+@pytest.mark.parametrize(
+    "script",
+    ["cd /; rm -rf /app; ln -s /tmp /app", "cd /; mv /app /gone"],
+    ids=["symlink", "moved"],
+)
+def test_removing_the_workspace_is_a_scored_failure(tmp_path: Path, script: str) -> None:
+    """With a writable root (workspace ``/app``) the agent can replace its workspace by a
+    symlink or move it away. Before, the copy-out's ``SandboxFileNotFoundError`` escaped as
+    an infra-error (retried, left out of the scores: the agent chose not to be scored; red
+    team, session 9). Revert tried: without the runner's ``FileNotFoundError`` branch ->
+    ``infra-error`` with 2 attempts."""
+    task = attack_task(tmp_path, script + "\nexit 0\n")
+    env = {**task.verifier.env, "CLAWRL_WORKSPACE": "/app"}
+    task = task.model_copy(
+        update={"workspace_path": "/app", "verifier": task.verifier.model_copy(update={"env": env})}
+    )
+    r = rollout(task)
+    assert r.status is RolloutStatus.HARNESS_ERROR, (r.status, r.reason)
+    assert "workspace gone" in r.reason and r.reward == 0.0 and r.attempts == 1

@@ -652,6 +652,11 @@ class RolloutRunner:
             # failure, scored, never an infra-error that would leave it out of the scores.
             timing["collect"] = time.time() - t1
             return _refused(f"workspace copy-out refused: {exc}", res)
+        except FileNotFoundError as exc:
+            # The workspace was there when the sandbox was made: the agent removed it, or
+            # replaced it by a symlink (never followed). Its failure, scored.
+            timing["collect"] = time.time() - t1
+            return _refused(f"workspace gone after the agent phase: {exc}", res)
         timing["collect"] = time.time() - t1
         stdout = res.stdout.decode("utf-8", errors="replace")
         stderr = res.stderr.decode("utf-8", errors="replace")

@@ -21,7 +21,7 @@ command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v nm >/dev/null 2>&1 || need+=(binutils)
 # sandboxes see the host's /usr: the reference harness, mini-swe-agent's venv and most task
 # checks run /usr/bin/python3 (with sqlite3); fix_js_cart's oracle and checks run
-# /usr/bin/node; the npm harnesses' tests (tests/test_harnesses_real.py, skipped without npm)
+# /usr/bin/node; the npm harnesses' tests (tests/test_harness_node_real.py, skipped without npm)
 # install them with npm; tools/harnesses/install.sh takes its lock with flock
 [ -x /usr/bin/python3 ] || need+=(python3)
 [ -x /usr/bin/node ] || need+=(nodejs)

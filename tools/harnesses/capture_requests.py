@@ -4,7 +4,9 @@ Runs a recording model endpoint (starlette + uvicorn on 127.0.0.1) that speaks j
 four wire APIs for a harness to proceed -- OpenAI Chat Completions (streamed and not),
 Anthropic Messages (streamed and not), OpenAI Responses (streamed and not) and ``GET /v1/models``
 -- and runs each harness headless against it on the task "create a file hello.txt containing hi"
-(invocations from shared/HARNESSES.md, fresh temporary HOME and config folders).
+(the launches of ``clawrl.bench.harness`` -- the same argv, environment and config files as in
+a rollout -- played on the host, with a temporary folder as ``log_dir``: fresh HOME and config
+folders).
 
 The scripted model answers, counting the tool results already in the conversation:
 
@@ -24,7 +26,8 @@ OpenClaw), authentication header values redacted and strings longer than ``--max
 shortened to their head + ``"…[shortened]"`` (every field and structure kept). What the endpoint
 answered is saved next to it in ``<out>/<harness>/responses/<NN>-<api>.{sse,json}``.
 
-Usage (installs the pinned harnesses first, cached; see tools/harnesses/install.sh)::
+Usage (installs the pinned harnesses first with the adapters' ``prepare``, cached in the layout
+of tools/harnesses/install.sh)::
 
     uv run python tools/harnesses/capture_requests.py                      # all harnesses
     uv run python tools/harnesses/capture_requests.py --only codex pi
@@ -51,6 +54,18 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from clawrl.bench import Layout, Task, VerifierSpec
+from clawrl.bench.harness import (
+    CachedHarness,
+    ClaudeCodeHarness,
+    CodexHarness,
+    HarnessAdapter,
+    HarnessContext,
+    HarnessLaunch,
+    MiniSweAgentHarness,
+    OpenClawHarness,
+    PiHarness,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -731,232 +746,64 @@ def serve() -> Iterator[str]:
 
 # ----------------------------------------------------------------------------- harnesses
 
+# (folder name, adapter): the launches are clawrl.bench.harness's own, played on the host
+HARNESSES: list[tuple[str, Callable[[], CachedHarness]]] = [
+    ("claude-code", lambda: ClaudeCodeHarness(lean=False)),  # everything it sends by default
+    ("claude-code-lean", ClaudeCodeHarness),  # the proxy-friendly extras of HARNESSES.md
+    ("codex", CodexHarness),
+    ("pi", PiHarness),
+    ("mini-swe-agent", MiniSweAgentHarness),
+    ("openclaw-openai-completions", OpenClawHarness),
+    ("openclaw-anthropic-messages", lambda: OpenClawHarness(api_mode="anthropic-messages")),
+    ("openclaw-openai-responses", lambda: OpenClawHarness(api_mode="openai-responses")),
+]
 
-@dataclass
-class Run:
-    """How to run one harness: argv, environment overrides, workspace."""
 
-    argv: list[str]
-    env: dict[str, str]
-    cwd: Path
+def host_launch(harness: HarnessAdapter, url: str, tmp: Path) -> tuple[HarnessLaunch, Path]:
+    """The adapter's launch for the capture task, on the host: ``log_dir`` (and so ``HOME``
+    and every config file) under ``tmp``, the workspace ``tmp/work``; its files written.
+    Returns the launch and the workspace."""
+    work = tmp / "work"
+    work.mkdir()
+    task = Task(
+        id="capture-hello",
+        instruction=TASK,
+        layout=Layout.BUILTIN,
+        root=tmp,
+        workspace_path=str(work),
+        verifier=VerifierSpec(files_dir=tmp, command=("true",)),
+    )
+    ctx = HarnessContext(
+        task=task,
+        api_key=API_KEY,
+        openai_base_url=f"{url}/v1",
+        anthropic_base_url=url,
+        model=MODEL,
+        log_dir=str(tmp / "harness"),
+    )
+    launch = harness.launch(ctx)
+    for dest, content in launch.files.items():
+        path = Path(dest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            copy = shutil.copytree if content.is_dir() else shutil.copyfile
+            copy(content, path)
+        else:
+            path.write_bytes(content.encode() if isinstance(content, str) else content)
+    return launch, work
 
 
-def _base_env(home: Path) -> dict[str, str]:
+def host_env(tmp: Path, launch: HarnessLaunch) -> dict[str, str]:
+    """This process's environment without provider settings, a fresh ``HOME`` under ``tmp``
+    (for harnesses whose launch sets none), then the launch's own variables."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("OPENAI", "ANTHROPIC", "CLAUDE", "CODEX", "VIRTUAL_ENV"))
     }
-    env.update(
-        HOME=str(home),
-        XDG_CONFIG_HOME=str(home / ".config"),
-        XDG_CACHE_HOME=str(home / ".cache"),
-        XDG_DATA_HOME=str(home / ".local/share"),
-        XDG_STATE_HOME=str(home / ".local/state"),
-        NO_COLOR="1",
-        CI="1",
-    )
+    env.update(HOME=str(tmp / "home"), XDG_CONFIG_HOME=str(tmp / "home/.config"))
+    env.update(launch.env)
     return env
-
-
-def run_claude_code(lean: bool) -> Callable[[str, str, Path, Path], Run]:
-    """Plain run (everything Claude Code sends by default: thinking, betas, attribution
-    header) or, with ``lean``, the proxy-friendly extras of HARNESSES.md."""
-
-    def build(binary: str, url: str, tmp: Path, work: Path) -> Run:
-        env = _base_env(tmp)
-        env.update(
-            ANTHROPIC_BASE_URL=url,
-            ANTHROPIC_API_KEY=API_KEY,
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-            IS_SANDBOX="1",
-            DISABLE_AUTOUPDATER="1",
-        )
-        if lean:
-            env.update(
-                CLAUDE_CODE_DISABLE_THINKING="1",
-                CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS="1",
-                ENABLE_TOOL_SEARCH="false",
-                CLAUDE_CODE_ATTRIBUTION_HEADER="0",
-            )
-        return Run(
-            [
-                binary,
-                "-p",
-                TASK,
-                "--dangerously-skip-permissions",
-                "--output-format",
-                "stream-json",
-                "--verbose",
-                "--model",
-                MODEL,
-            ],
-            env,
-            work,
-        )
-
-    return build
-
-
-def run_openclaw(mode: str) -> Callable[[str, str, Path, Path], Run]:
-    def build(binary: str, url: str, tmp: Path, work: Path) -> Run:
-        base = url if mode == "anthropic-messages" else f"{url}/v1"
-        cfg = {
-            "models": {
-                "providers": {
-                    "clawrl": {
-                        "baseUrl": base,
-                        "apiKey": API_KEY,
-                        "api": mode,
-                        "models": [
-                            {
-                                "id": MODEL,
-                                "name": MODEL,
-                                "reasoning": False,
-                                "input": ["text"],
-                                "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-                                "contextWindow": 32768,
-                                "maxTokens": 4096,
-                            }
-                        ],
-                    }
-                }
-            },
-            "agents": {
-                "defaults": {"model": {"primary": f"clawrl/{MODEL}"}, "workspace": str(work)}
-            },
-        }
-        path = tmp / "cfg.json5"
-        path.write_text(json.dumps(cfg, indent=2))
-        env = _base_env(tmp)
-        env.update(OPENCLAW_STATE_DIR=str(tmp / ".openclaw"))
-        return Run(
-            [
-                binary,
-                "agent",
-                "exec",
-                "--config",
-                str(path),
-                "--model",
-                f"clawrl/{MODEL}",
-                "--cwd",
-                str(work),
-                "--json",
-                TASK,
-            ],
-            env,
-            work,
-        )
-
-    return build
-
-
-def run_codex(binary: str, url: str, tmp: Path, work: Path) -> Run:
-    env = _base_env(tmp)
-    (tmp / "codex").mkdir()
-    env.update(CODEX_HOME=str(tmp / "codex"), P_KEY=API_KEY)
-    provider = f'{{name="p",base_url="{url}/v1",env_key="P_KEY",wire_api="responses"}}'
-    return Run(
-        [
-            binary,
-            "exec",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
-            "-c",
-            "model_provider=p",
-            "-c",
-            f"model_providers.p={provider}",
-            "-m",
-            MODEL,
-            TASK,
-        ],
-        env,
-        work,
-    )
-
-
-def run_pi(binary: str, url: str, tmp: Path, work: Path) -> Run:
-    agent = tmp / ".pi/agent"
-    agent.mkdir(parents=True)
-    (agent / "models.json").write_text(
-        json.dumps(
-            {
-                "providers": {
-                    "clawrl": {
-                        "baseUrl": f"{url}/v1",
-                        "api": "openai-completions",
-                        "apiKey": API_KEY,
-                        "models": [
-                            {
-                                "id": MODEL,
-                                "reasoning": False,
-                                "contextWindow": 32768,
-                                "maxTokens": 4096,
-                            }
-                        ],
-                    }
-                }
-            },
-            indent=2,
-        )
-    )
-    env = _base_env(tmp)
-    return Run(
-        [binary, "-p", "--provider", "clawrl", "--model", MODEL, "--mode", "json", TASK], env, work
-    )
-
-
-def run_mini(binary: str, url: str, tmp: Path, work: Path) -> Run:
-    env = _base_env(tmp)
-    env.update(
-        MSWEA_CONFIGURED="true",
-        MSWEA_COST_TRACKING="ignore_errors",
-        OPENAI_API_KEY=API_KEY,
-        LITELLM_LOCAL_MODEL_COST_MAP="True",
-        MSWEA_GLOBAL_CONFIG_DIR=str(tmp / ".config/mini-swe-agent"),
-    )
-    return Run(
-        [
-            binary,
-            "-m",
-            f"openai/{MODEL}",
-            "-t",
-            TASK,
-            "-y",
-            "--exit-immediately",
-            "-c",
-            "mini.yaml",
-            "-c",
-            f"model.model_kwargs.api_base={url}/v1",
-            "-o",
-            str(tmp / "traj.json"),
-        ],
-        env,
-        work,
-    )
-
-
-# (folder name, versions.json key, api_mode, builder)
-HARNESSES: list[tuple[str, str, str | None, Callable[[str, str, Path, Path], Run]]] = [
-    ("claude-code", "claude-code", None, run_claude_code(lean=False)),
-    ("claude-code-lean", "claude-code", None, run_claude_code(lean=True)),
-    ("codex", "codex", None, run_codex),
-    ("pi", "pi", None, run_pi),
-    ("mini-swe-agent", "mini-swe-agent", None, run_mini),
-    (
-        "openclaw-openai-completions",
-        "openclaw",
-        "openai-completions",
-        run_openclaw("openai-completions"),
-    ),
-    (
-        "openclaw-anthropic-messages",
-        "openclaw",
-        "anthropic-messages",
-        run_openclaw("anthropic-messages"),
-    ),
-    ("openclaw-openai-responses", "openclaw", "openai-responses", run_openclaw("openai-responses")),
-]
 
 
 # ----------------------------------------------------------------------------- saving
@@ -998,16 +845,58 @@ def save(capture: Capture, out: Path, max_chars: int) -> list[Path]:
 # ----------------------------------------------------------------------------- main
 
 
-def install(names: list[str]) -> dict[str, str]:
-    """Run install.sh for the given versions.json keys; returns {name: binary path}."""
-    proc = subprocess.run(
-        ["bash", str(HERE / "install.sh"), *names], check=True, stdout=subprocess.PIPE, text=True
+def run_one(
+    folder: str, harness: CachedHarness, url: str, args: argparse.Namespace, summary: dict[str, Any]
+) -> bool:
+    """Run one harness against the recording endpoint and save its capture; True if it
+    exited 0 with hello.txt = hi."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"clawrl-capture-{folder}-"))
+    launch, work = host_launch(harness, url, tmp)
+    capture = Capture(
+        folder=folder,
+        harness=harness.key,
+        version=harness.version,
+        api_mode=getattr(harness, "api_mode", None),
     )
-    bins = {}
-    for line in proc.stdout.splitlines():
-        name, _version, path = line.split("\t")
-        bins[name] = path
-    return bins
+    RECORDER.current = capture
+    print(f"[capture] {folder}: {' '.join(launch.argv[:3])} … (tmp={tmp})", flush=True)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(
+            list(launch.argv),
+            env=host_env(tmp, launch),
+            cwd=launch.workdir,
+            timeout=args.timeout,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        rc, log = proc.returncode, proc.stdout.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired as exc:
+        rc, log = -1, (exc.output or b"").decode("utf-8", "replace")
+    RECORDER.current = None
+    hello = work / "hello.txt"
+    solved = hello.exists() and hello.read_text().strip() == "hi"
+    (tmp / "harness.log").write_text(log)
+    paths = save(capture, args.out, args.max_chars)
+    secs = time.monotonic() - t0
+    summary[folder] = {
+        "exit": rc,
+        "hello_txt": solved,
+        "requests": len(paths),
+        "seconds": round(secs, 1),
+    }
+    print(
+        f"[capture] {folder}: exit {rc}, hello.txt ok={solved}, "
+        f"{len(paths)} requests, {secs:.0f} s",
+        flush=True,
+    )
+    if rc != 0 or not solved:
+        print("[capture]   log tail:\n" + log[-3000:], flush=True)
+        return False
+    if not args.keep_tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1018,63 +907,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per harness run")
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temporary HOMEs")
     args = parser.parse_args(argv)
-    versions = json.loads((HERE / "versions.json").read_text())
-    chosen = [h for h in HARNESSES if not args.only or h[0] in args.only]
+    chosen = [(f, make()) for f, make in HARNESSES if not args.only or f in args.only]
     if not chosen:
-        parser.error(f"--only: choose among {[h[0] for h in HARNESSES]}")
-    bins = install(sorted({h[1] for h in chosen}))
+        parser.error(f"--only: choose among {[f for f, _ in HARNESSES]}")
+    for _folder, harness in chosen:  # install once, cached (the layout of install.sh)
+        harness.prepare(lambda line: print(f"[install] {line}", flush=True))
     summary: dict[str, Any] = {}
-    failed = False
     with serve() as url:
         print(f"[capture] recording endpoint at {url}", flush=True)
-        for folder, key, mode, build in chosen:
-            tmp = Path(tempfile.mkdtemp(prefix=f"clawrl-capture-{folder}-"))
-            work = tmp / "work"
-            work.mkdir()
-            run = build(bins[key], url, tmp, work)
-            capture = Capture(
-                folder=folder, harness=key, version=versions[key]["version"], api_mode=mode
-            )
-            RECORDER.current = capture
-            print(f"[capture] {folder}: {' '.join(run.argv[:3])} … (HOME={tmp})", flush=True)
-            t0 = time.monotonic()
-            try:
-                proc = subprocess.run(
-                    run.argv,
-                    env=run.env,
-                    cwd=run.cwd,
-                    timeout=args.timeout,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-                rc, log = proc.returncode, proc.stdout.decode("utf-8", "replace")
-            except subprocess.TimeoutExpired as exc:
-                rc, log = -1, (exc.output or b"").decode("utf-8", "replace")
-            RECORDER.current = None
-            hello = work / "hello.txt"
-            solved = hello.exists() and hello.read_text().strip() == "hi"
-            (tmp / "harness.log").write_text(log)
-            paths = save(capture, args.out, args.max_chars)
-            secs = time.monotonic() - t0
-            summary[folder] = {
-                "exit": rc,
-                "hello_txt": solved,
-                "requests": len(paths),
-                "seconds": round(secs, 1),
-            }
-            print(
-                f"[capture] {folder}: exit {rc}, hello.txt ok={solved}, "
-                f"{len(paths)} requests, {secs:.0f} s",
-                flush=True,
-            )
-            if rc != 0 or not solved:
-                failed = True
-                print("[capture]   log tail:\n" + log[-3000:], flush=True)
-            if not args.keep_tmp and rc == 0 and solved:
-                shutil.rmtree(tmp, ignore_errors=True)
+        ok = [run_one(folder, harness, url, args, summary) for folder, harness in chosen]
     print(json.dumps(summary, indent=1))
-    return 1 if failed else 0
+    return 0 if all(ok) else 1
 
 
 if __name__ == "__main__":

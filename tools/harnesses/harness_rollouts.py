@@ -26,12 +26,11 @@ from clawrl.bench import (
     RolloutOptions,
     RolloutResult,
     RolloutRunner,
-    get_harness,
     load_builtin_suite,
     local_proxy,
     plan_rollouts,
-    scripted_oracle,
 )
+from clawrl.bench.harness import get_harness, scripted_oracle
 from clawrl.prefixtree import Call, PrefixTree, merge_trees
 from clawrl.proxy import EmbeddedBackend, ScriptedBackend, build_default_model
 

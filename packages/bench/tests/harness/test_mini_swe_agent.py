@@ -120,3 +120,10 @@ def test_run_streamed_kills_the_installer_when_reading_is_interrupted() -> None:
         run_streamed(["sh", "-c", "echo one; exec sleep 60"], say)
     gc.collect()
     assert time.monotonic() - t0 < 30
+
+
+def test_pin_matches_tools_versions_json() -> None:
+    root = Path(__file__).resolve().parents[4]
+    pins = json.loads((root / "tools/harnesses/versions.json").read_text())
+    assert pins["mini-swe-agent"]["version"] == MiniSweAgentHarness.VERSION
+    assert pins["mini-swe-agent"]["python"] == MiniSweAgentHarness().python

@@ -21,18 +21,16 @@ from pathlib import Path
 
 import pytest
 from clawrl.bench import (
-    NodeHarness,
     RolloutOptions,
     RolloutResult,
     RolloutRunner,
     RolloutSpec,
     RolloutStatus,
-    get_harness,
     load_builtin_suite,
     local_proxy,
     plan_rollouts,
-    scripted_oracle,
 )
+from clawrl.bench.harness import NodeHarness, get_harness, scripted_oracle
 from clawrl.proxy import ScriptedBackend, SessionInfo, build_default_model
 
 pytestmark = [

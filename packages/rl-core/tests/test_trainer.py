@@ -269,3 +269,90 @@ def test_old_pass_runs_in_eval_mode(
         for x in (p.input_ids, p.position_ids, p.parent_index, p.subtree_end, p.targets)
     ]
     assert not torch.equal(tree_forward(model, *args).logprobs, tree_forward(model, *args).logprobs)
+
+
+def test_minibatch_indices_are_a_seeded_shuffle() -> None:
+    from clawrl.rl_core.trainer import minibatch_indices
+
+    parts = minibatch_indices(10, 3, seed=0, step=0, epoch=0)
+    assert [len(p) for p in parts] == [4, 3, 3]
+    assert sorted(np.concatenate(parts).tolist()) == list(range(10))
+    again = minibatch_indices(10, 3, seed=0, step=0, epoch=0)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+    consecutive = [p.tolist() for p in np.array_split(np.arange(10), 3)]
+    draws = {
+        tuple(tuple(p.tolist()) for p in minibatch_indices(10, 3, seed=s, step=t, epoch=e))
+        for s in range(2)
+        for t in range(3)
+        for e in range(2)
+    }
+    assert len(draws) == 12  # seed, step and epoch each change the deal
+    assert tuple(map(tuple, consecutive)) not in draws
+    assert len(minibatch_indices(2, 5, seed=0, step=0, epoch=0)) == 2
+
+
+def test_rl_step_deals_shuffled_minibatches_reproducibly(
+    tiny_model_factory: Callable[..., Any],
+    toy_task: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pieces each optimiser step sees are minibatch_indices' deal (not consecutive DFS
+    runs), a new one per epoch, and two equal trainers end with equal weights."""
+    import clawrl.rl_core.trainer as trainer_mod
+    from clawrl.rl_core.trainer import minibatch_indices
+
+    seen: list[list[int]] = []
+    real = trainer_mod.loss_backward
+
+    def spy(model: Any, batch: Any, pieces: Any, *a: Any, **k: Any) -> Any:
+        seen.append([int(p.token_index[p.n_context]) for p in pieces])  # first owned token
+        return real(model, batch, pieces, *a, **k)
+
+    monkeypatch.setattr(trainer_mod, "loss_backward", spy)
+    cfg = TrainerConfig(
+        algorithm="grpo",
+        seed=3,
+        token_budget=10,
+        update_epochs=2,
+        num_minibatches=3,
+        optim=OptimConfig(lr=1e-2, total_steps=12),
+    )
+    weights = []
+    for _ in range(2):
+        seen.clear()
+        model = tiny_model_factory(torch.float32, seed=6, vocab=16)
+        trainer = Trainer(model, cfg)
+        trees, rewards = toy_task(model, 2, 4, 0)
+        m = trainer.rl_step(trees, rewards)
+        assert m["num_minibatches"] == 3 and m["minibatches_capped"] == 0.0
+        weights.append({k: v.clone() for k, v in trainer.unwrapped.state_dict().items()})
+        from clawrl.rl_core import TreeBatch, split_by_token_budget
+
+        pieces = split_by_token_budget(TreeBatch.from_trees(trees), 10)
+        starts = [int(p.token_index[p.n_context]) for p in pieces]
+        n = len(pieces)
+        expect = [
+            [starts[i] for i in idx]
+            for e in range(2)
+            for idx in minibatch_indices(n, 3, seed=3, step=0, epoch=e)
+        ]
+        assert seen == expect
+        runs = [[starts[i] for i in idx] for idx in np.array_split(np.arange(n), 3)]
+        assert seen[:3] != runs
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_minibatch_cap_warns_and_is_counted(
+    tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any]
+) -> None:
+    from clawrl.rl_core import MinibatchCapWarning
+
+    model = tiny_model_factory(torch.float32, seed=6, vocab=16)
+    trainer = Trainer(model, TrainerConfig(algorithm="grpo", token_budget=12, num_minibatches=500))
+    trees, rewards = toy_task(model, 2, 2, 0)
+    with pytest.warns(MinibatchCapWarning, match="num_minibatches=500"):
+        m = trainer.rl_step(trees, rewards)
+    assert m["minibatches_capped"] == 1.0
+    assert m["num_minibatches"] == m["num_pieces"] == m["optimizer_steps"] < 500
+    with pytest.raises(ConfigError, match="token_budget"):
+        TrainerConfig(num_minibatches=2)

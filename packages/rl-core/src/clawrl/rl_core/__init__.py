@@ -24,6 +24,7 @@ from clawrl.rl_core.corrections import (
 from clawrl.rl_core.errors import (
     CheckpointError,
     ConfigError,
+    MinibatchCapWarning,
     MissingGroupError,
     PackingError,
     RLCoreError,
@@ -84,6 +85,7 @@ __all__ = [
     "Critic",
     "GRPOConfig",
     "LossConfig",
+    "MinibatchCapWarning",
     "MissingGroupError",
     "OldPass",
     "OptimConfig",

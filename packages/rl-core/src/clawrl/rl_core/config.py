@@ -173,9 +173,15 @@ class TrainerConfig:
             limit).
         update_epochs: passes over each RL batch (PPO epochs; ratios leave 1 from the second
             optimiser step on, where clipping acts).
-        num_minibatches: optimiser steps per pass; a minibatch is a run of consecutive pieces
-            (set ``token_budget`` so there are enough), its loss scaled by num_minibatches.
-            The LR schedule counts optimiser steps: total = steps × epochs × minibatches.
+        num_minibatches: optimiser steps per pass; the token-budget pieces are shuffled
+            (seeded by ``seed``, the trainer step and the epoch: reproducible, and the same
+            after a resume) and dealt into this many minibatches, each one's loss scaled by
+            num_minibatches. Set ``token_budget`` so there are enough pieces: a batch with
+            fewer pieces than minibatches runs one minibatch per piece, with a
+            :class:`~clawrl.rl_core.errors.MinibatchCapWarning` and the step metrics
+            ``num_minibatches`` / ``minibatches_capped``; ``token_budget=None`` (one piece)
+            with num_minibatches > 1 is a ConfigError. The LR schedule counts optimiser
+            steps: total = steps × epochs × minibatches.
         chunk_size: vocabulary-projection rows per chunk.
         seed: seeds torch, numpy and random at start.
         bf16: bf16 mixed precision ("auto" = on with CUDA, off on CPU).
@@ -201,3 +207,8 @@ class TrainerConfig:
             raise ConfigError("token_budget must be >= 1 or None")
         if self.update_epochs < 1 or self.num_minibatches < 1:
             raise ConfigError("update_epochs and num_minibatches must be >= 1")
+        if self.token_budget is None and self.num_minibatches > 1:
+            raise ConfigError(
+                "num_minibatches > 1 needs a token_budget: without one a batch is one piece, "
+                "so there would be a single minibatch"
+            )

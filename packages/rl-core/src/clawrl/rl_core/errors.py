@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "MinibatchCapWarning",
     "MissingGroupError",
     "PackingError",
     "RLCoreError",
@@ -23,6 +24,14 @@ class RLCoreError(Exception):
 
 class ConfigError(RLCoreError, ValueError):
     """A hyperparameter is out of range or two settings contradict each other."""
+
+
+class MinibatchCapWarning(RuntimeWarning):
+    """A warning, not an error: an RL batch split into fewer token-budget pieces than
+    ``TrainerConfig.num_minibatches``, so the step ran one minibatch per piece (fewer
+    optimiser and LR-schedule steps than configured). The step's metrics say so too:
+    ``num_minibatches`` (the count used) and ``minibatches_capped`` (1.0 when capped).
+    Lower ``token_budget`` (or ``num_minibatches``) to avoid it."""
 
 
 class MissingGroupError(ConfigError):

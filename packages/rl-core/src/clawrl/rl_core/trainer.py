@@ -8,8 +8,9 @@ step on a batch of packed trees:
 2. no-grad pass in eval mode (dropout off; train mode restored after): π_old (and V_old,
    π_ref) per token;
 3. advantages, corrections, aggregation weights on the membership list;
-4. forward + backward per piece (gradients accumulate), clip the gradient norm, AdamW step,
-   LR-schedule step — ``update_epochs`` × ``num_minibatches`` times; step and policy
+4. per epoch, shuffle the pieces into ``num_minibatches`` minibatches
+   (:func:`minibatch_indices`); per minibatch, forward + backward per piece (gradients
+   accumulate), clip the gradient norm, AdamW step, LR-schedule step; step and policy
    version + 1.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from accelerate import Accelerator
 from clawrl.prefixtree import PackedTree
 from clawrl.rl_core.checkpoint import load_checkpoint, save_checkpoint
 from clawrl.rl_core.config import Aggregation, TrainerConfig
-from clawrl.rl_core.errors import ConfigError
+from clawrl.rl_core.errors import ConfigError, MinibatchCapWarning
 from clawrl.rl_core.forward import TreeModel
 from clawrl.rl_core.packing import TreeBatch, split_by_token_budget
 from clawrl.rl_core.step import loss_backward, old_pass, prepare_rl, prepare_sft
@@ -35,7 +37,7 @@ from clawrl.rl_core.value import Critic, ValueHead
 from torch import nn
 from transformers import get_scheduler
 
-__all__ = ["Trainer", "seed_everything"]
+__all__ = ["Trainer", "minibatch_indices", "seed_everything"]
 
 
 def seed_everything(seed: int) -> None:
@@ -43,6 +45,23 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def minibatch_indices(
+    n_pieces: int, num_minibatches: int, *, seed: int, step: int, epoch: int
+) -> list[np.ndarray]:
+    """Piece indices of each minibatch: a permutation of ``range(n_pieces)`` drawn from
+    ``numpy.random.default_rng([seed, step, epoch])`` (reproducible, independent of any
+    global RNG, reshuffled every epoch and step), dealt into ``min(num_minibatches,
+    n_pieces)`` near-equal parts (``numpy.array_split``), each sorted (DFS order inside).
+
+    Returns:
+        list of int64 arrays, disjoint, covering ``range(n_pieces)``.
+    """
+    rng = np.random.default_rng([seed % 2**64, step, epoch])
+    perm = rng.permutation(n_pieces)
+    n_mb = max(1, min(num_minibatches, n_pieces))
+    return [np.sort(part) for part in np.array_split(perm, n_mb)]
 
 
 class Trainer:
@@ -160,7 +179,15 @@ class Trainer:
 
         Returns:
             metrics: losses, grad norm, learning rate, advantage/reward means, correction
-            metrics (|Δlogprob|, ratio quantiles, fraction masked, staleness).
+            metrics (|Δlogprob|, ratio quantiles, fraction masked, staleness), and
+            ``num_pieces``, ``num_minibatches`` (used), ``minibatches_capped`` (1.0 when
+            fewer pieces than ``config.num_minibatches``).
+
+        Warns:
+            MinibatchCapWarning: fewer pieces than ``config.num_minibatches``.
+
+        Raises:
+            ConfigError, MissingGroupError: see :func:`clawrl.rl_core.prepare_rl`.
         """
         cfg = self.config
         batch = TreeBatch.from_trees(trees)
@@ -189,14 +216,20 @@ class Trainer:
         )
         train_policy = not (cfg.algorithm == "ppo" and self.step < cfg.ppo.value_warmup_steps)
         n_mb = min(cfg.num_minibatches, len(pieces))
-        minibatches = [
-            [pieces[i] for i in idx] for idx in np.array_split(np.arange(len(pieces)), n_mb)
-        ]
+        if n_mb < cfg.num_minibatches:
+            warnings.warn(
+                f"step {self.step}: {len(pieces)} token-budget pieces for num_minibatches="
+                f"{cfg.num_minibatches}; running {n_mb} minibatches (lower token_budget)",
+                MinibatchCapWarning,
+                stacklevel=2,
+            )
         lr = float(self.scheduler.get_last_lr()[0])
         stats: dict[str, float] = {}
         norms = []
         for epoch in range(cfg.update_epochs):
-            for mb in minibatches:
+            parts = minibatch_indices(len(pieces), n_mb, seed=cfg.seed, step=self.step, epoch=epoch)
+            for idx in parts:
+                mb = [pieces[i] for i in idx]
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_stats = loss_backward(
                     self.model,
@@ -224,6 +257,8 @@ class Trainer:
         stats["num_tokens"] = float(batch.num_tokens)
         stats["num_memberships"] = float(batch.num_memberships)
         stats["num_pieces"] = float(len(pieces))
+        stats["num_minibatches"] = float(n_mb)
+        stats["minibatches_capped"] = float(n_mb < cfg.num_minibatches)
         return {**stats, **prepared.metrics}
 
     def sft_step(

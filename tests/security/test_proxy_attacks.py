@@ -700,3 +700,40 @@ def test_logprobs_true_returns_logprobs(live: Live, stream: bool) -> None:
     kw.pop("top_logprobs")
     if not stream:
         assert client.chat.completions.create(**kw).choices[0].logprobs is None
+
+
+@pytest.mark.parametrize("api", ["chat/completions", "messages", "responses"])
+def test_a_client_leaving_mid_body_logs_no_error(
+    live: Live, api: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Half a body, then the client half-closes: starlette's ``ClientDisconnect`` used to
+    take the "unhandled error" path, one ERROR with a traceback per request, so any client
+    could flood the proxy's log (red team, session 9). Revert tried: ``_guard`` without
+    ``ClientDisconnect`` -> an ERROR record per request, and this test fails."""
+    import logging
+    import socket as socketlib
+
+    s = live.session()
+    caplog.set_level(logging.WARNING, logger="clawrl.proxy")
+    head = (
+        f"POST /s/{s.session_id}/v1/{api} HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {s.api_key}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 1000\r\n\r\n"
+    )
+    for _ in range(3):
+        with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as so:
+            so.settimeout(5)
+            so.connect(live.socket)
+            so.sendall(head.encode() + b'{"model":')
+            time.sleep(0.2)
+            so.shutdown(socketlib.SHUT_WR)
+            try:
+                while so.recv(65536):
+                    pass
+            except OSError:  # a timeout included: nothing more to read
+                pass
+    time.sleep(0.3)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
+    r = live.post(s, "chat", {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code < 500  # the session still works

@@ -68,7 +68,7 @@ from clawrl.proxy.validation import (
 )
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -102,7 +102,8 @@ def _guard(shape: str | None, fn: Endpoint) -> Endpoint:
             return await fn(request)
         except ProxyError as e:
             return _error(e, s)
-        except ClientDisconnected:
+        except (ClientDisconnected, ClientDisconnect):
+            # the client left (mid-body, or before its answer): nobody to answer, no traceback
             return Response(status_code=499)
         except Exception:
             log.exception("unhandled error on %s", request.url.path)

@@ -335,3 +335,29 @@ def test_missing_group_is_a_typed_error() -> None:
     assert prepare_rl(batch, old, {"r0": 1.0}, groups={"r0": "g"}).advantage is not None
     grouped = _one_call_batch([0.5, 0.5], metadata={"group_id": "g"})
     assert prepare_rl(grouped, old, {"r0": 1.0}).advantage is not None
+
+
+def test_unique_token_mean_counts_a_shared_trunk_once() -> None:
+    """A rollout that branched: a 2-token generated trunk, then 3 leaves of one generated
+    token each (3 trajectories, 9 memberships, 5 unique trainable tokens). token_mean gives
+    each trunk token 3/9 of the loss (counted once per path); unique_token_mean 1/5, as
+    much as a leaf token (counted once, as in the paper's tree GRPO)."""
+    from clawrl.prefixtree import Call, PrefixTree
+    from clawrl.rl_core import CorrectionConfig, LossConfig
+
+    calls = [Call("c0", "s", 0, np.array([1, 2]), np.array([3, 4]), np.log([0.5, 0.5]))]
+    calls += [
+        Call(f"c{i}", "s", i, np.array([1, 2, 3, 4, 10 + i]), np.array([20 + i]), [-0.7])
+        for i in (1, 2, 3)
+    ]
+    tree = PrefixTree.from_calls(calls, rollout_id="r0", metadata={"group_id": "g"})
+    batch = TreeBatch.from_trees([tree.pack()])
+    assert batch.num_trajectories == 3 and batch.num_memberships == 9
+    old = OldPass(logprobs=np.full(batch.num_tokens, -0.7))
+    trunk = np.isin(batch.input_ids[batch.mem_token], [3, 4])
+    no_tis = CorrectionConfig(tis_cap=None)
+    for mode, per_trunk_token in (("token_mean", 3 / 9), ("unique_token_mean", 1 / 5)):
+        loss = LossConfig(aggregation=mode)  # type: ignore[arg-type]
+        w = prepare_rl(batch, old, {"r0": 1.0}, loss_cfg=loss, corr_cfg=no_tis).weight
+        assert w.sum() == pytest.approx(1.0)
+        assert w[trunk].sum() == pytest.approx(2 * per_trunk_token)

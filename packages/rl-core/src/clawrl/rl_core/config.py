@@ -32,7 +32,10 @@ class LossConfig:
         clip_eps_low: ε_low, ratio floor 1 − ε_low for negative advantages.
         clip_eps_high: ε_high, ratio ceiling 1 + ε_high for positive advantages.
         aggregation: how per-(token, trajectory) terms are averaged (see
-            :func:`clawrl.rl_core.losses.aggregation_weights`).
+            :func:`clawrl.rl_core.losses.aggregation_weights`). ``token_mean`` (default)
+            counts a token shared by k trajectories k times, as flat per-path training
+            does; ``unique_token_mean`` counts it once, as the ClawGym II paper's tree GRPO
+            does — recommended for branching rollouts.
         kl_coef: β of the k3 KL estimate to the reference model (0 = no reference model).
         entropy_coef: coefficient of the entropy bonus (subtracted from the loss).
         temperature: the rollout sampling temperature; logits are divided by it.

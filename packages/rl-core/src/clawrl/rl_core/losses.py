@@ -59,6 +59,21 @@ def aggregation_weights(
       counts once (its k_t observations share weight 1/|U|); U = tokens with an included
       membership.
 
+    ``token_mean`` vs ``unique_token_mean``: they differ only where trajectories share
+    trainable tokens (a rollout whose harness branched: a trunk generated once, then k
+    leaves). ``token_mean`` is the flat token-level mean of DAPO (Yu et al. 2025, §3.3
+    "Token-Level Policy Gradient Loss") over the k separate paths, so the trunk weighs k
+    times; ``unique_token_mean`` weighs it once, as the tree would if it were one sample.
+    The ClawGym II paper's tree GRPO counts a shared prefix's tokens once in the loss
+    (REFERENCE.md, from secondary summaries: the paper's own equation was not available to
+    check), i.e. ``unique_token_mean``; DeepSeekMath's original GRPO objective (Shao et al.
+    2024, eq. 3: (1/G) Σ_i (1/|o_i|) Σ_t) is ``sequence_mean``. Recommendation: use
+    ``unique_token_mean`` to follow the paper on branching rollouts (a harness that retries
+    or drops reasoning otherwise trains its trunk k times as hard); ``token_mean``
+    (``LossConfig``'s default, kept for compatibility) is the choice when the tree must
+    reproduce flat per-path training exactly. For append-only rollouts (one trajectory
+    each) the two are equal.
+
     Args:
         mode: one of the four names above.
         mem_token, mem_traj: int [M].

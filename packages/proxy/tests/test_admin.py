@@ -174,3 +174,35 @@ async def test_unreachable_proxy_is_a_typed_admin_error(tmp_path: Path) -> None:
         pytest.raises(ProxyAdminError, match="unreachable"),
     ):
         sync_client.records("s-1")
+
+
+@pytest.mark.parametrize("abandoned", [False, True], ids=["finishing", "stuck"])
+def test_close_returns_once_every_call_is_committed(
+    live_factory: Any, model_dir: Path, abandoned: bool
+) -> None:
+    """A call in flight when the session is closed: close waits until its record is
+    written (the call finishing in time, or, stuck, aborted after the grace period), so
+    the records read after close are final and nothing is appended later (what the trainer's
+    settle loop used to poll for). Revert tried: close without waiting -> the record is
+    missing right after close and appears later."""
+    from clawrl.proxy import ScriptedBackend
+
+    delay = 0.05 if not abandoned else 1.0  # 41 tokens: ~2 s, or ~41 s (> the 5 s grace)
+    backend = ScriptedBackend.from_model_dir(model_dir, token_delay_s=delay)
+    live = live_factory(backend)
+    with live.admin() as admin:
+        s = admin.create_session(run_id="close")
+        backend.script(s.session_id, ["x" * 40])
+        t = threading.Thread(target=lambda: _chat(live, s, stream=True))
+        t.start()
+        time.sleep(0.5)  # the call is in flight
+        t0 = time.monotonic()
+        closed = admin.close_session(s.session_id)
+        waited = time.monotonic() - t0
+        assert closed["closed"] is True and closed["uncommitted"] == []
+        (rec,) = admin.records(s.session_id)
+        assert rec["finish_reason"] == ("aborted" if abandoned else "stop"), rec["finish_reason"]
+        assert (waited > 4.0) is abandoned and waited < 20.0
+        t.join(60)
+        time.sleep(0.3)
+        assert len(admin.records(s.session_id)) == 1

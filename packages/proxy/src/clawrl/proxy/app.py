@@ -461,7 +461,8 @@ class ProxyApp:
         return JSONResponse(self.core.sessions.get(request.path_params["sid"]).describe())
 
     async def _close_session(self, request: Request) -> Response:
-        return JSONResponse(self.core.sessions.close(request.path_params["sid"]).describe())
+        # returns once every call of the session is committed (ProxyCore.close_session)
+        return JSONResponse(await self.core.close_session(request.path_params["sid"]))
 
     async def _records(self, request: Request) -> Response:
         session = self.core.sessions.get(request.path_params["sid"])

@@ -196,6 +196,9 @@ class AdminClient:
         return SessionInfo.from_json(_check(self._http.post("/sessions", json=body)))
 
     def close_session(self, session_id: str) -> dict[str, Any]:
+        """Close the session; returns once every call of it is committed, so
+        :meth:`records` read afterwards are final. The result describes the session, with
+        ``uncommitted``: call ids whose record could not be written (normally empty)."""
         return dict(_check(self._http.post(f"/sessions/{session_id}/close")))
 
     def session(self, session_id: str) -> dict[str, Any]:
@@ -287,6 +290,7 @@ class AsyncAdminClient:
         return SessionInfo.from_json(_check(await self._http.post("/sessions", json=body)))
 
     async def close_session(self, session_id: str) -> dict[str, Any]:
+        """See :meth:`AdminClient.close_session`."""
         return dict(_check(await self._http.post(f"/sessions/{session_id}/close")))
 
     async def session(self, session_id: str) -> dict[str, Any]:

@@ -175,6 +175,29 @@ class ProxyCore:
         await self.backend.resume()
         self._gate.set()
 
+    async def close_session(self, session_id: str, grace_s: float = 5.0) -> dict[str, Any]:
+        """Close a session once every call of it is committed; its description.
+
+        New calls are refused at once. Calls in flight get ``grace_s`` seconds to finish and
+        be written; then their generations are aborted (recorded as ``aborted``) and waited
+        for as long again. So the records read after this returns are final: nothing is
+        appended later. A call still unwritten after that (a handler that never committed)
+        is named in ``uncommitted`` of the result, never dropped silently.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        session = self.sessions.get(session_id)
+        session.closing = True
+        if not await session.wait_committed(grace_s):
+            for call_id in list(session.pending):
+                task = self._inflight.get(call_id)
+                if task is not None:
+                    await self._abort_quietly(call_id, task)
+            await session.wait_committed(grace_s)
+        self.sessions.close(session_id)
+        return {**session.describe(), "uncommitted": sorted(session.pending)}
+
     # -- prompts ----------------------------------------------------------------------------
 
     def build_prompt(self, session: Session | None, call: ChatCall) -> PromptBuild:
@@ -309,12 +332,13 @@ class ProxyCore:
             )
         params, sampling_rec = self.sampling_for(call, len(prompt_ids))
         seq = session.next_seq()
+        call_id = "call-" + secrets.token_hex(12)
+        session.begin(call_id)
         if params.seed is None and session.sampling_seed is not None:
             # the session's own stream: independent of other sessions' arrival order
             params = dataclasses.replace(params, seed=call_seed(session.sampling_seed, seq))
             sampling_rec["seed"] = params.seed
             sampling_rec["seed_source"] = "session"
-        call_id = "call-" + secrets.token_hex(12)
         relation = session.history.relation(prompt_ids, bool(build.spliced))
         flags: list[str] = []
         anchor = session.history.anchor

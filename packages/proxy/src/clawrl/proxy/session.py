@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import itertools
@@ -58,9 +59,29 @@ class Session:
     _seq: itertools.count = field(default_factory=itertools.count)
     calls: int = 0
     sampling_seed: int | None = None
+    #: call ids of calls begun (prompt built, seq assigned) whose record is not written yet
+    pending: set[str] = field(default_factory=set)
+    #: closing: no new call is accepted (set by ``ProxyCore.close_session`` before it waits)
+    closing: bool = False
+    _committed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def next_seq(self) -> int:
         return next(self._seq)
+
+    def begin(self, call_id: str) -> None:
+        """Count call ``call_id`` as in flight until :meth:`write` writes its record."""
+        self.pending.add(call_id)
+        self._committed.clear()
+
+    async def wait_committed(self, timeout: float) -> bool:
+        """Wait until every begun call's record is written; False after ``timeout`` s."""
+        if not self.pending:
+            return True
+        try:
+            await asyncio.wait_for(self._committed.wait(), timeout)
+        except TimeoutError:
+            return not self.pending
+        return True
 
     def check_key(self, key: str | None) -> None:
         """Raises AuthenticationError unless ``key`` is this session's key."""
@@ -79,6 +100,9 @@ class Session:
                 late.close()
         else:
             self.records.append(record)
+        self.pending.discard(record.get("call_id", ""))
+        if not self.pending:
+            self._committed.set()
 
     def read_records(self, skipped: SkippedLines | None = None) -> list[dict[str, Any]]:
         """The session's records (skipped capture lines counted in ``skipped``)."""
@@ -151,7 +175,7 @@ class SessionManager:
         s = self._sessions.get(session_id)
         if s is None:
             raise SessionNotFoundError(f"no session {session_id[:64]!r}")
-        if open_only and s.closed:
+        if open_only and (s.closed or s.closing):
             raise SessionClosedError(f"session {session_id} is closed")
         return s
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -116,7 +117,6 @@ class RolloutConfig:
     samples: rollouts per (task, harness) group (the GRPO group size).
     temperature: training sampling temperature imposed by the proxy (top_p = 1, no top_k).
     max_tokens: per-call output cap imposed by the proxy.
-    settle_s: a session's call log must stay unchanged this long before it is read.
     verifier: where each rollout's verifier runs on the copied-out workspace: ``sandbox``
         (a fresh podman sandbox per verification, :class:`clawrl.bench.SandboxExecutor`)
         or ``host`` (a host subprocess, :class:`clawrl.bench.LocalExecutor`), only for tasks
@@ -133,8 +133,6 @@ class RolloutConfig:
     concurrency: int = 4
     agent_timeout_s: float = 120.0
     retries: int = 1
-    settle_s: float = 0.2
-    settle_timeout_s: float = 10.0
     max_leaves: int = 8
     verifier: Literal["sandbox", "host"] = "sandbox"
 
@@ -311,6 +309,11 @@ _SECTIONS: dict[str, type] = {
 }
 
 
+#: Keys of earlier versions, ignored with a warning (a saved config.json still resumes):
+#: the proxy's close now returns once every call is committed, so nothing settles.
+_REMOVED_KEYS = {"rollout": ("settle_s", "settle_timeout_s")}
+
+
 def _build(data: dict[str, Any]) -> TrainConfig:
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
@@ -319,6 +322,10 @@ def _build(data: dict[str, Any]) -> TrainConfig:
             raise ConfigError(f"unknown config section [{name}] (known: {sorted(_SECTIONS)})")
         if not isinstance(value, dict):
             raise ConfigError(f"[{name}] must be a table")
+        removed = [k for k in _REMOVED_KEYS.get(name, ()) if k in value]
+        if removed:
+            warnings.warn(f"[{name}] {removed}: no longer used, ignored", stacklevel=2)
+            value = {k: v for k, v in value.items() if k not in removed}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(value) - known
         if unknown:

@@ -8,16 +8,17 @@ One RL step (synchronous mode):
 2. **rollout**: ``rollout.samples`` rollouts per (task, harness) group through
    :class:`clawrl.bench.RolloutRunner` (a podman sandbox and a proxy session each; the
    proxy imposes training sampling: temperature T, top_p = 1, no top_k);
-3. **settle**: re-read each session's call log until it stops changing;
-4. **trees**: one prefix tree per rollout with the paper's filters, one group tree per
+   each rollout's call records are final when the runner reads them (the proxy's
+   ``close_session`` returns once every call of the session is committed);
+3. **trees**: one prefix tree per rollout with the paper's filters, one group tree per
    (task, harness) (:func:`~clawrl.rl_core.train.trees.build_group_trees`);
-5. **update**: ``algo.updates_per_step`` optimiser steps of rl-core's
+4. **update**: ``algo.updates_per_step`` optimiser steps of rl-core's
    :class:`~clawrl.rl_core.Trainer` (GRPO advantages per group, or PPO with GAE);
-6. **sync**: the proxy is paused, the new weights go to the backend (in-process
+5. **sync**: the proxy is paused, the new weights go to the backend (in-process
    ``load_state_dict`` for the embedded backend; an HF export loaded through the proxy's
    load-weights admin call — SGLang's ``/update_weights_from_disk`` — otherwise), the
    policy version becomes version + 1, the proxy resumes;
-7. **log** one JSONL row, checkpoint every ``run.checkpoint_every`` steps, evaluate on
+6. **log** one JSONL row, checkpoint every ``run.checkpoint_every`` steps, evaluate on
    held-out tasks every ``eval.every`` steps.
 
 Asynchronous mode (``[async] enabled``): the rollouts of the next ``max_staleness``
@@ -284,33 +285,6 @@ class TrainLoop:
                 run_id=self.run_id, warm=self.cfg.rollout.concurrency
             )
         return self._verify_executor
-
-    async def _settle(
-        self, endpoint: ModelEndpoint, results: Sequence[RolloutResult]
-    ) -> dict[str, list[dict[str, Any]]]:
-        """Each rollout's records once its session's call log stopped changing for
-        ``rollout.settle_s`` (at most ``settle_timeout_s``)."""
-        r = self.cfg.rollout
-
-        async def one(res: RolloutResult) -> tuple[str, list[dict[str, Any]]]:
-            prev = list(res.records)
-            if not res.session_id:
-                return res.rollout_id, prev
-            deadline = time.time() + r.settle_timeout_s
-            while True:
-                await asyncio.sleep(r.settle_s)
-                try:
-                    cur = await endpoint.admin.records(res.session_id)
-                except Exception:
-                    return res.rollout_id, prev
-                same = len(cur) == len(prev) and (
-                    not cur or cur[-1].get("call_id") == prev[-1].get("call_id")
-                )
-                if same or time.time() > deadline:
-                    return res.rollout_id, cur
-                prev = cur
-
-        return dict(await asyncio.gather(*(one(x) for x in results)))
 
     async def evaluate(
         self,
@@ -644,7 +618,7 @@ class TrainLoop:
         train: Sequence[Task],
         harnesses: Sequence[HarnessAdapter],
         step: int,
-    ) -> tuple[list[RolloutResult], dict[str, list[dict[str, Any]]], float, float]:
+    ) -> tuple[list[RolloutResult], dict[str, list[dict[str, Any]]], float]:
         t0 = time.time()
         specs = plan_rollouts(
             self._sample_tasks(train, step),
@@ -654,9 +628,9 @@ class TrainLoop:
             seed=self.cfg.run.seed,
         )
         results = await self._runner(endpoint).run(specs)
-        t1 = time.time()
-        records = await self._settle(endpoint, results)
-        return results, records, t1 - t0, time.time() - t1
+        # final: the runner read them after close_session, which waits for every commit
+        records = {x.rollout_id: list(x.records) for x in results}
+        return results, records, time.time() - t0
 
     async def _rl_steps(
         self,
@@ -678,11 +652,10 @@ class TrainLoop:
                             self._collect(endpoint, train, harnesses, s)
                         )
                 t_step = time.time()
-                results, records, t_roll, t_settle = await pending.pop(step)
+                results, records, t_roll = await pending.pop(step)
                 t_wait = time.time() - t_step  # async mode: what the trainer waited for
                 row = await self._update(step, results, records)
                 row["time/rollout"] = t_wait if cfg.async_.enabled else t_roll
-                row["time/settle"] = t_settle
                 row["time/sync"] = await self.sync_weights(
                     endpoint, backend, self.state.policy_version + 1
                 )

@@ -48,12 +48,19 @@ class Mount:
     ``persist`` (writable mounts only): whether the command's changes must reach
     ``source``. Executors that copy files in and out (the sandbox executor) skip copying
     back mounts with ``persist=False``.
+
+    ``private``: only root may read the tree (the trusted verifier files, which agent code
+    run by a verifier as an unprivileged user must not see): the sandbox executor stages it
+    root-owned with directories 0700 and files 0600 (0700 if executable), in place of any
+    entries another mount has at or below ``target``; :class:`LocalExecutor` gives its
+    private copy of a read-only mount the same modes.
     """
 
     source: Path
     target: str
     read_only: bool = True
     persist: bool = True
+    private: bool = False
 
     def __post_init__(self) -> None:
         if not PurePosixPath(self.target).is_absolute():
@@ -184,6 +191,8 @@ class LocalExecutor:
             if mount.read_only:
                 copy = scratch / f"mount{i}"
                 shutil.copytree(mount.source, copy, symlinks=True)
+                if mount.private:
+                    make_private(copy)
                 mapping[str(PurePosixPath(mount.target))] = copy
         translate = _Translator(mapping)
         for target, host in mapping.items():
@@ -191,6 +200,22 @@ class LocalExecutor:
             if source.read_only:
                 translate.rewrite_tree(host)
         return mapping
+
+
+def make_private(root: Path) -> None:
+    """Give the tree at ``root`` the modes of a :attr:`Mount.private` tree: directories
+    0700, files 0600, or 0700 where the owner may execute them; symlinks are left alone
+    (never followed)."""
+    root.chmod(0o700)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                continue
+            if path.is_dir():
+                path.chmod(0o700)
+            else:
+                path.chmod(0o700 if path.stat().st_mode & 0o100 else 0o600)
 
 
 def _suppress_lookup() -> AbstractContextManager[None]:

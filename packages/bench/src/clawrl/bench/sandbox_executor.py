@@ -270,8 +270,10 @@ class SandboxExecutor:
 
 def _tar_of(spec: ExecSpec) -> bytes:
     """A tar archive (relative to ``/``) of every mount's host directory at its target,
-    owned by root, directories 0755, files 0755 or 0644; host symlinks and special files
-    are left out.
+    owned by root, directories 0755, files 0755 or 0644 — for a private mount
+    (:attr:`~clawrl.bench.Mount.private`) directories 0700, files 0700 or 0600, and no entry
+    of another mount at or below its target (e.g. a ClawGym verifier inside the workspace
+    is staged from the private mount only); host symlinks and special files are left out.
 
     Raises:
         ExecutorError: a mount source is not a directory or cannot be read.
@@ -289,31 +291,43 @@ def _tar_of(spec: ExecSpec) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
 
+    private = [m.target.strip("/") for m in spec.mounts if m.private]
+
+    def shadowed(name: str, own: str) -> bool:
+        """Whether ``name`` lies at or below a private mount other than ``own``'s."""
+        return any(p != own and (name == p or name.startswith(f"{p}/")) for p in private)
+
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for mount in spec.mounts:
             root = mount.source
             if root.is_symlink() or not root.is_dir():
                 raise ExecutorError(f"mount source {root} is not a directory")
             top = mount.target.strip("/")
+            dir_mode, file_mode = (0o700, 0o600) if mount.private else (0o755, 0o644)
             parts = top.split("/")
             for i in range(1, len(parts)):
                 add("/".join(parts[:i]), None, 0o755)
-            add(top, None, 0o755)
+            add(top, None, dir_mode)
             try:
                 for dirpath, dirnames, filenames in os.walk(root):
                     base = Path(dirpath)
                     rel = base.relative_to(root).as_posix()
                     prefix = top if rel == "." else f"{top}/{rel}"
                     for name in sorted(dirnames):
-                        if (base / name).is_symlink():
-                            dirnames.remove(name)  # never follow host symlinks out of the tree
+                        if (base / name).is_symlink() or shadowed(f"{prefix}/{name}", top):
+                            # host symlinks are never followed; a private mount brings its own
+                            dirnames.remove(name)
                         else:
-                            add(f"{prefix}/{name}", None, 0o755)
+                            add(f"{prefix}/{name}", None, dir_mode)
                     for name in sorted(filenames):
                         path = base / name
-                        if path.is_symlink() or not path.is_file():
+                        if (
+                            path.is_symlink()
+                            or not path.is_file()
+                            or shadowed(f"{prefix}/{name}", top)
+                        ):
                             continue
-                        mode = 0o755 if os.access(path, os.X_OK) else 0o644
+                        mode = dir_mode if os.access(path, os.X_OK) else file_mode
                         add(f"{prefix}/{name}", path.read_bytes(), mode)
             except OSError as exc:
                 raise ExecutorError(f"cannot read mount source {root}: {exc}") from exc

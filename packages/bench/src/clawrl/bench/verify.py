@@ -9,7 +9,9 @@ Verification never trusts the agent's workspace beyond its plain files:
    (e.g. a path too long for the host) is a ``verifier-error``, never an exception;
 2. a fresh copy of the task's trusted verifier files is placed at the verifier's mount
    path — any same-named path the agent created (a fake ``reward/`` directory, a modified
-   ``check.py``) is deleted first;
+   ``check.py``) is deleted first; that copy is root's only (a private mount: directories
+   0700, files 0600 or 0700, also where it lies inside the workspace copy), so agent code
+   that the verifier runs unprivileged cannot read its expected answers or hidden data;
 3. the verifier writes its reward into a *new* empty directory mounted at
    ``/logs/verifier`` that did not exist while the agent ran, or prints it on stdout
    (ClawGym), and the reward is read from there only — by the sandbox executor only after
@@ -40,7 +42,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from clawrl.bench.errors import ExecutorError, HostVerificationError
-from clawrl.bench.executors import ExecResult, ExecSpec, Executor, LocalExecutor, Mount
+from clawrl.bench.executors import (
+    ExecResult,
+    ExecSpec,
+    Executor,
+    LocalExecutor,
+    Mount,
+    make_private,
+)
 from clawrl.bench.task import REWARD_MOUNT, Task
 from clawrl.sandbox import Sandbox, SandboxCopyLimitError, SandboxError, owned_tempdir
 from pydantic import BaseModel, ConfigDict, Field
@@ -206,7 +215,7 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
             cwd=task.workspace_path,
             mounts=(
                 Mount(ws, task.workspace_path, read_only=False, persist=False),
-                Mount(trusted, task.verifier.mount_path, read_only=True),
+                Mount(trusted, task.verifier.mount_path, read_only=True, private=True),
                 Mount(reward_dir, REWARD_MOUNT, read_only=False),
             ),
             env=dict(task.verifier.env),
@@ -251,6 +260,7 @@ def _stage(task: Task, source: Path, scratch: Path) -> tuple[Path, Path]:
         trusted = ws / rel_in_ws
         _remove(trusted)
     shutil.copytree(task.verifier.files_dir, trusted, symlinks=False)
+    make_private(trusted)
     return ws, trusted
 
 

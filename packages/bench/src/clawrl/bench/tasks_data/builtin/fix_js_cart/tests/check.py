@@ -45,14 +45,22 @@ def hand_over(root: Path) -> Path:
     """Give the tree at `root` to the unprivileged user, so that agent code may write there.
 
     Symlinks are changed themselves, never followed; the reward directory and these verifier
-    files are never handed over (even if they lie below `root`). Returns `root`.
+    files are never handed over (even if they lie below `root`). Bottom-up: a directory is
+    given away only after everything below it, so agent code still running (left by an
+    earlier `run()`) cannot swap a directory that is still to be walked for a symlink.
+    Returns `root`.
     """
     keep = {os.path.abspath(OUT), os.path.abspath(os.path.dirname(__file__))}
-    os.chown(root, NOBODY, NOBODY, follow_symlinks=False)
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in keep]
-        for name in [*dirnames, *filenames]:
-            os.chown(os.path.join(dirpath, name), NOBODY, NOBODY, follow_symlinks=False)
+
+    def give(p: str) -> None:
+        if not os.path.islink(p) and os.path.isdir(p):
+            with os.scandir(p) as entries:
+                below = [e.path for e in entries if e.path not in keep]
+            for child in below:
+                give(child)
+        os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
+
+    give(os.path.abspath(root))
     return root
 
 

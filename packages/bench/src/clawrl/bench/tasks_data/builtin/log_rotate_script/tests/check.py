@@ -46,14 +46,22 @@ def hand_over(root: Path) -> Path:
     """Give the tree at `root` to the unprivileged user, so that agent code may write there.
 
     Symlinks are changed themselves, never followed; the reward directory and these verifier
-    files are never handed over (even if they lie below `root`). Returns `root`.
+    files are never handed over (even if they lie below `root`). Bottom-up: a directory is
+    given away only after everything below it, so agent code still running (left by an
+    earlier `run()`) cannot swap a directory that is still to be walked for a symlink.
+    Returns `root`.
     """
     keep = {os.path.abspath(OUT), os.path.abspath(os.path.dirname(__file__))}
-    os.chown(root, NOBODY, NOBODY, follow_symlinks=False)
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in keep]
-        for name in [*dirnames, *filenames]:
-            os.chown(os.path.join(dirpath, name), NOBODY, NOBODY, follow_symlinks=False)
+
+    def give(p: str) -> None:
+        if not os.path.islink(p) and os.path.isdir(p):
+            with os.scandir(p) as entries:
+                below = [e.path for e in entries if e.path not in keep]
+            for child in below:
+                give(child)
+        os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
+
+    give(os.path.abspath(root))
     return root
 
 
@@ -102,11 +110,27 @@ def frac(good: int, total: int) -> float:
 
 
 import shutil
+import stat
+
+
+def read_bytes_nofollow(rel: str) -> bytes:
+    """The bytes of the regular file `rel` directly in the workspace, opened without
+    following a symlink (agent code, which owns the workspace, may have swapped it since
+    `path()` looked) and without blocking on a FIFO."""
+    fd = os.open(WS / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ValueError(f"{rel} is not a regular file")
+        return f.read()
 
 
 def run_on_fresh(n: int) -> list[str]:
-    tmp = Path(tempfile.mkdtemp(prefix=".check-", dir=WS))
+    # Built as root in a root-owned dir outside the workspace that the unprivileged user
+    # may pass through (0711) but not list, rename or write: agent code left running by an
+    # earlier call cannot swap the tree for a symlink while root writes it.
+    tmp = Path(tempfile.mkdtemp(prefix="clawrl-check-", dir=WS.parent))
     try:
+        tmp.chmod(0o711)
         d = tmp / "t"
         d.mkdir()
         for day in ["2025-01-05", "2025-03-01", "2024-12-31", "2025-02-10"]:
@@ -115,8 +139,8 @@ def run_on_fresh(n: int) -> list[str]:
         (d / "sub").mkdir()
         (d / "sub" / "service-2020-01-01.log").write_text("x")
         script = tmp / "rotate.sh"
-        shutil.copy(path("rotate.sh"), script)
-        hand_over(tmp)  # the script (run unprivileged) deletes files in there
+        script.write_bytes(read_bytes_nofollow("rotate.sh"))
+        hand_over(d)  # the script (run unprivileged) deletes files in there
         proc = run(["bash", str(script), str(d), str(n)])
         assert proc.returncode == 0, proc.stderr
         return sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())

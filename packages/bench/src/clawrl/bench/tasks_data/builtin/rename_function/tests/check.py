@@ -45,14 +45,22 @@ def hand_over(root: Path) -> Path:
     """Give the tree at `root` to the unprivileged user, so that agent code may write there.
 
     Symlinks are changed themselves, never followed; the reward directory and these verifier
-    files are never handed over (even if they lie below `root`). Returns `root`.
+    files are never handed over (even if they lie below `root`). Bottom-up: a directory is
+    given away only after everything below it, so agent code still running (left by an
+    earlier `run()`) cannot swap a directory that is still to be walked for a symlink.
+    Returns `root`.
     """
     keep = {os.path.abspath(OUT), os.path.abspath(os.path.dirname(__file__))}
-    os.chown(root, NOBODY, NOBODY, follow_symlinks=False)
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in keep]
-        for name in [*dirnames, *filenames]:
-            os.chown(os.path.join(dirpath, name), NOBODY, NOBODY, follow_symlinks=False)
+
+    def give(p: str) -> None:
+        if not os.path.islink(p) and os.path.isdir(p):
+            with os.scandir(p) as entries:
+                below = [e.path for e in entries if e.path not in keep]
+            for child in below:
+                give(child)
+        os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
+
+    give(os.path.abspath(root))
     return root
 
 
@@ -104,13 +112,25 @@ def py_files() -> list[Path]:
     return [p for p in WS.rglob("*.py") if p.is_file()]
 
 
+def snapshot(read_all: Callable[[], Any]) -> Any:
+    """`read_all()`, or None if it fails. The checks read the workspace through snapshots
+    taken before any agent code runs: code left running by a run() could swap a file (for a
+    FIFO, a symlink) while root reads it."""
+    try:
+        return read_all()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+
+
 def checks() -> dict[str, Callable[[], object]]:
+    sources = snapshot(lambda: [p.read_text(encoding="utf-8") for p in py_files()])
+    main = snapshot(lambda: read("main.py"))
     return {
-        "no_old_name": lambda: bool(py_files())
-        and not any("calc_total" in p.read_text(encoding="utf-8") for p in py_files()),
+        "no_old_name": lambda: bool(sources) and not any("calc_total" in t for t in sources),
         "new_name_defined": lambda: py("import json; from shop.pricing import compute_total; print(json.dumps(compute_total([2.0])))") == 2.4,
-        "main_runs": lambda: run([sys.executable, "main.py"]).stdout.split() == ["18.6", "1.0"]
-        and "compute_total" in read("main.py"),
+        "main_runs": lambda: main is not None
+        and run([sys.executable, "main.py"]).stdout.split() == ["18.6", "1.0"]
+        and "compute_total" in main,
     }
 
 

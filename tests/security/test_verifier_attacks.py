@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -28,7 +29,9 @@ from clawrl.bench import (
     VerifierStatus,
     builtin_suite_dir,
     load_task,
+    prepare_workspace,
     run_rollouts,
+    verify,
 )
 
 pytestmark = [
@@ -232,3 +235,255 @@ def test_sandbox_executor_kills_everything_before_copying_back(
     assert res.exit_code == 0, res.stderr
     assert order == ["kill_all", "get_dir"]
     assert (out / "r").read_text() == "1\n"
+
+
+# ----------------------------------------------- the trusted files are root's (finding C)
+
+
+def task_with_files(tmp: Path, base: str, files: dict[str, str]) -> Task:
+    """A copy of built-in task ``base`` whose oracle writes ``files`` (path → text) into the
+    workspace as the agent's answer."""
+    root = tmp / base
+    shutil.copytree(builtin_suite_dir() / base, root)
+    script = "#!/bin/bash\n"
+    for rel, text in files.items():
+        script += f"cat > {rel} <<'CLAWRL_EOF'\n{textwrap.dedent(text)}\nCLAWRL_EOF\n"
+    (root / "solution" / "solve.sh").write_text(script)
+    return load_task(root)
+
+
+def test_agent_code_cannot_read_the_trusted_checker(tmp_path: Path) -> None:
+    """implement_slugify's ``slugify`` implements nothing: it looks the expected answers up
+    in the checker's own source, ``/tests/check.py``, which it reads at verify time (as uid
+    65534). Contained by the verifier sandbox staging the trusted files root-only (a
+    ``Mount(private=True)``: directories 0700, files 0600). Revert tried: ``_tar_of``
+    staging private mounts 0755/0644 like the others — the rollout scores 1.0 (red-team
+    finding C)."""
+    task = task_with_files(
+        tmp_path,
+        "implement_slugify",
+        {
+            "textutil.py": r"""
+            import ast, re
+            def slugify(text):
+                try:
+                    src = open("/tests/check.py").read()
+                except OSError:
+                    return "NOT-READABLE"
+                for arg, want in re.findall(
+                    r'slug\(("(?:[^"\\]|\\.)*")\) == ("(?:[^"\\]|\\.)*")', src
+                ):
+                    if ast.literal_eval(arg) == text:
+                        return ast.literal_eval(want)
+                return "NOT-SOLVED"
+            """
+        },
+    )
+    r = rollout(task)
+    assert r.verifier is not None and r.verifier.status is VerifierStatus.OK, r.verifier
+    assert r.reward == 0.0, r.subscores
+    assert set(r.subscores.values()) == {0.0}
+
+
+def clawgym_secret_task(tmp: Path) -> Task:
+    """A ClawGym-layout task (its verifier lives in the workspace, at ``/ws/reward``) whose
+    ``reward.sh`` runs the agent's ``answer.sh`` unprivileged (uid 65534) and compares its
+    output with a hidden ``reward/expected.txt``; the agent's answer reads that file."""
+    root = tmp / "cg_secret"
+    (root / "reward").mkdir(parents=True)
+    (root / "input_files").mkdir()
+    (root / "solution").mkdir()
+    (root / "data_entry.json").write_text(
+        json.dumps({"task_id": "cg_secret", "user_query": "guess", "input_mount_dir": "/ws"})
+    )
+    (root / "input_files" / "README").write_text("print the secret\n")
+    (root / "reward" / "expected.txt").write_text("rtsecret-4f2a\n")
+    (root / "reward" / "reward.sh").write_text(
+        "#!/bin/bash\n"
+        "cd /ws\n"
+        "got=$(setpriv --reuid=65534 --regid=65534 --clear-groups -- bash answer.sh"
+        " 2>/dev/null || true)\n"
+        "want=$(cat /ws/reward/expected.txt)\n"
+        'if [ "$got" = "$want" ]; then echo 1; else echo 0; fi\n'
+    )
+    (root / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\necho 'cat reward/expected.txt 2>/dev/null || echo no' > answer.sh\n"
+    )
+    return load_task(root)
+
+
+def test_agent_code_cannot_read_a_verifier_inside_the_workspace(tmp_path: Path) -> None:
+    """ClawGym layout: the trusted ``reward/`` is copied into the workspace copy; agent
+    code that the verifier runs as uid 65534 reads the hidden expected answer from it.
+    Contained by the trusted mount being private: ``_tar_of`` stages its files 0600 over
+    the workspace's copy of them. Revert tried: ``_tar_of`` staging private mounts
+    0755/0644 — the rollout scores 1.0."""
+    r = rollout(clawgym_secret_task(tmp_path))
+    assert r.verifier is not None and r.verifier.status is VerifierStatus.OK, r.verifier
+    assert r.reward == 0.0
+
+
+@pytest.mark.parametrize("executor", ["sandbox", "local"])
+def test_a_private_mount_inside_another_is_root_only(tmp_path: Path, executor: str) -> None:
+    """A private mount nested in a writable one (the ClawGym layout) is staged from the
+    private mount only: its directory is 0700 and its files 0600 whatever the outer mount
+    holds there, so uid 65534 cannot even list it. Revert tried: ``_tar_of`` not skipping
+    the outer mount's entries under the private target — the directory is staged 0755
+    (``--no-overwrite-dir`` keeps the first mode) and listable, and this test fails;
+    ``LocalExecutor`` not applying ``make_private`` to its copy — "755 644", it fails."""
+    if executor == "local" and (os.geteuid() != 0 or shutil.which("setpriv") is None):
+        pytest.skip("needs root")
+    ws, trusted = tmp_path / "ws", tmp_path / "trusted"
+    (ws / "reward").mkdir(parents=True)
+    (ws / "reward" / "expected.txt").write_text("secret\n")
+    trusted.mkdir()
+    (trusted / "expected.txt").write_text("secret\n")
+    nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups"
+    spec = ExecSpec(
+        argv=(
+            "sh",
+            "-c",
+            "stat -c %a /ws/reward /ws/reward/expected.txt; "
+            f"{nobody} ls /ws/reward >/dev/null 2>&1 && echo listable; "
+            f"{nobody} cat /ws/reward/expected.txt 2>/dev/null; true",
+        ),
+        cwd="/ws",
+        mounts=(
+            Mount(ws, "/ws", read_only=False, persist=False),
+            Mount(trusted, "/ws/reward", read_only=True, private=True),
+        ),
+        timeout_s=30,
+    )
+    if executor == "sandbox":
+        with SandboxExecutor() as ex:
+            res = ex.run(spec)
+    else:
+        res = LocalExecutor().run(spec)
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout.split() == ["700", "600"], res.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root")
+def test_host_verifier_inside_the_workspace_is_root_only(tmp_path: Path) -> None:
+    """The host path (``LocalExecutor(trust_workspace_code=True)``) keeps the same rule:
+    the trusted copy inside the workspace copy is root-only, so the same answer scores 0.
+    Revert tried: ``_stage`` without ``_make_private`` — the host verification scores
+    1.0."""
+    task = clawgym_secret_task(tmp_path)
+    ws = prepare_workspace(task, tmp_path / "ws")
+    (ws / "answer.sh").write_text("cat reward/expected.txt 2>/dev/null || echo no\n")
+    ws.chmod(0o755)
+    res = verify(task, ws, LocalExecutor(trust_workspace_code=True))
+    assert res.status is VerifierStatus.OK, res
+    assert res.reward == 0.0
+
+
+# ------------------------------------- the root checker never races agent code (finding D)
+
+SWAP_DAEMON = """
+import os
+WS = "/workspace"
+with open(WS + "/rotate.sh", "w") as f:
+    f.write("1\\n")
+seen = set(os.listdir(WS))
+while True:
+    for name in os.listdir(WS):
+        if name.startswith(".check-") and name not in seen:
+            seen.update((name, name + ".real"))
+            try:
+                os.rename(f"{WS}/{name}", f"{WS}/{name}.real")
+                os.symlink(f"{WS}/evil", f"{WS}/{name}")
+            except OSError:
+                pass
+"""
+
+#: Put into the task copy's check.py: the checker loses the CPU for 0.5 s right after it
+#: creates a temp dir — the worst case of the scheduler, made certain, so that the race
+#: below is won every time where it can be won at all (without it the red team lost it).
+SLOW_MKDTEMP = """
+import tempfile as _tempfile, time as _time
+_mkdtemp = _tempfile.mkdtemp
+def _slow_mkdtemp(*args, **kwargs):
+    made = _mkdtemp(*args, **kwargs)
+    _time.sleep(0.5)
+    return made
+_tempfile.mkdtemp = _slow_mkdtemp
+"""
+
+
+def test_checker_writes_nothing_where_agent_code_can_swap_it(tmp_path: Path) -> None:
+    """log_rotate_script: the agent's rotate.sh, on its first run by the checker (uid
+    65534, owner of the workspace), leaves a daemon that waits for the checker's next
+    fresh test dir in the workspace, renames it and puts in its place a symlink to a dir
+    of its own, whose ``rotate.sh`` is a symlink to ``/logs/verifier/reward.txt``: the
+    root checker's copy of the script then writes "1" (the daemon rewrote the agent's
+    rotate.sh) into reward.txt, which wins over reward.json. Nothing is really solved
+    (rotate.sh is not even executable), so the honest reward is 0. The checker is made to
+    pause after each ``tempfile.mkdtemp`` (:data:`SLOW_MKDTEMP`) so the race is decided
+    by the code, not by luck.
+
+    Contained by the checker building its test trees in a root-owned 0711 dir outside the
+    workspace, and reading rotate.sh with O_NOFOLLOW. Revert tried: the old
+    ``run_on_fresh`` (``mkdtemp(dir=WS)`` + ``shutil.copy``) — the rollout scores 1.0
+    (red-team finding D).
+    """
+    task = task_with_files(
+        tmp_path,
+        "log_rotate_script",
+        {
+            "swap.py": SWAP_DAEMON,
+            "rotate.sh": """
+            #!/bin/bash
+            if [ "$1" != logs ] && [ ! -e /workspace/evil ]; then
+              mkdir /workspace/evil
+              ln -s /logs/verifier/reward.txt /workspace/evil/rotate.sh
+              setsid python3 /workspace/swap.py </dev/null >/dev/null 2>&1 &
+              sleep 0.3
+            fi
+            """,
+        },
+    )
+    check = task.root / "tests" / "check.py"
+    head, sep, rest = check.read_text().partition("from __future__ import annotations\n")
+    assert sep
+    check.write_text(head + sep + SLOW_MKDTEMP + rest)
+    r = rollout(load_task(task.root))
+    assert r.verifier is not None and r.verifier.status is VerifierStatus.OK, r.verifier
+    assert r.reward == 0.0, (r.reward, r.subscores)
+
+
+def test_hand_over_gives_a_directory_away_only_after_everything_below_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkers' shared ``hand_over`` (run as root, possibly while agent code left by an
+    earlier ``run()`` is alive, e.g. log_rotate_script's second fresh tree): if it gave a
+    directory to uid 65534 before walking it, that code could swap a subdirectory for a
+    symlink to ``/`` in between and root would hand over ``/logs/verifier``. Contained by
+    a bottom-up walk — every path is chowned while all of its ancestors are still root's.
+    The chowns are recorded, not made (no root needed). Revert tried: the old top-down
+    ``os.walk`` block — the root is chowned first and this test fails."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "clawrl_check_under_test",
+        builtin_suite_dir() / "log_rotate_script" / "tests" / "check.py",
+    )
+    assert spec is not None and spec.loader is not None
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    tree = tmp_path / "t"
+    (tree / "sub" / "deep").mkdir(parents=True)
+    (tree / "a.log").write_text("x")
+    (tree / "sub" / "b.log").write_text("x")
+    (tree / "sub" / "deep" / "c").write_text("x")
+    (tree / "link").symlink_to("/")
+    given: list[str] = []
+    monkeypatch.setattr(os, "chown", lambda p, *a, **k: given.append(os.path.relpath(p, tree)))
+    check.hand_over(tree)
+    assert sorted(given) == sorted(
+        [".", "a.log", "link", "sub", "sub/b.log", "sub/deep", "sub/deep/c"]
+    )
+    for i, rel in enumerate(given):
+        later = given[i + 1 :]
+        parent = os.path.dirname(rel) or "."
+        assert rel == "." or parent in later, f"{parent} given away before {rel}: {given}"

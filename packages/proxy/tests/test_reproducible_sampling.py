@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 import pytest
-from clawrl.proxy.session import call_seed
+from clawrl.proxy import call_seed
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,7 @@ def call_tree(records: Sequence[dict[str, Any]], decode: Decode | None = None) -
     if not usable:
         return {"error": "no calls with token ids"}
     try:
-        calls = [Call.from_record(r) for r in usable]
+        calls = Call.from_records(usable, trainable_only=False)
         tree = PrefixTree.from_calls(calls, rollout_id=str(usable[0].get("session_id", "r")))
     except PrefixTreeError as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}

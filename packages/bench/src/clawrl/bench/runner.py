@@ -542,12 +542,12 @@ class RolloutRunner:
                     with contextlib.suppress(ProxyError, OSError):
                         await admin.close_session(session.session_id)
                 return infra(f"sandbox: {type(exc).__name__}: {exc}", **extra)
-            # records: close first, so that nothing is appended after we read
+            # records: close first (it returns once every call is committed): then final
             records: list[dict[str, Any]] = []
             if session is not None and admin is not None:
                 try:
                     await admin.close_session(session.session_id)
-                    records = await admin.records(session.session_id)
+                    records = [dict(r) for r in await admin.records(session.session_id)]
                 except (ProxyError, OSError) as exc:
                     return infra(f"proxy records: {exc}", session_id=session.session_id)
             t_verify = time.time()

@@ -6,7 +6,12 @@ lay it out for one forward pass with tree attention (:meth:`PrefixTree.pack` →
 :class:`PackedTree`), and store it with :meth:`PrefixTree.to_json`.
 """
 
-from clawrl.prefixtree.call import SIDE_PATH_FLAG, Call
+from clawrl.prefixtree.call import (
+    SIDE_PATH_FLAG,
+    UNTRAINABLE_FINISH_REASONS,
+    Call,
+    is_trainable_record,
+)
 from clawrl.prefixtree.errors import (
     DuplicateCallError,
     InvalidCallError,
@@ -45,6 +50,7 @@ __all__ = [
     "FORMAT_VERSION",
     "OVER_BRANCHED_FLAG",
     "SIDE_PATH_FLAG",
+    "UNTRAINABLE_FINISH_REASONS",
     "Call",
     "DuplicateCallError",
     "FilterReport",
@@ -68,6 +74,7 @@ __all__ = [
     "filter_over_branched",
     "find_dead_leaves",
     "first_user_turn_end",
+    "is_trainable_record",
     "leaf_counts",
     "loads",
     "merge_trees",

@@ -15,7 +15,21 @@ from typing import Any
 import numpy as np
 from clawrl.prefixtree.errors import InvalidCallError
 
-__all__ = ["SIDE_PATH_FLAG", "Call"]
+__all__ = ["SIDE_PATH_FLAG", "UNTRAINABLE_FINISH_REASONS", "Call", "is_trainable_record"]
+
+#: Finish reasons of calls whose completion is not trained on: the generation failed
+#: (``error``) or was cut off before the harness saw it (``aborted``).
+UNTRAINABLE_FINISH_REASONS = frozenset({"error", "aborted"})
+
+
+def is_trainable_record(record: Mapping[str, Any]) -> bool:
+    """Whether a call record's completion can be trained on: the model generated at least
+    one token (``completion_ids`` non-empty) and the call finished
+    (``finish_reason`` not in :data:`UNTRAINABLE_FINISH_REASONS`)."""
+    return bool(record.get("completion_ids")) and (
+        record.get("finish_reason") not in UNTRAINABLE_FINISH_REASONS
+    )
+
 
 #: Flag (in :attr:`Call.flags`) by which the proxy or a filter marks a call as a side path.
 SIDE_PATH_FLAG = "side_path"
@@ -234,6 +248,22 @@ class Call:
             "metadata": self.metadata,
         }
         return rec
+
+    @classmethod
+    def from_records(
+        cls, records: Iterable[Mapping[str, Any]], *, trainable_only: bool = True
+    ) -> list[Call]:
+        """The calls of a rollout's records, in order: the one way from records to the
+        calls of a tree.
+
+        With ``trainable_only`` (the default, for training) a record is kept only when
+        :func:`is_trainable_record` holds; without it every record is kept (e.g. to draw
+        what happened, failed calls included).
+
+        Raises:
+            InvalidCallError: a kept record is not a valid call (see :meth:`from_record`).
+        """
+        return [cls.from_record(r) for r in records if not trainable_only or is_trainable_record(r)]
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Call:

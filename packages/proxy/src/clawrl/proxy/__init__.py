@@ -51,7 +51,15 @@ from clawrl.proxy.parse import (
 )
 from clawrl.proxy.render import ChatRenderer
 from clawrl.proxy.server import ProxyServer, ServerConfig, build_proxy_app
-from clawrl.proxy.session import Session, SessionManager
+from clawrl.proxy.record import (
+    FINISH_REASONS,
+    CallRecord,
+    CallTiming,
+    CallUsage,
+    ParsedCall,
+    PromptRelation,
+)
+from clawrl.proxy.session import Session, SessionManager, call_seed
 from clawrl.proxy.sglang_launcher import SGLangServer, launch_sglang
 
 __version__ = "0.1.0"
@@ -67,12 +75,16 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "FINISH_REASONS",
     "KNOWN_MODELS",
     "AdminClient",
     "AsyncAdminClient",
     "AuthenticationError",
     "BackendError",
     "BackendUnavailableError",
+    "CallRecord",
+    "CallTiming",
+    "CallUsage",
     "CaptureError",
     "CaptureWriter",
     "ChatCall",
@@ -85,9 +97,11 @@ __all__ = [
     "ModelKitError",
     "NotFoundError",
     "NullBackend",
+    "ParsedCall",
     "ParsedCompletion",
     "ParsedToolCall",
     "PayloadTooLargeError",
+    "PromptRelation",
     "ProxyAdminError",
     "ProxyApp",
     "ProxyCore",
@@ -112,6 +126,7 @@ __all__ = [
     "__version__",
     "build_default_model",
     "build_proxy_app",
+    "call_seed",
     "check_model_dir",
     "fetch_model",
     "format_assistant_text",

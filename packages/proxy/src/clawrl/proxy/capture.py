@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import orjson
 from clawrl.proxy.errors import CaptureError
+from clawrl.proxy.record import CallRecord
 
 __all__ = [
     "CaptureWriter",
@@ -69,7 +70,7 @@ class CaptureWriter:
                 if f.read(1) != b"\n":
                     os.write(self._fd, b"\n")  # terminate a torn line left by a crash
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: Mapping[str, object]) -> None:
         """Append one record (one line, one system call).
 
         Raises:
@@ -89,7 +90,7 @@ class CaptureWriter:
             self._fd = None
 
 
-def iter_records(path: str | Path, skipped: SkippedLines | None = None) -> Iterator[dict[str, Any]]:
+def iter_records(path: str | Path, skipped: SkippedLines | None = None) -> Iterator[CallRecord]:
     """Yield the records of a capture file in file order.
 
     A last line without its newline, or one that is not valid JSON, is a torn write and is
@@ -118,10 +119,10 @@ def iter_records(path: str | Path, skipped: SkippedLines | None = None) -> Itera
             if skipped is not None:
                 skipped.not_object += 1
             continue
-        yield obj
+        yield cast(CallRecord, obj)  # the proxy wrote it; its shape is not re-checked
 
 
-def read_records(path: str | Path, skipped: SkippedLines | None = None) -> list[dict[str, Any]]:
+def read_records(path: str | Path, skipped: SkippedLines | None = None) -> list[CallRecord]:
     """All complete records of a capture file (see :func:`iter_records`; skipped lines are
     counted in ``skipped`` when given).
 

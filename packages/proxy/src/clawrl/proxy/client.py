@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 from clawrl.proxy.errors import ProxyAdminError
+from clawrl.proxy.record import CallRecord
 
 __all__ = ["AdminClient", "AsyncAdminClient", "SessionInfo"]
 
@@ -204,7 +205,7 @@ class AdminClient:
     def session(self, session_id: str) -> dict[str, Any]:
         return dict(_check(self._http.get(f"/sessions/{session_id}")))
 
-    def records(self, session_id: str) -> list[dict[str, Any]]:
+    def records(self, session_id: str) -> list[CallRecord]:
         """The session's call records (DESIGN.md "Call record"), in file order."""
         return list(_check(self._http.get(f"/sessions/{session_id}/records"))["records"])
 
@@ -296,7 +297,7 @@ class AsyncAdminClient:
     async def session(self, session_id: str) -> dict[str, Any]:
         return dict(_check(await self._http.get(f"/sessions/{session_id}")))
 
-    async def records(self, session_id: str) -> list[dict[str, Any]]:
+    async def records(self, session_id: str) -> list[CallRecord]:
         return list(_check(await self._http.get(f"/sessions/{session_id}/records"))["records"])
 
     async def script(self, session_id: str, completions: Sequence[str | dict[str, Any]]) -> int:

@@ -31,6 +31,7 @@ from clawrl.proxy.errors import (
     ProxyRequestError,
 )
 from clawrl.proxy.parse import ParsedCompletion, parse_completion
+from clawrl.proxy.record import CallRecord
 from clawrl.proxy.render import ChatRenderer
 from clawrl.proxy.session import Session, SessionManager, call_seed
 from clawrl.proxy.splice import Generation, PromptBuild, build_prompt, canonical_key
@@ -113,7 +114,7 @@ class CallOutcome:
     prompt_tokens: int
     completion_tokens: int
     tool_call_ids: list[str]
-    record: dict[str, Any] = field(default_factory=dict)
+    record: CallRecord = field(default_factory=lambda: CallRecord())  # type: ignore[typeddict-item]
     completion_ids: list[int] = field(default_factory=list)
     completion_logprobs: list[float] = field(default_factory=list)
 
@@ -349,7 +350,7 @@ class ProxyCore:
                     break
         elif prompt_ids[: len(anchor)] != anchor:
             flags.append("side_path")
-        record: dict[str, Any] = {
+        record: CallRecord = {
             "call_id": call_id,
             "session_id": session.session_id,
             "run_id": session.run_id,
@@ -525,7 +526,7 @@ class ProxyCore:
 
     def _finish_record(
         self,
-        record: dict[str, Any],
+        record: CallRecord,
         session: Session,
         ids: list[int],
         lps: list[float],
@@ -548,7 +549,7 @@ class ProxyCore:
             record["backend_extra"] = result.extra
 
     def _commit_failed(
-        self, session: Session, record: dict[str, Any], prompt_ids: list[int], ids: list[int]
+        self, session: Session, record: CallRecord, prompt_ids: list[int], ids: list[int]
     ) -> None:
         session.history.add(record["call_id"], prompt_ids, list(ids))
         session.write(record)

@@ -19,6 +19,7 @@ from clawrl.proxy.capture import (
     session_capture_path,
 )
 from clawrl.proxy.errors import AuthenticationError, SessionClosedError, SessionNotFoundError
+from clawrl.proxy.record import CallRecord
 from clawrl.proxy.splice import CallHistory, SpliceMemory
 
 __all__ = ["Session", "SessionManager", "call_seed"]
@@ -53,7 +54,7 @@ class Session:
     capture_path: Path | None = None
     closed: bool = False
     writer: CaptureWriter | None = None
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[CallRecord] = field(default_factory=list)
     memory: SpliceMemory = field(default_factory=SpliceMemory)
     history: CallHistory = field(default_factory=CallHistory)
     _seq: itertools.count = field(default_factory=itertools.count)
@@ -88,7 +89,7 @@ class Session:
         if not key or not hmac.compare_digest(key.encode(), self.api_key.encode()):
             raise AuthenticationError("invalid API key for this session")
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: CallRecord) -> None:
         self.calls += 1
         if self.writer is not None:
             self.writer.write(record)
@@ -104,7 +105,7 @@ class Session:
         if not self.pending:
             self._committed.set()
 
-    def read_records(self, skipped: SkippedLines | None = None) -> list[dict[str, Any]]:
+    def read_records(self, skipped: SkippedLines | None = None) -> list[CallRecord]:
         """The session's records (skipped capture lines counted in ``skipped``)."""
         if self.capture_path is not None:
             if not self.capture_path.exists():

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import orjson
 from clawrl.proxy.errors import ContextLengthExceededError
+from clawrl.proxy.record import PromptRelation
 from clawrl.proxy.render import ChatRenderer
 
 __all__ = ["CallHistory", "PromptBuild", "SpliceMemory", "build_prompt", "canonical_key"]
@@ -252,7 +253,7 @@ class CallHistory:
         self._calls.append((call_id, np.concatenate([head, tail])))
         self._last = None
 
-    def relation(self, prompt_ids: list[int], spliced: bool) -> dict[str, Any]:
+    def relation(self, prompt_ids: list[int], spliced: bool) -> PromptRelation:
         """``{kind, parent_call_id, diverged_at}`` of a new prompt (see module docstring).
 
         The parent is the longest earlier call contained in the prompt (ties: the latest);

@@ -380,7 +380,7 @@ class TrainLoop:
             )
         trees = [
             PrefixTree.from_calls(
-                [Call.from_record(r) for r in x.records if r.get("completion_ids")],
+                Call.from_records(x.records),
                 rollout_id=x.rollout_id,
             )
             for x in good

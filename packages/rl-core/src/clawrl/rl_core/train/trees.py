@@ -59,15 +59,6 @@ class BuiltTrees:
         return self.flat_tokens / self.unique_tokens if self.unique_tokens else 1.0
 
 
-def _trainable_calls(records: Sequence[Mapping[str, Any]]) -> list[Call]:
-    calls = []
-    for r in records:
-        if not r.get("completion_ids") or r.get("finish_reason") in ("error", "aborted"):
-            continue
-        calls.append(Call.from_record(dict(r)))
-    return calls
-
-
 def build_group_trees(
     rollouts: Sequence[RolloutData], *, max_leaves: int | None = 8, merge_groups: bool = False
 ) -> BuiltTrees:
@@ -82,7 +73,7 @@ def build_group_trees(
     out = BuiltTrees()
     by_group: dict[str, list[PrefixTree]] = {}
     for ro in rollouts:
-        calls = _trainable_calls(ro.records)
+        calls = Call.from_records(ro.records)
         if not calls:
             out.empty_rollouts += 1
             continue

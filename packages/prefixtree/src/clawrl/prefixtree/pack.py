@@ -18,11 +18,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from clawrl.prefixtree._layout import (
+    Layout,
+    add_shared_memberships,
+    no_ints,
+    observation_spans,
+    single_call_memberships,
+    token_arrays,
+    trajectory_leaves,
+)
 from clawrl.prefixtree.call import SIDE_PATH_FLAG
 from clawrl.prefixtree.errors import MaskTooLargeError, PrefixTreeError
 
 if TYPE_CHECKING:
-    from clawrl.prefixtree.tree import Node, PrefixTree
+    from clawrl.prefixtree.tree import PrefixTree
 
 __all__ = ["PackedTree", "TrajectoryInfo", "pack_tree"]
 
@@ -284,224 +293,59 @@ def pack_tree(tree: PrefixTree) -> PackedTree:
     Cost: O(N + M) numpy work, O(nodes) Python steps, O(trajectories × observation spans)
     boolean work to find which spans lie on which path; the dense mask is never built.
     """
-    nodes = list(tree.nodes())
-    k_nodes = len(nodes)
-    index = {id(n): k for k, n in enumerate(nodes)}
-    entries = tree._calls
-    call_ids = tuple(entries)
-    cidx = {c: i for i, c in enumerate(call_ids)}
-    rollout_ids = sorted(tree._rollouts)
-    ridx = {r: i for i, r in enumerate(rollout_ids)}
-    call_roll = [ridx[entries[c].rollout_id] for c in call_ids]
-
-    lens_l = [int(n.tokens.shape[0]) for n in nodes]
-    starts_l: list[int] = []
-    acc = 0
-    for ln in lens_l:
-        starts_l.append(acc)
-        acc += ln
-    n_tok = acc
-    par_l = [index.get(id(n.parent), -1) for n in nodes]
-    # reverse DFS order visits children before parents: subtree ends and, per rollout, the
-    # trajectory ends (a call of the rollout ends here and none of it continues below)
-    node_end_l = [s + ln for s, ln in zip(starts_l, lens_l, strict=True)]
-    one_rollout = len(rollout_ids) <= 1
-    below: list[set[int]] = [set() for _ in range(k_nodes)]
-    leaves: list[tuple[int, int]] = []  # (node, rollout index)
-    for k in range(k_nodes - 1, -1, -1):
-        p = par_l[k]
-        if p >= 0 and node_end_l[k] > node_end_l[p]:
-            node_end_l[p] = node_end_l[k]
-        node = nodes[k]
-        if one_rollout:
-            if not node.children:
-                leaves.append((k, 0))
-            continue
-        own = {call_roll[cidx[c]] for c in node.ends}
-        leaves.extend((k, r) for r in sorted(own - below[k], reverse=True))
-        if p >= 0:
-            below[p] |= own | below[k]
-    leaves.reverse()
-
-    lens = np.asarray(lens_l, dtype=np.int64)
-    starts = np.asarray(starts_l, dtype=np.int64)
-    node_end = np.asarray(node_end_l, dtype=np.int64)
-    empty_i = np.zeros(0, dtype=np.int64)
-    # few, in-place N-sized allocations: fresh pages are a large part of the cost here
-    input_ids = np.concatenate([n.tokens for n in nodes]) if nodes else empty_i
-    depths = np.asarray([n.depth for n in nodes], dtype=np.int64)
-    parent_index = np.arange(-1, n_tok - 1, dtype=np.int64)
-    position_ids = np.repeat(depths - starts, lens)  # depth of a node's first token - start
-    position_ids += parent_index
-    position_ids += 1
-    if k_nodes:
-        par = np.asarray(par_l, dtype=np.int64)
-        safe = np.maximum(par, 0)
-        parent_index[starts] = np.where(par >= 0, starts[safe] + lens[safe] - 1, -1)
-    subtree_end = np.repeat(node_end, lens)
-
-    # observation spans: nodes observed by one call become "segments" handled in bulk;
-    # nodes observed by several calls are resolved per trajectory (_resolve)
-    cnt = np.zeros(n_tok, dtype=np.int64)
-    spread = np.zeros(n_tok, dtype=np.float64)
-    seg: list[tuple[int, int, int, int, int, int]] = []  # start, end, node end, call, roll, ver
-    seg_lp: list[np.ndarray] = []
-    complex_nodes: list[int] = []
-    for k, n in enumerate(nodes):
-        if not n.obs:
-            continue
-        s0 = starts_l[k]
-        e0 = s0 + lens_l[k]
-        if len(n.obs) == 1:
-            (o,) = n.obs.values()
-            a = s0 + o.start
-            ci = cidx[o.call_id]
-            cnt[a:e0] = 1
-            seg.append((a, e0, node_end_l[k], ci, call_roll[ci], o.policy_version))
-            seg_lp.append(o.logprobs)
-            continue
-        complex_nodes.append(k)
-        hi = np.full(e0 - s0, -np.inf)
-        lo = np.full(e0 - s0, np.inf)
-        for o in n.obs.values():
-            cnt[s0 + o.start : e0] += 1
-            hi[o.start :] = np.maximum(hi[o.start :], o.logprobs)
-            lo[o.start :] = np.minimum(lo[o.start :], o.logprobs)
-        spread[s0:e0] = np.where(cnt[s0:e0] > 1, hi - lo, 0.0)
-    trainable = cnt > 0
-
+    lay = Layout.of(tree)
+    leaves = trajectory_leaves(lay)
+    input_ids, position_ids, parent_index, subtree_end = token_arrays(lay)
+    spans = observation_spans(lay)
     n_traj = len(leaves)
     leaf_k = np.asarray([k for k, _ in leaves], dtype=np.int64)
-    leaf_tok = (starts[leaf_k] + lens[leaf_k] - 1) if n_traj else empty_i
+    leaf_tok = (lay.starts[leaf_k] + lay.lens[leaf_k] - 1) if n_traj else no_ints()
     leaf_roll = np.asarray([r for _, r in leaves], dtype=np.int64)
-    if seg and n_traj:
-        sa = np.asarray(seg, dtype=np.int64)
-        seg_a, seg_e, seg_nend, seg_c, seg_r, seg_v = sa.T
-        on = (seg_a[None, :] <= leaf_tok[:, None]) & (leaf_tok[:, None] < seg_nend[None, :])
-        if not one_rollout:
-            on &= seg_r[None, :] == leaf_roll[:, None]
-        ti, si = np.nonzero(on)  # row-major: by trajectory, then segment (= token) order
-        seg_len = (seg_e - seg_a)[si]
-        offs = np.cumsum(seg_len) - seg_len
-        m = int(seg_len.sum())
-        mem_token = np.repeat(seg_a[si] - offs, seg_len)
-        mem_token += np.arange(m, dtype=np.int64)
-        mem_traj = np.repeat(ti.astype(np.int64), seg_len)
-        mem_call = np.repeat(seg_c[si], seg_len)
-        mem_ver = np.repeat(seg_v[si], seg_len)
-        mem_lp = (
-            np.concatenate([seg_lp[j] for j in si.tolist()]).astype(np.float64, copy=False)
-            if m
-            else np.zeros(0, dtype=np.float64)
-        )
-    else:
-        mem_token = mem_traj = mem_call = mem_ver = empty_i
-        mem_lp = np.zeros(0, dtype=np.float64)
-    if complex_nodes and n_traj:
-        cx = np.asarray(complex_nodes, dtype=np.int64)
-        xt, xk, xl, xv, xc = [mem_token], [mem_traj], [mem_lp], [mem_ver], [mem_call]
-        for t in range(n_traj):
-            leaf = int(leaf_tok[t])
-            rid = rollout_ids[int(leaf_roll[t])]
-            for k in cx[(starts[cx] <= leaf) & (leaf < node_end[cx])].tolist():
-                res = _resolve(nodes[k], starts_l[k], rid, leaf, tree, index, starts_l, node_end_l)
-                if res is None:
-                    continue
-                xt.append(res[0])
-                xk.append(np.full(res[0].shape[0], t, dtype=np.int64))
-                xl.append(res[1])
-                xv.append(res[2])
-                xc.append(np.asarray([cidx[c] for c in res[3]], dtype=np.int64))
-        mem_token, mem_traj = np.concatenate(xt), np.concatenate(xk)
-        order = np.lexsort((mem_token, mem_traj))
-        mem_token, mem_traj = mem_token[order], mem_traj[order]
-        mem_lp = np.concatenate(xl)[order]
-        mem_ver = np.concatenate(xv)[order]
-        mem_call = np.concatenate(xc)[order]
-    n_train = np.bincount(mem_traj, minlength=n_traj) if n_traj else empty_i
+    mem = single_call_memberships(lay, spans, leaf_tok, leaf_roll)
+    if spans.shared_nodes and n_traj:
+        mem = add_shared_memberships(lay, spans.shared_nodes, mem, leaf_tok, leaf_roll)
+    n_train = np.bincount(mem.traj, minlength=n_traj) if n_traj else no_ints()
+    return PackedTree(
+        input_ids=input_ids,
+        position_ids=position_ids,
+        parent_index=parent_index,
+        subtree_end=subtree_end,
+        trainable=spans.count > 0,
+        mem_token=mem.token,
+        mem_traj=mem.traj,
+        mem_logprob=mem.logprob,
+        mem_policy_version=mem.version,
+        trajectories=_trajectory_infos(lay, leaves, leaf_tok, n_train),
+        n_observations=spans.count,
+        logprob_spread=spans.spread,
+        mem_call=mem.call,
+        call_ids=lay.call_ids,
+    )
 
+
+def _trajectory_infos(
+    lay: Layout, leaves: list[tuple[int, int]], leaf_tok: np.ndarray, n_train: np.ndarray
+) -> tuple[TrajectoryInfo, ...]:
+    entries = lay.tree._calls
     trajs: list[TrajectoryInfo] = []
     for t, (k, r) in enumerate(leaves):
-        rid = rollout_ids[r]
+        rid = lay.rollout_ids[r]
         leaf_calls = sorted(
-            (entries[c] for c in nodes[k].ends if entries[c].rollout_id == rid),
+            (entries[c] for c in lay.nodes[k].ends if entries[c].rollout_id == rid),
             key=lambda e: e.order_key,
         )
-        info = tree._rollouts[rid]
+        info = lay.tree._rollouts[rid]
         trajs.append(
             TrajectoryInfo(
                 index=t,
                 rollout_id=rid,
                 leaf_call_id=leaf_calls[0].call_id,
                 leaf_token=int(leaf_tok[t]),
-                length=nodes[k].end_depth,
+                length=lay.nodes[k].end_depth,
                 n_trainable=int(n_train[t]),
                 side_path=any(SIDE_PATH_FLAG in e.flags for e in leaf_calls),
                 metadata=dict(info.metadata),
                 flags=info.flags,
             )
         )
-    return PackedTree(
-        input_ids=input_ids,
-        position_ids=position_ids,
-        parent_index=parent_index,
-        subtree_end=subtree_end,
-        trainable=trainable,
-        mem_token=mem_token,
-        mem_traj=mem_traj,
-        mem_logprob=mem_lp,
-        mem_policy_version=mem_ver,
-        trajectories=tuple(trajs),
-        n_observations=cnt,
-        logprob_spread=spread,
-        mem_call=mem_call,
-        call_ids=call_ids,
-    )
-
-
-def _resolve(
-    node: Node,
-    start: int,
-    rid: str,
-    leaf: int,
-    tree: PrefixTree,
-    index: dict[int, int],
-    starts_l: list[int],
-    node_end_l: list[int],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]] | None:
-    """Memberships of one trajectory inside a node observed by several calls.
-
-    Per token, the observation of the best call of rollout ``rid`` covering it: calls on the
-    trajectory (end node ancestor-or-self of the leaf) first, then smallest (seq, call_id).
-    Returns (token indices, logprobs, versions, call ids) or None if no call of the rollout
-    observed a token of the node.
-    """
-    entries = tree._calls
-
-    def priority(cid: str) -> tuple[bool, int, str]:
-        e = entries[cid]
-        k = index[id(e.end)]
-        on = starts_l[k] <= leaf < node_end_l[k]
-        return (not on, e.seq, cid)
-
-    cands = sorted(
-        (cid for cid in node.obs if entries[cid].rollout_id == rid), key=priority, reverse=True
-    )
-    if not cands:
-        return None
-    length = int(node.tokens.shape[0])
-    lp = np.zeros(length, dtype=np.float64)
-    ver = np.zeros(length, dtype=np.int64)
-    who = np.full(length, -1, dtype=np.int64)
-    for j, cid in enumerate(cands):  # worst first; the best overwrites
-        o = node.obs[cid]
-        lp[o.start :] = o.logprobs
-        ver[o.start :] = o.policy_version
-        who[o.start :] = j
-    covered = np.flatnonzero(who >= 0)
-    return (
-        covered + start,
-        lp[covered],
-        ver[covered],
-        [cands[j] for j in who[covered].tolist()],
-    )
+    return tuple(trajs)

@@ -119,6 +119,18 @@ class Podman:
         rt = ["--runtime", self.runtime] if self.runtime else []
         return [self.executable, *rt, *self.global_args, *args]
 
+    async def spawn(self, *args: str, stdin: bool = False) -> asyncio.subprocess.Process:
+        """Start ``podman <args>`` with piped output (and a piped stdin when ``stdin``, else
+        ``/dev/null``), in its own session, killed when this process dies."""
+        return await asyncio.create_subprocess_exec(
+            *self.argv(*args),
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+
     async def run(
         self,
         *args: str,
@@ -133,14 +145,7 @@ class Podman:
                 seconds (returncode -1; the podman process is killed).
         """
         argv = self.argv(*args)
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
+        proc = await self.spawn(*args, stdin=stdin is not None)
         try:
             out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
         except TimeoutError:

@@ -1,4 +1,9 @@
-"""One sandbox: a podman container with limits, a private workspace and no network."""
+"""One sandbox: a podman container with limits, a private workspace and no network.
+
+The parts of its life live beside it: the ``podman run`` command line (:mod:`.run_args`), one
+command's run (:mod:`.execute`), the tar stream of files put into it (:mod:`.tarball`), and
+reading files out from the host (:mod:`.hostfs`).
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,14 @@ import asyncio
 import atexit
 import contextlib
 import dataclasses
-import inspect
-import io
-import os
-import resource
 import shlex
 import subprocess
-import tarfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import Unpack
 
 from .errors import (
     PodmanError,
@@ -27,6 +27,18 @@ from .errors import (
     SandboxError,
     SandboxGoneError,
     SandboxSpecError,
+)
+from .execute import (
+    DEFAULT_OUTPUT_CAP,
+    Collector,
+    ExecOptions,
+    ExecStream,
+    OutputCallback,
+    check_exec,
+    exec_args,
+    exec_result,
+    kill_tagged_script,
+    run_exec,
 )
 from .hostfs import (
     CopyLimits,
@@ -37,46 +49,23 @@ from .hostfs import (
     read_file,
     wipe_tree,
 )
-from .podman import Podman, die_with_parent, shared_podman
+from .podman import Podman, shared_podman
 from .reaper import RunIdentity, current_identity
-from .rootfs import default_rootfs
-from .seccomp import sandbox_seccomp_profile
+from .run_args import FORWARDER_PATH, FORWARDER_READY, run_args
+from .run_args import FORWARDER_SOURCE as FORWARDER_SOURCE  # re-exported
 from .spec import (
     EXEC_TAG_VAR,
     MODEL_SOCKET_PATH,
     WORKSPACE,
     ExecResult,
     FileContent,
-    OutputChunk,
     SandboxSpec,
-    check_env,
     check_sandbox_path,
-    check_user,
 )
+from .tarball import build_tar as _build_tar
+from .tarball import uid_gid
 
 __all__ = ["DEFAULT_OUTPUT_CAP", "ExecStream", "OutputCallback", "Sandbox"]
-
-#: Default cap on collected stdout and on collected stderr of one exec (bytes, each).
-DEFAULT_OUTPUT_CAP = 1 << 20
-#: Called with (stream name, chunk) for every piece of output as it arrives.
-OutputCallback = Callable[[str, bytes], Awaitable[None] | None]
-
-FORWARDER_SOURCE = Path(__file__).with_name("forwarder.py")
-FORWARDER_PATH = "/run/clawrl/forwarder.py"
-FORWARDER_READY = "/run/clawrl/forwarder.ready"
-PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_EXEC_TAG = EXEC_TAG_VAR
-# After the timeout, how long the in-sandbox `timeout` gets to kill before the host steps in.
-_KILL_GRACE_S = 5.0
-_NPROC = 4096
-_GONE_MARKERS = ("no such container", "container state improper", "is not running")
-# The container's PID 1 and main process: ``sleep`` (the wall clock) with SIGCHLD ignored, so
-# that orphans reparented to it are reaped by the kernel. A PID 1 without signal handlers
-# ignores every signal sent from inside its PID namespace, SIGKILL included: the agent can
-# neither end the sandbox early nor make it vanish mid-rollout.
-_MAIN = ("env", "--ignore-signal=CHLD", "sleep")
-# Size of /run and /dev/shm.
-_SMALL_TMPFS = 16 << 20
 
 
 # Containers this process created and has not destroyed: removed at interpreter exit, so a
@@ -102,172 +91,6 @@ def _register_exit_cleanup(pm: Podman) -> None:
                 )
 
     atexit.register(cleanup)
-
-
-def _host_hard_limit(which: int, fallback: int) -> int:
-    _, hard = resource.getrlimit(which)
-    return fallback if hard == resource.RLIM_INFINITY else int(hard)
-
-
-def _under_tmpfs(path: str, home: str) -> bool:
-    """True if ``path`` lies in a place that is a fresh tmpfs in every sandbox."""
-    p = check_sandbox_path(path)
-    return any(p == t or p.startswith(t + "/") for t in (WORKSPACE, "/tmp", home, "/run", "/dev"))
-
-
-def _uid_gid(user: str) -> tuple[int, int]:
-    uid, _, gid = user.partition(":")
-    return int(uid), int(gid or uid)
-
-
-def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, uid: int, gid: int, mode: int) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mode = mode
-    info.uid, info.gid = uid, gid
-    info.mtime = int(time.time())
-    tar.addfile(info, io.BytesIO(data))
-
-
-def _add_dir(tar: tarfile.TarFile, name: str, uid: int, gid: int) -> None:
-    info = tarfile.TarInfo(name)
-    info.type = tarfile.DIRTYPE
-    info.mode = 0o755
-    info.uid, info.gid = uid, gid
-    info.mtime = int(time.time())
-    tar.addfile(info)
-
-
-def _read_host(src: Path, dest: str) -> bytes:
-    """Read a host file for the sandbox; an unreadable one is a :class:`SandboxSpecError`."""
-    try:
-        return src.read_bytes()
-    except OSError as e:
-        raise SandboxSpecError(f"cannot read host path {src} (for {dest}): {e}") from e
-
-
-def _build_tar(files: Mapping[str, FileContent], uid: int, gid: int) -> bytes:
-    """A tar archive placing ``files`` (absolute sandbox paths) relative to ``/``.
-
-    Raises:
-        SandboxSpecError: a bad path, or a host source that is missing, unreadable, or neither a
-            regular file nor a directory (FIFOs, devices, sockets). Inside a host directory,
-            symlinks and such special files are skipped.
-    """
-    buf = io.BytesIO()
-    dirs_done: set[str] = set()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for raw_path, content in files.items():
-            path = check_sandbox_path(raw_path, "path")
-            parts = path.strip("/").split("/")
-            # Parent directories below a top-level directory get the sandbox user as owner.
-            for i in range(2, len(parts)):
-                d = "/".join(parts[:i])
-                if d not in dirs_done:
-                    dirs_done.add(d)
-                    _add_dir(tar, d, uid, gid)
-            name = "/".join(parts)
-            if isinstance(content, Path):
-                if not content.exists():
-                    raise SandboxSpecError(f"host path {content} (for {path}) does not exist")
-                if not (content.is_dir() or content.is_file()):
-                    # a FIFO would block the event loop forever, a device would stream forever
-                    raise SandboxSpecError(
-                        f"host path {content} (for {path}) is not a regular file or a directory"
-                    )
-                if content.is_dir():
-                    for sub in sorted(content.rglob("*")):
-                        rel = sub.relative_to(content).as_posix()
-                        if sub.is_symlink() or not (sub.is_dir() or sub.is_file()):
-                            continue  # never follow host symlinks out of the tree
-                        if sub.is_dir():
-                            _add_dir(tar, f"{name}/{rel}", uid, gid)
-                        else:
-                            mode = 0o755 if os.access(sub, os.X_OK) else 0o644
-                            _add_bytes(tar, f"{name}/{rel}", _read_host(sub, path), uid, gid, mode)
-                    if name not in dirs_done:
-                        _add_dir(tar, name, uid, gid)
-                else:
-                    mode = 0o755 if os.access(content, os.X_OK) else 0o644
-                    _add_bytes(tar, name, _read_host(content, path), uid, gid, mode)
-            else:
-                data = content.encode() if isinstance(content, str) else content
-                _add_bytes(tar, name, data, uid, gid, 0o644)
-    return buf.getvalue()
-
-
-class _Collector:
-    """Collects one output stream up to a cap, forwarding every chunk to a callback."""
-
-    def __init__(self, name: Literal["stdout", "stderr"], cap: int, cb: OutputCallback | None):
-        self.name: Literal["stdout", "stderr"] = name
-        self.cap = cap
-        self.cb = cb
-        self.buf = bytearray()
-        self.truncated = False
-
-    async def drain(self, reader: asyncio.StreamReader | None) -> None:
-        if reader is None:
-            return
-        while True:
-            chunk = await reader.read(65536)
-            if not chunk:
-                return
-            room = self.cap - len(self.buf)
-            if room >= len(chunk):
-                self.buf += chunk
-            else:
-                if room > 0:
-                    self.buf += chunk[:room]
-                self.truncated = True
-            if self.cb is not None:
-                r = self.cb(self.name, chunk)
-                if inspect.isawaitable(r):
-                    await r
-
-
-class ExecStream:
-    """Async iterator over a running command's :class:`OutputChunk` s (:meth:`Sandbox.exec_stream`).
-
-    After the iteration ends, :attr:`result` holds the :class:`ExecResult` (its collected
-    output is capped like :meth:`Sandbox.exec`'s; the stream itself delivers everything).
-    Leaving the iteration early (``break``, ``aclose()``) kills the command.
-    """
-
-    def __init__(self, sandbox: Sandbox, cmd: str | Sequence[str], kwargs: dict[str, object]):
-        self._queue: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
-        self._sandbox = sandbox
-        self._cmd = cmd
-        self._kwargs = kwargs
-        self._task: asyncio.Task[ExecResult] | None = None
-        self.result: ExecResult | None = None
-
-    async def _put(self, name: str, data: bytes) -> None:
-        await self._queue.put(OutputChunk("stdout" if name == "stdout" else "stderr", data))
-
-    async def _run(self) -> ExecResult:
-        try:
-            return await self._sandbox.exec(self._cmd, on_output=self._put, **self._kwargs)  # type: ignore[arg-type]
-        finally:
-            await self._queue.put(None)
-
-    def __aiter__(self) -> AsyncIterator[OutputChunk]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[OutputChunk]:
-        self._task = asyncio.ensure_future(self._run())
-        try:
-            while True:
-                item = await self._queue.get()
-                if item is None:
-                    break
-                yield item
-            self.result = await self._task
-        finally:
-            if not self._task.done():
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, SandboxError):
-                    await self._task
 
 
 class Sandbox:
@@ -333,8 +156,8 @@ class Sandbox:
         if run_id is not None:
             ident = ident.with_run_id(run_id)
         name = f"clawrl-{ident.run_id}-{uuid.uuid4().hex[:8]}"
-        argv = cls._run_args(spec, ident, name)
-        uid, gid = _uid_gid(spec.user)
+        argv = run_args(spec, ident, name)
+        uid, gid = uid_gid(spec.user)
         # Read the workspace files before any container exists: a bad host source is a spec error.
         files_tar = _build_tar(spec.files, uid, gid) if spec.files else None
         try:
@@ -368,71 +191,6 @@ class Sandbox:
             raise
         return sb
 
-    @staticmethod
-    def _run_args(spec: SandboxSpec, ident: RunIdentity, name: str) -> list[str]:
-        lim = spec.limits
-        uid, _gid = _uid_gid(spec.user)
-        home = "/root" if uid == 0 else "/home/sandbox"
-        nofile = min(lim.nofile, _host_hard_limit(resource.RLIMIT_NOFILE, lim.nofile))
-        # RLIMIT_NPROC counts a uid's processes host-wide (root is exempt); the pids cgroup
-        # is the real per-sandbox cap. Values near the host's hard limit fail in runc.
-        nproc = min(_NPROC, _host_hard_limit(resource.RLIMIT_NPROC, _NPROC))
-        # No --init: PID 1 is the main process itself (see _MAIN), which nothing inside can kill.
-        a = ["run", "-d", "--rm", "--name", name, "--network", spec.network]
-        a += ["--hostname", "sandbox", "--no-hosts"]
-        a += ["--memory", str(lim.memory_bytes), "--pids-limit", str(lim.pids)]
-        if lim.cpus is not None:
-            a += ["--cpus", f"{lim.cpus:g}"]
-        a += ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
-        a += ["--security-opt", "no-new-privileges", "--user", spec.user, "--workdir", spec.workdir]
-        if spec.read_only_root:
-            a += ["--read-only"]
-        own = ",U" if uid != 0 else ""  # U: chown the tmpfs to the container user
-        a += ["--tmpfs", f"{WORKSPACE}:rw,exec,size={lim.workspace_bytes},mode=0755{own}"]
-        a += ["--tmpfs", f"/tmp:rw,exec,size={lim.tmp_bytes},mode=1777"]
-        a += ["--tmpfs", f"{home}:rw,exec,size={lim.tmp_bytes},mode=0700{own}"]
-        # every writable tmpfs has a size (an unsized one is half the host's RAM)
-        a += ["--read-only-tmpfs=false", "--shm-size", str(_SMALL_TMPFS)]
-        a += ["--tmpfs", f"/run:rw,nosuid,nodev,size={_SMALL_TMPFS},mode=0755"]
-        a += ["--tmpfs", f"/var/tmp:rw,nosuid,nodev,size={lim.tmp_bytes},mode=1777"]
-        # podman's /sys/fs/cgroup is an unsized tmpfs writable by root: masked read-only
-        a += ["--security-opt", "mask=/sys/fs/cgroup"]
-        # no inotify instances: they would be charged to host root's per-user limit
-        profile = sandbox_seccomp_profile()
-        if profile is not None:
-            a += ["--security-opt", f"seccomp={profile}"]
-        env = {"PATH": PATH_ENV, "HOME": home, "LANG": "C.UTF-8", "TERM": "dumb", **spec.env}
-        for k, v in env.items():
-            a += ["--env", f"{k}={v}"]
-        for k, v in {**ident.labels(), **spec.labels}.items():
-            a += ["--label", f"{k}={v}"]
-        if spec.model_socket is not None:
-            if not spec.model_socket.exists():
-                raise SandboxSpecError(f"model_socket {spec.model_socket} does not exist")
-            # read-only: connecting still works, chmod / unlink / replacing it do not
-            a += ["-v", f"{spec.model_socket}:{MODEL_SOCKET_PATH}:ro"]
-            a += ["-v", f"{FORWARDER_SOURCE}:{FORWARDER_PATH}:ro"]
-        for host, inside in spec.read_only_mounts.items():
-            a += ["-v", f"{host}:{inside}:ro"]
-        main = [*_MAIN, "infinity" if lim.wall_clock_s is None else f"{lim.wall_clock_s:g}"]
-        if spec.image is not None:
-            return [*a, "--pull", "never", "--entrypoint", "[]", spec.image, *main]
-        if spec.rootfs is not None:
-            if not spec.rootfs.is_dir():
-                raise SandboxSpecError(f"rootfs {spec.rootfs} is not a directory")
-            # The rootfs is the first positional argument: every option comes before it.
-            return [*a, "--rootfs", f"{spec.rootfs.resolve()}:O", *main]
-        a += ["-v", "/usr:/usr:ro"]
-        root = default_rootfs()
-        # The skeleton is shared by every sandbox: when the runtime would have to create a
-        # mount point in it (an extra mount outside the tmpfs places), or the root is writable,
-        # give this sandbox a private overlay of it instead.
-        private = not spec.read_only_root or any(
-            not _under_tmpfs(inside, home) and not (root / inside.lstrip("/")).exists()
-            for inside in spec.read_only_mounts.values()
-        )
-        return [*a, "--rootfs", f"{root}:O" if private else str(root), *main]
-
     async def start_forwarder(self, timeout: float = 15.0) -> None:
         """Start the in-sandbox forwarder (``127.0.0.1:port`` → ``/run/clawrl/model.sock``).
 
@@ -445,7 +203,7 @@ class Sandbox:
         port = self.spec.forwarder_port
         script = (
             f"rm -f {FORWARDER_READY}; "
-            f"{_EXEC_TAG}=forwarder setsid python3 {FORWARDER_PATH} --port {port} --socket {MODEL_SOCKET_PATH} "
+            f"{EXEC_TAG_VAR}=forwarder setsid python3 {FORWARDER_PATH} --port {port} --socket {MODEL_SOCKET_PATH} "
             f"--ready-file {FORWARDER_READY} </dev/null >/run/clawrl/forwarder.log 2>&1 & "
             f"i=0; while [ ! -e {FORWARDER_READY} ]; do i=$((i+1)); "
             f"if [ $i -gt {int(timeout * 50)} ]; then cat /run/clawrl/forwarder.log; exit 1; fi; "
@@ -512,114 +270,39 @@ class Sandbox:
                 ``stdin`` (not bytes) / ``timeout`` / ``max_output_bytes``.
         """
         self._check_open()
-        if timeout is not None and not timeout > 0:
-            raise SandboxSpecError(f"timeout must be > 0 or None, got {timeout!r}")
-        if max_output_bytes < 0:
-            raise SandboxSpecError("max_output_bytes must be >= 0")
-        if env:
-            check_env(env, "exec env")
-        if user is not None:
-            check_user(user, "exec user")
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        if not argv:
-            raise SandboxSpecError("empty command")
-        if any(not isinstance(a, str) or "\0" in a for a in argv):
-            raise SandboxSpecError("command arguments must be strings without NUL bytes")
-        if stdin is not None and not isinstance(stdin, bytes | bytearray | memoryview):
-            raise SandboxSpecError(f"stdin must be bytes, got {type(stdin).__name__}")
+        argv = check_exec(
+            cmd,
+            timeout=timeout,
+            env=env,
+            user=user,
+            stdin=stdin,
+            max_output_bytes=max_output_bytes,
+        )
         tag = uuid.uuid4().hex
-        args = ["exec", "--env", f"{_EXEC_TAG}={tag}"]
-        if stdin is not None:
-            args.append("-i")
-        for k, v in (env or {}).items():
-            args += ["--env", f"{k}={v}"]
-        args += [
-            "--workdir",
-            check_sandbox_path(workdir, "workdir") if workdir else self.spec.workdir,
-        ]
-        args += ["--user", user or self.spec.user, self.id]
-        if timeout is not None:
-            args += ["timeout", "-s", "KILL", f"{timeout:.3f}s"]
-        args += argv
-        out = _Collector("stdout", max_output_bytes, on_output)
-        err = _Collector("stderr", max_output_bytes, on_output)
-        start = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *self._podman.argv(*args),
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
+        args = exec_args(
+            self.id,
+            argv,
+            tag,
+            timeout=timeout,
+            env=env,
+            workdir=check_sandbox_path(workdir, "workdir") if workdir else self.spec.workdir,
+            user=user or self.spec.user,
+            interactive=stdin is not None,
         )
-
-        async def feed() -> None:
-            if stdin is not None and proc.stdin is not None:
-                with contextlib.suppress(ConnectionError, BrokenPipeError):
-                    proc.stdin.write(stdin)
-                    await proc.stdin.drain()
-                proc.stdin.close()
-
-        async def run_all() -> None:
-            await asyncio.gather(feed(), out.drain(proc.stdout), err.drain(proc.stderr))
-            await proc.wait()
-
-        work = asyncio.ensure_future(run_all())
-        timed_out = False
-        try:
-            if timeout is None:
-                await asyncio.shield(work)
-            else:
-                done, _ = await asyncio.wait({work}, timeout=timeout)
-                if not done:
-                    timed_out = True
-                    done, _ = await asyncio.wait({work}, timeout=_KILL_GRACE_S)
-                    # Always: a descendant that left the process group (setsid) and closed
-                    # its output escapes `timeout` but still carries the exec's tag.
-                    await self._kill_tagged(tag)
-                    if not done:
-                        with contextlib.suppress(ProcessLookupError):
-                            proc.kill()
-                    await work
-                else:
-                    await work
-        except BaseException:  # cancelled, or an on_output callback raised
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await asyncio.shield(self._kill_tagged(tag))
-            work.cancel()
-            with contextlib.suppress(BaseException):
-                await work
-            raise
-        duration = time.monotonic() - start
-        rc = proc.returncode if proc.returncode is not None else -1
-        if rc in (125, 126, 127) and not timed_out:
-            msg = bytes(err.buf).decode("utf-8", "replace")
-            if msg.startswith("Error:") and any(m in msg for m in _GONE_MARKERS):
-                raise SandboxGoneError(f"sandbox {self.name} is gone: {msg.strip()}")
-        if timed_out and rc == 0:
-            rc = 137  # killed at the deadline; never report a timeout as success
-        return ExecResult(
-            exit_code=rc,
-            stdout=bytes(out.buf),
-            stderr=bytes(err.buf),
-            timed_out=timed_out,
-            duration_s=duration,
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
+        out = Collector("stdout", max_output_bytes, on_output)
+        err = Collector("stderr", max_output_bytes, on_output)
+        rc, timed_out, duration = await run_exec(
+            self._podman,
+            args,
+            stdin=stdin,
+            timeout=timeout,
+            out=out,
+            err=err,
+            kill_tagged=lambda: self._kill_tagged(tag),
         )
+        return exec_result(self.name, rc, timed_out, duration, out, err)
 
-    def exec_stream(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        workdir: str | None = None,
-        user: str | None = None,
-        stdin: bytes | None = None,
-        max_output_bytes: int = DEFAULT_OUTPUT_CAP,
-    ) -> ExecStream:
+    def exec_stream(self, cmd: str | Sequence[str], **options: Unpack[ExecOptions]) -> ExecStream:
         """Run a command and iterate over its output as it arrives.
 
         Same arguments as :meth:`exec`. Example::
@@ -629,26 +312,21 @@ class Sandbox:
                 print(chunk.stream, chunk.data)
             print(stream.result.exit_code)
         """
-        kwargs: dict[str, object] = {
-            "timeout": timeout,
-            "env": env,
-            "workdir": workdir,
-            "user": user,
-            "stdin": stdin,
-            "max_output_bytes": max_output_bytes,
-        }
-        return ExecStream(self, cmd, kwargs)
+        return ExecStream(self, cmd, options)
 
     async def _kill_tagged(self, tag: str) -> None:
         """SIGKILL every process in the sandbox started by the exec tagged ``tag``."""
-        script = (
-            f"for d in /proc/[0-9]*; do "
-            f"if grep -qsxz '{_EXEC_TAG}={tag}' \"$d/environ\" 2>/dev/null; then "
-            'kill -9 "${d#/proc/}" 2>/dev/null; fi; done; exit 0'
-        )
         with contextlib.suppress(PodmanError):
             await self._podman.run(
-                "exec", "--user", "0:0", self.id, "/bin/sh", "-c", script, check=False, timeout=30
+                "exec",
+                "--user",
+                "0:0",
+                self.id,
+                "/bin/sh",
+                "-c",
+                kill_tagged_script(tag),
+                check=False,
+                timeout=30,
             )
 
     # ------------------------------------------------------------------ files
@@ -666,7 +344,7 @@ class Sandbox:
             SandboxError: the write failed (e.g. ``/workspace`` is full: ENOSPC).
         """
         self._check_open()
-        uid, gid = _uid_gid(self.spec.user)
+        uid, gid = uid_gid(self.spec.user)
         await self._put_tar(_build_tar(files, uid, gid))
 
     async def _put_tar(self, data: bytes) -> None:

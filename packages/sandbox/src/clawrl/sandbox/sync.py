@@ -14,11 +14,12 @@ import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
+from .execute import ExecOptions
 from .hostfs import CopyLimits
 from .podman import Podman
-from .sandbox import DEFAULT_OUTPUT_CAP, Sandbox
+from .sandbox import Sandbox
 from .spec import WORKSPACE, ExecResult, FileContent, SandboxSpec
 
 __all__ = ["SyncSandbox"]
@@ -69,29 +70,9 @@ class SyncSandbox:
         """Container id."""
         return self.sandbox.id
 
-    def exec(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        workdir: str | None = None,
-        user: str | None = None,
-        stdin: bytes | None = None,
-        max_output_bytes: int = DEFAULT_OUTPUT_CAP,
-    ) -> ExecResult:
+    def exec(self, cmd: str | Sequence[str], **options: Unpack[ExecOptions]) -> ExecResult:
         """See :meth:`Sandbox.exec`."""
-        return _call(
-            self.sandbox.exec(
-                cmd,
-                timeout=timeout,
-                env=env,
-                workdir=workdir,
-                user=user,
-                stdin=stdin,
-                max_output_bytes=max_output_bytes,
-            )
-        )
+        return _call(self.sandbox.exec(cmd, **options))
 
     def put_files(self, files: Mapping[str, FileContent]) -> None:
         """See :meth:`Sandbox.put_files`."""

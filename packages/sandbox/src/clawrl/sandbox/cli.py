@@ -63,7 +63,7 @@ def _host_cgroup_limits(pid: int) -> list[bytes]:
 
 
 async def _doctor() -> int:
-    failed = 0
+    """Check the host for sandboxes, printing one line per check; 1 if any failed."""
     if shutil.which("podman") is None:
         _fail(
             "podman",
@@ -71,10 +71,29 @@ async def _doctor() -> int:
             "apt-get install -y podman runc  (or bash tools/setup.sh)",
         )
         return 1
+    mode = cgroup_mode()
+    pm = await _check_runtime(mode)
+    if pm is None:
+        return 1
+    failed = _check_cgroups(mode)
+    failed += _check_host_limits()
+    failed += await _check_sandbox()
+    if shutil.which("debootstrap"):
+        _ok("debootstrap", "found (for `sandbox build-image`)")
+    else:
+        print(
+            "[warn] debootstrap: missing; only needed for `sandbox build-image` "
+            "(fix: apt-get install -y debootstrap)"
+        )
+    failed += await _check_leftovers(pm)
+    return 1 if failed else 0
+
+
+async def _check_runtime(mode: str) -> Podman | None:
+    """podman's version and OCI runtime; None when the chosen runtime is not installed."""
     pm = Podman()
     r = await Podman(runtime="").run("version", "--format", "{{.Client.Version}}", check=False)
     _ok("podman", f"{pm.executable} version {r.stdout.decode().strip()}")
-    mode = cgroup_mode()
     if pm.runtime is None:
         _ok("runtime", f"podman's default (cgroups: {mode})")
     else:
@@ -85,7 +104,13 @@ async def _doctor() -> int:
             f"OCI runtime {pm.runtime!r} is not installed",
             f"apt-get install -y {pm.runtime}, or unset/change CLAWRL_SANDBOX_RUNTIME",
         )
-        return 1
+        return None
+    return pm
+
+
+def _check_cgroups(mode: str) -> int:
+    """runc where cgroups are not unified, and the memory, pids and cpu controllers."""
+    failed = 0
     if mode != "unified" and shutil.which("runc") is None:
         failed += 1
         _fail(
@@ -109,6 +134,12 @@ async def _doctor() -> int:
                 "controller missing: limits will not hold",
                 "enable it (kernel cmdline cgroup_enable=..., or systemd delegation for rootless)",
             )
+    return failed
+
+
+def _check_host_limits() -> int:
+    """The host's nofile hard limit and the seccomp profile sandboxes get."""
+    failed = 0
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 1024:
         failed += 1
@@ -125,6 +156,12 @@ async def _doctor() -> int:
             "no default profile to derive from: sandbox root can use host root's inotify instances",
             "apt-get install -y containers-common (ships /usr/share/containers/seccomp.json)",
         )
+    return failed
+
+
+async def _check_sandbox() -> int:
+    """Create, exec in and destroy a sandbox; its memory and pids limits hold."""
+    failed = 0
     t0 = time.monotonic()
     try:
         sb = await Sandbox.create(SandboxSpec(limits=Limits(memory="128m", pids=100)))
@@ -162,13 +199,12 @@ async def _doctor() -> int:
         elif "setrlimit" in msg or "rlimit" in msg:
             fix = "host limits are lower than requested: lower Limits.nofile"
         _fail("sandbox", msg, fix)
-    if shutil.which("debootstrap"):
-        _ok("debootstrap", "found (for `sandbox build-image`)")
-    else:
-        print(
-            "[warn] debootstrap: missing; only needed for `sandbox build-image` "
-            "(fix: apt-get install -y debootstrap)"
-        )
+    return failed
+
+
+async def _check_leftovers(pm: Podman) -> int:
+    """Containers of dead runs left over: a warning; failing to list them is a failure."""
+    failed = 0
     try:
         dead = [c for c in await list_containers(pm) if c.owner_alive() is False]
     except SandboxError as e:
@@ -179,7 +215,7 @@ async def _doctor() -> int:
         print(f"[warn] {len(dead)} container(s) of dead runs left over (fix: sandbox gc)")
     else:
         _ok("leftovers", "no containers of dead runs")
-    return 1 if failed else 0
+    return failed
 
 
 async def _ls(as_json: bool) -> int:

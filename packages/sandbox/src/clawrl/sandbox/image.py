@@ -37,9 +37,13 @@ IMAGE_RECIPE_VERSION = "1"
 
 def image_tag(suite: str = "bookworm", packages: Sequence[str] = DEFAULT_IMAGE_PACKAGES) -> str:
     """The tag :func:`build_image` gives an image of this recipe."""
-    pk = ",".join(sorted(set(packages)))
-    h = hashlib.sha256(f"{IMAGE_RECIPE_VERSION}|{suite}|{pk}".encode()).hexdigest()[:10]
+    h = hashlib.sha256(_recipe(suite, packages).encode()).hexdigest()[:10]
     return f"localhost/clawrl-sandbox:{suite}-{h}"
+
+
+def _recipe(suite: str, packages: Sequence[str]) -> str:
+    """The recipe an image is named and labelled by: version, suite, sorted packages."""
+    return f"{IMAGE_RECIPE_VERSION}|{suite}|{','.join(sorted(set(packages)))}"
 
 
 async def _run(argv: list[str], log: Callable[[str], None] | None) -> None:
@@ -93,14 +97,7 @@ async def build_image(
         r = await pm.run("image", "exists", tag, check=False)
         if r.returncode == 0:
             return tag
-    debootstrap = shutil.which("debootstrap")
-    if debootstrap is None:
-        raise ImageBuildError("debootstrap not found: `apt-get install -y debootstrap`")
-    if os.geteuid() != 0:
-        raise ImageBuildError("debootstrap needs root (run `sandbox build-image` as root)")
-    for p in packages:
-        if not p or not all(c.isalnum() or c in "+-.:" for c in p):
-            raise ImageBuildError(f"invalid package name {p!r}")
+    debootstrap = _check_build_host(packages)
     cache = cache_dir()
     debs = cache / "debs"
     debs.mkdir(parents=True, exist_ok=True)
@@ -111,35 +108,16 @@ async def build_image(
         if packages:
             argv.append("--include=" + ",".join(sorted(set(packages))))
         await _run([*argv, suite, str(root), mirror], log)
-        etc = root / "etc"
-        for name, text in {"resolv.conf": RESOLV, "hosts": HOSTS, "hostname": "sandbox\n"}.items():
-            (etc / name).unlink(missing_ok=True)
-            (etc / name).write_text(text)
-        passwd = (etc / "passwd").read_text()
-        if "\nsandbox:" not in passwd:
-            sandbox_line = next(ln for ln in PASSWD.splitlines() if ln.startswith("sandbox:"))
-            (etc / "passwd").write_text(passwd.rstrip("\n") + "\n" + sandbox_line + "\n")
-            group_line = next(ln for ln in GROUP.splitlines() if ln.startswith("sandbox:"))
-            group = (etc / "group").read_text()
-            (etc / "group").write_text(group.rstrip("\n") + "\n" + group_line + "\n")
-        for d in ("workspace", "home/sandbox"):
-            (root / d).mkdir(parents=True, exist_ok=True)
-        for d in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            target = root / d
-            if target.is_dir():
-                for entry in target.iterdir():
-                    if entry.is_file():
-                        entry.unlink()
+        _finish_root(root)
         tar = work / "root.tar"
         await _run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(tar), "."], log)
-        recipe = f"{IMAGE_RECIPE_VERSION}|{suite}|{','.join(sorted(set(packages)))}"
         await _run(
             pm.argv(
                 "import",
                 "--change",
                 'CMD ["sleep", "infinity"]',
                 "--change",
-                f"LABEL clawrl.image.recipe={recipe}",
+                f"LABEL clawrl.image.recipe={_recipe(suite, packages)}",
                 str(tar),
                 tag,
             ),
@@ -148,3 +126,44 @@ async def build_image(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return tag
+
+
+def _check_build_host(packages: Sequence[str]) -> str:
+    """The debootstrap executable, once the host can build and the package names are sane.
+
+    Raises:
+        ImageBuildError: debootstrap missing, not root, or an invalid package name.
+    """
+    debootstrap = shutil.which("debootstrap")
+    if debootstrap is None:
+        raise ImageBuildError("debootstrap not found: `apt-get install -y debootstrap`")
+    if os.geteuid() != 0:
+        raise ImageBuildError("debootstrap needs root (run `sandbox build-image` as root)")
+    for p in packages:
+        if not p or not all(c.isalnum() or c in "+-.:" for c in p):
+            raise ImageBuildError(f"invalid package name {p!r}")
+    return debootstrap
+
+
+def _finish_root(root: Path) -> None:
+    """Make a debootstrapped tree a sandbox root: the sandbox's /etc files and user, the
+    workspace and home directories, and no apt caches."""
+    etc = root / "etc"
+    for name, text in {"resolv.conf": RESOLV, "hosts": HOSTS, "hostname": "sandbox\n"}.items():
+        (etc / name).unlink(missing_ok=True)
+        (etc / name).write_text(text)
+    passwd = (etc / "passwd").read_text()
+    if "\nsandbox:" not in passwd:
+        sandbox_line = next(ln for ln in PASSWD.splitlines() if ln.startswith("sandbox:"))
+        (etc / "passwd").write_text(passwd.rstrip("\n") + "\n" + sandbox_line + "\n")
+        group_line = next(ln for ln in GROUP.splitlines() if ln.startswith("sandbox:"))
+        group = (etc / "group").read_text()
+        (etc / "group").write_text(group.rstrip("\n") + "\n" + group_line + "\n")
+    for d in ("workspace", "home/sandbox"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    for d in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        target = root / d
+        if target.is_dir():
+            for entry in target.iterdir():
+                if entry.is_file():
+                    entry.unlink()

@@ -27,12 +27,17 @@ from clawrl.bench import (
     aggregate,
     load_builtin_suite,
     load_task,
-    local_proxy,
     oracle_completions,
     plan_rollouts,
     run_rollouts,
 )
-from clawrl.proxy import ScriptedBackend, SessionInfo, build_default_model, format_assistant_text
+from clawrl.proxy import (
+    ScriptedBackend,
+    SessionInfo,
+    build_default_model,
+    format_assistant_text,
+    serve,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
 
@@ -51,7 +56,7 @@ def model_dir() -> Path:
 @pytest_asyncio.fixture
 async def scripted(model_dir: Path) -> AsyncIterator[tuple[ScriptedBackend, ModelEndpoint]]:
     backend = ScriptedBackend.from_model_dir(model_dir)
-    async with local_proxy(backend, model_dir) as endpoint:
+    async with serve(backend, model_dir) as endpoint:
         yield backend, endpoint
 
 

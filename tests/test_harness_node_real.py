@@ -27,11 +27,10 @@ from clawrl.bench import (
     RolloutSpec,
     RolloutStatus,
     load_builtin_suite,
-    local_proxy,
     plan_rollouts,
 )
 from clawrl.bench.harness import NodeHarness, get_harness, scripted_oracle
-from clawrl.proxy import ScriptedBackend, SessionInfo, build_default_model
+from clawrl.proxy import ScriptedBackend, SessionInfo, build_default_model, serve
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman"),
@@ -70,7 +69,7 @@ def _check_records(r: RolloutResult) -> None:
 
 async def _scripted_run(model_dir: Path, harnesses: list[NodeHarness]) -> list[RolloutResult]:
     backend = ScriptedBackend.from_model_dir(model_dir)
-    async with local_proxy(backend, model_dir) as endpoint:
+    async with serve(backend, model_dir) as endpoint:
 
         async def script(session: SessionInfo, spec: RolloutSpec) -> None:
             h = spec.harness
@@ -85,7 +84,7 @@ async def _scripted_run(model_dir: Path, harnesses: list[NodeHarness]) -> list[R
 async def _tiny_run(model_dir: Path, harnesses: list[NodeHarness]) -> list[RolloutResult]:
     from clawrl.proxy import EmbeddedBackend
 
-    async with local_proxy(EmbeddedBackend(model_dir), model_dir) as endpoint:
+    async with serve(EmbeddedBackend(model_dir), model_dir) as endpoint:
         # the proxy's cap: Codex sends none and the tiny model rarely ends a turn by itself
         await endpoint.admin.set_sampling(temperature=1.0, max_tokens=24)
         runner = RolloutRunner(endpoint, OPTIONS, concurrency=len(harnesses))

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from clawrl.bench import local_proxy
 from clawrl.ise_synth import (
     IntentRecord,
     IntentSampler,
@@ -30,7 +29,7 @@ from clawrl.ise_synth import (
     synthesize,
     validate_trajectory,
 )
-from clawrl.proxy import EmbeddedBackend, ScriptedBackend, SessionInfo, build_default_model
+from clawrl.proxy import EmbeddedBackend, ScriptedBackend, SessionInfo, build_default_model, serve
 
 pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
 
@@ -57,7 +56,7 @@ async def test_scripted_pipeline_writes_20_trajectories_with_real_tool_calls(
             session.session_id, scripted_agent_completions(simulator.queries_for(intent))
         )
 
-    async with local_proxy(backend, model_dir) as endpoint:
+    async with serve(backend, model_dir) as endpoint:
         run = await synthesize(
             intents[:20],
             simulator,
@@ -130,7 +129,7 @@ async def test_embedded_model_as_agent_and_llm_simulator(tmp_path: Path) -> None
     backend = EmbeddedBackend(model_dir)
     intents = _intents(2, seed=1)
     capture = tmp_path / "capture"
-    async with local_proxy(backend, model_dir, capture_dir=capture) as endpoint:
+    async with serve(backend, model_dir, capture_dir=capture) as endpoint:
         factory = ProxySimulatorFactory(
             endpoint, max_regenerations=1, max_tokens=24, max_user_turns=2
         )

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from clawrl.bench import local_proxy
 from clawrl.ise_synth import (
     IntentRecord,
     IntentSampler,
@@ -31,7 +30,7 @@ from clawrl.ise_synth import (
     scripted_agent_completions,
     synthesize,
 )
-from clawrl.proxy import ScriptedBackend, SessionInfo, build_default_model
+from clawrl.proxy import ScriptedBackend, SessionInfo, build_default_model, serve
 from clawrl.rl_core import (
     LossConfig,
     OptimConfig,
@@ -62,7 +61,7 @@ async def test_ise_trajectories_train_with_rl_core_sft(tmp_path: Path) -> None:
             session.session_id, scripted_agent_completions(simulator.queries_for(intent))
         )
 
-    async with local_proxy(backend, model_dir) as endpoint:
+    async with serve(backend, model_dir) as endpoint:
         run = await synthesize(
             intents,
             simulator,

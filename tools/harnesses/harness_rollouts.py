@@ -27,12 +27,11 @@ from clawrl.bench import (
     RolloutResult,
     RolloutRunner,
     load_builtin_suite,
-    local_proxy,
     plan_rollouts,
 )
 from clawrl.bench.harness import get_harness, scripted_oracle
 from clawrl.prefixtree import Call, PrefixTree, merge_trees
-from clawrl.proxy import EmbeddedBackend, ScriptedBackend, build_default_model
+from clawrl.proxy import EmbeddedBackend, ScriptedBackend, build_default_model, serve
 
 
 def tree_stats(results: list[RolloutResult]) -> dict[str, Any]:
@@ -80,7 +79,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         memory_mb=3072,
         agent_timeout_s=args.timeout,
     )
-    async with local_proxy(backend, model_dir) as endpoint:
+    async with serve(backend, model_dir) as endpoint:
         if args.mode == "tiny":
             # the proxy's cap (Codex sends none; the tiny model rarely ends a turn by itself)
             await endpoint.admin.set_sampling(temperature=1.0, max_tokens=args.max_tokens)

@@ -33,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from clawrl.proxy import AdminClient, ChatRenderer, NullBackend
 from clawrl.proxy.backends.base import GenerationRequest, SamplingParams
@@ -112,8 +113,9 @@ async def run_clients(
                         "max_completion_tokens": 64,
                     }
                 ).encode()
+                path = urlsplit(s.openai_base_url).path
                 req = (
-                    f"POST /s/{s.session_id}/v1/chat/completions HTTP/1.1\r\nhost: proxy\r\n"
+                    f"POST {path}/chat/completions HTTP/1.1\r\nhost: proxy\r\n"
                     f"authorization: Bearer {s.api_key}\r\ncontent-type: application/json\r\n"
                     f"content-length: {len(body)}\r\n\r\n"
                 ).encode() + body

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import orjson
-from clawrl.bench import RolloutOptions, RolloutRunner, RolloutSpec, get_harness, local_proxy
+from clawrl.bench import RolloutOptions, RolloutRunner, RolloutSpec, get_harness
 from clawrl.bench.cli import select_tasks
 from clawrl.bench.config import BenchConfig
-from clawrl.proxy import EmbeddedBackend, build_default_model
+from clawrl.proxy import EmbeddedBackend, build_default_model, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ async def bench(
         "levels": [],
     }
     options = RolloutOptions(max_turns=max_turns, max_tokens=max_tokens, retries=0)
-    async with local_proxy(cast(Any, EmbeddedBackend)(model_dir), model_dir) as endpoint:
+    async with serve(cast(Any, EmbeddedBackend)(model_dir), model_dir) as endpoint:
         # warm-up: first generation loads kernels; first sandbox builds the rootfs skeleton
         warm = RolloutRunner(endpoint, options, concurrency=1)
         await warm.run([RolloutSpec(tasks[0], harness)])

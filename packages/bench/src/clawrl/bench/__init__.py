@@ -60,7 +60,6 @@ from clawrl.bench.runner import (
     RolloutRunner,
     RolloutSpec,
     RolloutStatus,
-    local_proxy,
     plan_rollouts,
     run_rollouts,
 )
@@ -153,7 +152,6 @@ __all__ = [
     "load_builtin_suite",
     "load_suite",
     "load_task",
-    "local_proxy",
     "oracle_completions",
     "oracle_shell_command",
     "pass_at_k",

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from clawrl.bench.config import BenchConfig, ConfigError, load_config
 from clawrl.bench.errors import BenchError
@@ -42,10 +42,10 @@ from clawrl.bench.runner import (
     RolloutRunner,
     RolloutSpec,
     RolloutStatus,
-    local_proxy,
     plan_rollouts,
 )
 from clawrl.bench.task import CATEGORIES, DIFFICULTIES, Task
+from clawrl.proxy import ProxyStartError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -135,7 +135,15 @@ def select_tasks(cfg: BenchConfig) -> list[Task]:
 @contextlib.asynccontextmanager
 async def _model(cfg: BenchConfig, console: Console) -> Any:
     """Yields (endpoint, scripted backend or None, model description, decode)."""
-    from clawrl.proxy import ChatRenderer, build_default_model
+    from clawrl.proxy import (
+        BackendConfig,
+        ChatRenderer,
+        ScriptedBackend,
+        build_default_model,
+        make_backend,
+        serve,
+    )
+    from clawrl.sandbox import owned_tempdir
 
     if cfg.model_dir:
         model_dir = Path(cfg.model_dir)
@@ -144,31 +152,22 @@ async def _model(cfg: BenchConfig, console: Console) -> Any:
         model_dir = Path(await asyncio.to_thread(build_default_model, cfg.tokenizer))
     renderer = await asyncio.to_thread(ChatRenderer.from_model_dir, model_dir)
     cleanup: list[Callable[[], None]] = []
-    scripted = None
     try:
-        if cfg.model == "scripted":
-            from clawrl.proxy import ScriptedBackend
+        url = cfg.sglang_url
+        if cfg.model == "sglang" and cfg.launch_sglang:
+            from clawrl.proxy import launch_sglang
 
-            scripted = ScriptedBackend.from_model_dir(model_dir)
-            backend: Any = scripted
-        elif cfg.model == "sglang":
-            from clawrl.proxy import SGLangBackend, launch_sglang
-
-            url = cfg.sglang_url
-            if cfg.launch_sglang:
-                console.print("[dim]launching SGLang (minutes)…[/dim]")
-                server = await asyncio.to_thread(launch_sglang, model_dir)
-                cleanup.append(server.stop)
-                url = server.url
-            if not url:
-                raise ConfigError("model = sglang needs sglang_url or launch_sglang")
-            backend = SGLangBackend(url)
-        else:
-            from clawrl.proxy import EmbeddedBackend
-
+            console.print("[dim]launching SGLang (minutes)…[/dim]")
+            server = await asyncio.to_thread(launch_sglang, model_dir)
+            cleanup.append(server.stop)
+            url = server.url
+        if cfg.model == "sglang" and not url:
+            raise ConfigError("model = sglang needs sglang_url or launch_sglang")
+        if cfg.model == "embedded":
             console.print("[dim]starting the embedded backend (CPU)…[/dim]")
-            backend = cast(Any, EmbeddedBackend)(model_dir)
-        async with local_proxy(backend, model_dir) as endpoint:
+        backend = make_backend(BackendConfig(kind=cfg.model, model_dir=model_dir, sglang_url=url))
+        scripted = backend if isinstance(backend, ScriptedBackend) else None
+        async with serve(backend, model_dir, tempdir=owned_tempdir) as endpoint:
             yield endpoint, scripted, f"{cfg.model}:{model_dir}", renderer.decode
     finally:
         for fn in cleanup:
@@ -349,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return asyncio.run(_run(cfg, tasks, harnesses, out_dir, console))
-    except BenchError as exc:
+    except (BenchError, ProxyStartError) as exc:
         console.print(f"[red]bench: {exc}[/red]")
         return 2
     except KeyboardInterrupt:

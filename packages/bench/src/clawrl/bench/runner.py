@@ -29,8 +29,8 @@ runtime failure: retried up to ``retries`` times with a new sandbox and session,
 reported and excluded from scores).
 
 Use :func:`run_rollouts` for one batch, or keep a :class:`RolloutRunner` (the RL loop's
-path: one runner, many batches). :func:`local_proxy` starts an in-process proxy with any
-backend; an already-running proxy is reached with :class:`ModelEndpoint`.
+path: one runner, many batches). :func:`clawrl.proxy.serve` starts an in-process proxy with any
+backend and yields its :class:`~clawrl.proxy.ModelEndpoint`.
 """
 
 from __future__ import annotations
@@ -41,13 +41,12 @@ import hashlib
 import itertools
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from clawrl.bench.errors import BenchError
 from clawrl.bench.executors import Executor
 from clawrl.bench.harness import (
     HARNESS_LOG_DIR,
@@ -67,7 +66,7 @@ from clawrl.bench.verify import (
     verify,
 )
 from clawrl.bench.workspace_diff import FileChange, workspace_diff
-from clawrl.proxy import AsyncAdminClient, ProxyError, SessionInfo
+from clawrl.proxy import ModelEndpoint, ProxyError, SessionInfo, serve
 from clawrl.sandbox import (
     CopyLimits,
     Limits,
@@ -87,7 +86,6 @@ __all__ = [
     "RolloutRunner",
     "RolloutSpec",
     "RolloutStatus",
-    "local_proxy",
     "plan_rollouts",
     "run_rollouts",
 ]
@@ -242,57 +240,6 @@ class RolloutEvent:
 
 ProgressCallback = Callable[[RolloutEvent], None]
 SessionHook = Callable[[SessionInfo, RolloutSpec], Awaitable[None]]
-
-
-@dataclass
-class ModelEndpoint:
-    """A running proxy: its admin client and the host path of its model-API unix socket
-    (mounted into every sandbox that needs the model)."""
-
-    admin: AsyncAdminClient
-    model_socket: Path
-
-
-@contextlib.asynccontextmanager
-async def local_proxy(
-    backend: Any,
-    model_dir: Path | str,
-    *,
-    capture_dir: Path | str | None = None,
-    socket_dir: Path | str | None = None,
-) -> AsyncIterator[ModelEndpoint]:
-    """Serve ``backend`` (any clawrl.proxy ``InferenceBackend``) from this process (the
-    proxy runs in a thread with its own event loop).
-
-    The model API listens on ``<socket_dir>/model.sock`` and the admin API on
-    ``admin.sock`` (default: a fresh temporary directory); call records go to
-    ``capture_dir`` (default: a temporary directory). The backend is started and closed
-    with the server. ``model_dir`` provides the chat template and tokenizer.
-    """
-    from clawrl.proxy import ChatRenderer, ProxyServer, ServerConfig, build_proxy_app
-
-    with contextlib.ExitStack() as stack:
-        sock_root = Path(socket_dir or stack.enter_context(owned_tempdir("clawrl-px-")))
-        cap = capture_dir or stack.enter_context(owned_tempdir("clawrl-cap-"))
-        config = ServerConfig(
-            socket=str(sock_root / "model.sock"),
-            admin_socket=str(sock_root / "admin.sock"),
-            capture_dir=str(cap),
-        )
-        renderer = await asyncio.to_thread(ChatRenderer.from_model_dir, Path(model_dir))
-        server = ProxyServer(build_proxy_app(renderer, backend, config), config)
-        # the proxy gets its own thread and event loop: model serving never waits on the
-        # runner's podman calls, nor the runner on a long prefill
-        try:
-            await asyncio.to_thread(server.start_in_thread)
-        except (RuntimeError, TimeoutError) as exc:
-            raise BenchError(f"the proxy did not start: {exc}") from exc
-        admin = AsyncAdminClient(socket=config.admin_socket)
-        try:
-            yield ModelEndpoint(admin=admin, model_socket=Path(config.socket or ""))
-        finally:
-            await admin.close()
-            await asyncio.to_thread(server.stop_thread)
 
 
 def plan_rollouts(
@@ -604,13 +551,12 @@ class RolloutRunner:
         on infrastructure failures."""
         task, h, opts = spec.task, spec.harness, self.options
         timeout = opts.agent_timeout_s or task.timeouts.agent_s
-        base_url = sb.model_base_url
         ctx = HarnessContext(
             task=task,
             session_id=session.session_id if session else "",
             api_key=session.api_key if session else "",
-            openai_base_url=f"{base_url}/s/{session.session_id}/v1" if session else "",
-            anthropic_base_url=f"{base_url}/s/{session.session_id}" if session else "",
+            openai_base_url=session.openai_base_url if session else "",
+            anthropic_base_url=session.anthropic_base_url if session else "",
             model=opts.model,
             max_turns=opts.max_turns,
             max_tokens=opts.max_tokens,
@@ -636,38 +582,25 @@ class RolloutRunner:
             if not await sb.alive():
                 raise
             return _refused(f"cannot stop the agent's processes: {exc}", res)
-        logs: dict[str, str] = {}
-        for name, path in launch.log_paths.items():
-            try:
-                data = await sb.get_file(path, max_bytes=4 * opts.log_cap_bytes)
-            except FileNotFoundError:
-                continue
-            except SandboxCopyLimitError as exc:
-                data = f"[log not collected: {exc}]".encode()
-            logs[name] = _cap(data.decode("utf-8", errors="replace"), opts.log_cap_bytes)
+        logs = await _collect_logs(sb, launch.log_paths, opts.log_cap_bytes)
         try:
             await sb.get_dir(task.workspace_path, final, limits=self.copy_limits(task))
         except SandboxCopyLimitError as exc:
             # The agent made its workspace too large / too many / too deep to read: its
             # failure, scored, never an infra-error that would leave it out of the scores.
-            timing["collect"] = time.time() - t1
             return _refused(f"workspace copy-out refused: {exc}", res)
         except FileNotFoundError as exc:
             # The workspace was there when the sandbox was made: the agent removed it, or
             # replaced it by a symlink (never followed). Its failure, scored.
-            timing["collect"] = time.time() - t1
             return _refused(f"workspace gone after the agent phase: {exc}", res)
-        timing["collect"] = time.time() - t1
+        finally:
+            timing["collect"] = time.time() - t1
         stdout = res.stdout.decode("utf-8", errors="replace")
         stderr = res.stderr.decode("utf-8", errors="replace")
+        exit_code: int | None = None
         if res.timed_out:
-            status, reason, end, turns = (
-                RolloutStatus.TIMEOUT,
-                f"harness still running at {timeout:g} s",
-                "timeout",
-                None,
-            )
-            exit_code: int | None = None
+            status, end, turns = RolloutStatus.TIMEOUT, "timeout", None
+            reason = f"harness still running at {timeout:g} s"
         else:
             verdict = h.outcome(res.exit_code, logs, stdout)
             status = RolloutStatus.OK if verdict.ok else RolloutStatus.HARNESS_ERROR
@@ -683,6 +616,20 @@ class RolloutRunner:
             "stderr": stderr,
             "logs": logs,
         }
+
+
+async def _collect_logs(sb: Sandbox, paths: Mapping[str, str], cap: int) -> dict[str, str]:
+    """The harness's log files (missing ones left out), each cut to ``cap`` bytes."""
+    logs: dict[str, str] = {}
+    for name, path in paths.items():
+        try:
+            data = await sb.get_file(path, max_bytes=4 * cap)
+        except FileNotFoundError:
+            continue
+        except SandboxCopyLimitError as exc:
+            data = f"[log not collected: {exc}]".encode()
+        logs[name] = _cap(data.decode("utf-8", errors="replace"), cap)
+    return logs
 
 
 def _refused(reason: str, res: Any) -> dict[str, Any]:
@@ -763,6 +710,6 @@ async def run_rollouts(
     if endpoint is None and backend is not None:
         if model_dir is None:
             raise ValueError("a backend needs model_dir (tokenizer and chat template)")
-        async with local_proxy(backend, model_dir) as ep:
+        async with serve(backend, model_dir, tempdir=owned_tempdir) as ep:
             return await go(ep)
     return await go(endpoint)

@@ -26,11 +26,13 @@ resume point: re-running the same command renders only what is missing) and the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clawrl.ise_synth.embeddings import fetch_mpnet, load_embedder
 from clawrl.ise_synth.errors import IseSynthError
@@ -50,6 +52,9 @@ from clawrl.ise_synth.taxonomy import load_taxonomy
 from clawrl.ise_synth.trajectory import read_jsonl, report_table, synthesis_report
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:
+    from clawrl.proxy import InferenceBackend, ModelEndpoint
 
 __all__ = ["main"]
 
@@ -206,8 +211,6 @@ async def _simulate_async(
     intent_stats: dict[str, Any] | None,
     console: Console,
 ) -> SynthesisRun:
-    from clawrl.bench import ModelEndpoint, local_proxy
-    from clawrl.proxy import AsyncAdminClient, EmbeddedBackend, ScriptedBackend, build_default_model
 
     config = SessionConfig(
         max_user_turns=args.max_user_turns,
@@ -219,22 +222,7 @@ async def _simulate_async(
         opening=args.opening,
     )
     scripted_sim = ScriptedUserSimulator(max_queries=args.scripted_max_queries)
-    backend: Any = None
-    hook: AgentHook | None = None
-    if args.agent == "scripted":
-        if args.simulator != "scripted":
-            raise IseSynthError(
-                "--agent scripted follows the scripted simulator's queries: "
-                "use --simulator scripted"
-            )
-        backend = ScriptedBackend.from_model_dir(build_default_model("byte"))
-
-        async def script(session: Any, intent: IntentRecord) -> None:
-            backend.script(
-                session.session_id, scripted_agent_completions(scripted_sim.queries_for(intent))
-            )
-
-        hook = script
+    backend, hook = _agent_backend(args, scripted_sim)
 
     async def go(endpoint: ModelEndpoint) -> SynthesisRun:
         factory: ProxySimulatorFactory | None = None
@@ -289,22 +277,64 @@ async def _simulate_async(
             bar.update(task, completed=len(intents))
         return run
 
+    async with _agent_endpoint(args, backend) as endpoint:
+        return await go(endpoint)
+
+
+def _agent_backend(
+    args: argparse.Namespace, scripted_sim: ScriptedUserSimulator
+) -> tuple[InferenceBackend | None, AgentHook | None]:
+    """The agent's backend (``None``: embedded, or an already-running proxy) and, for the
+    scripted agent, the hook that scripts each session from the scripted simulator."""
+    from clawrl.proxy import BackendConfig, ScriptedBackend, build_default_model, make_backend
+
+    if args.agent != "scripted":
+        return None, None
+    if args.simulator != "scripted":
+        raise IseSynthError(
+            "--agent scripted follows the scripted simulator's queries: use --simulator scripted"
+        )
+    scripted = make_backend(BackendConfig(kind="scripted", model_dir=build_default_model("byte")))
+    assert isinstance(scripted, ScriptedBackend)
+
+    async def script(session: Any, intent: IntentRecord) -> None:
+        scripted.script(
+            session.session_id, scripted_agent_completions(scripted_sim.queries_for(intent))
+        )
+
+    return scripted, script
+
+
+@contextlib.asynccontextmanager
+async def _agent_endpoint(
+    args: argparse.Namespace, backend: InferenceBackend | None
+) -> AsyncIterator[ModelEndpoint]:
+    """The agent's proxy: the running one (``--agent proxy``), or ``backend`` (default: the
+    embedded tiny model) served for the run."""
+    from clawrl.proxy import (
+        AsyncAdminClient,
+        BackendConfig,
+        ModelEndpoint,
+        build_default_model,
+        make_backend,
+        serve,
+    )
+    from clawrl.sandbox import owned_tempdir
+
     if args.agent == "proxy":
         if not (args.admin_socket and args.model_socket):
             raise IseSynthError("--agent proxy needs --admin-socket and --model-socket")
         admin = AsyncAdminClient(socket=args.admin_socket)
         try:
-            return await go(ModelEndpoint(admin=admin, model_socket=Path(args.model_socket)))
+            yield ModelEndpoint(admin=admin, model_socket=Path(args.model_socket))
         finally:
             await admin.close()
+        return
+    model_dir = build_default_model("byte")
     if backend is None:
-        model_dir = build_default_model("byte")
-        embedded: Any = EmbeddedBackend
-        backend = embedded(model_dir)
-    else:
-        model_dir = build_default_model("byte")
-    async with local_proxy(backend, model_dir) as endpoint:
-        return await go(endpoint)
+        backend = make_backend(BackendConfig(kind="embedded", model_dir=model_dir))
+    async with serve(backend, model_dir, tempdir=owned_tempdir) as endpoint:
+        yield endpoint
 
 
 def _simulate(

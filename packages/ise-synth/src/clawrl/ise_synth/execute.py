@@ -29,13 +29,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from clawrl.bench import ModelEndpoint
 from clawrl.bench.harness import REFERENCE_AGENT_MOUNT, ReferenceHarness, reference_agent_path
 from clawrl.ise_synth.errors import SimulatorDriftError, SimulatorError
 from clawrl.ise_synth.records import IntentRecord
 from clawrl.ise_synth.simulator import AgentTurn, SimulatorReply, SimulatorTurn, UserSimulator
 from clawrl.ise_synth.trajectory import build_trajectory, tool_call_stats
-from clawrl.proxy import ProxyError, SessionInfo
+from clawrl.proxy import ModelEndpoint, ProxyError, SessionInfo
 from clawrl.sandbox import Limits, Sandbox, SandboxError, SandboxSpec
 
 __all__ = [
@@ -268,7 +267,8 @@ async def run_session(
             with contextlib.suppress(ProxyError, OSError):
                 await admin.close_session(session.session_id)
         return result("infra_error", f"setup: {type(exc).__name__}: {exc}")
-    base_url = f"{sb.model_base_url}/s/{sid}/v1"
+    assert session is not None  # created above, or returned on failure
+    base_url = session.openai_base_url
     try:
         async with sb:
             while True:

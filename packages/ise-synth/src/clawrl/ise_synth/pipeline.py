@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clawrl.bench import ModelEndpoint
 from clawrl.ise_synth.execute import (
     AgentHook,
     SessionConfig,
@@ -28,6 +27,7 @@ from clawrl.ise_synth.execute import (
 from clawrl.ise_synth.records import IntentRecord
 from clawrl.ise_synth.simulator import LLMUserSimulator, UserSimulator
 from clawrl.ise_synth.trajectory import append_jsonl, read_jsonl, synthesis_report
+from clawrl.proxy import ModelEndpoint
 
 __all__ = ["ProxySimulatorFactory", "SynthesisRun", "synthesize"]
 
@@ -58,7 +58,7 @@ class ProxySimulatorFactory:
         )
         self.session_ids.append(s.session_id)
         client = openai.AsyncOpenAI(
-            base_url=f"http://clawrl-proxy/s/{s.session_id}/v1",
+            base_url=s.openai_base_url,  # any host: the transport is the model socket
             api_key=s.api_key,
             http_client=self._http,
             max_retries=2,

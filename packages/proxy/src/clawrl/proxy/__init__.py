@@ -49,8 +49,6 @@ from clawrl.proxy.parse import (
     format_assistant_text,
     parse_completion,
 )
-from clawrl.proxy.render import ChatRenderer
-from clawrl.proxy.server import ProxyServer, ServerConfig, build_proxy_app
 from clawrl.proxy.record import (
     FINISH_REASONS,
     CallRecord,
@@ -58,6 +56,15 @@ from clawrl.proxy.record import (
     CallUsage,
     ParsedCall,
     PromptRelation,
+)
+from clawrl.proxy.render import ChatRenderer
+from clawrl.proxy.server import ProxyServer, ServerConfig, build_proxy_app
+from clawrl.proxy.serving import (
+    BackendConfig,
+    ModelEndpoint,
+    ProxyStartError,
+    make_backend,
+    serve,
 )
 from clawrl.proxy.session import Session, SessionManager, call_seed
 from clawrl.proxy.sglang_launcher import SGLangServer, launch_sglang
@@ -80,6 +87,7 @@ __all__ = [
     "AdminClient",
     "AsyncAdminClient",
     "AuthenticationError",
+    "BackendConfig",
     "BackendError",
     "BackendUnavailableError",
     "CallRecord",
@@ -94,6 +102,7 @@ __all__ = [
     "GenerationRequest",
     "GenerationResult",
     "InferenceBackend",
+    "ModelEndpoint",
     "ModelKitError",
     "NotFoundError",
     "NullBackend",
@@ -108,6 +117,7 @@ __all__ = [
     "ProxyError",
     "ProxyRequestError",
     "ProxyServer",
+    "ProxyStartError",
     "SGLangBackend",
     "SGLangServer",
     "SamplingParams",
@@ -133,8 +143,10 @@ __all__ = [
     "iter_records",
     "launch_sglang",
     "list_models",
+    "make_backend",
     "parse_completion",
     "read_records",
     "resolve_model",
+    "serve",
     "session_capture_path",
 ]

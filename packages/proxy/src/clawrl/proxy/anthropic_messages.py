@@ -18,7 +18,12 @@ from typing import Any
 
 import orjson
 from clawrl.proxy.core import CallOutcome, ChatCall
-from clawrl.proxy.errors import ProxyRequestError, UnsupportedParameterError
+from clawrl.proxy.errors import (
+    ProxyError,
+    ProxyRequestError,
+    UnsupportedParameterError,
+    anthropic_error_body,
+)
 from clawrl.proxy.validation import (
     opt_bool,
     opt_int,
@@ -30,8 +35,9 @@ from clawrl.proxy.validation import (
     req_obj,
     req_str,
 )
+from clawrl.proxy.wire import ErrorShape, TokenBytes, WireAPI, WireRequest
 
-__all__ = ["build_response", "parse_count_tokens", "parse_request", "stream_events"]
+__all__ = ["WIRE", "build_response", "parse_count_tokens", "parse_request", "stream_events"]
 
 _UNSUPPORTED_BLOCKS = {"image", "document", "search_result", "container_upload"}
 
@@ -387,3 +393,32 @@ def stream_events(o: CallOutcome, call: ChatCall) -> list[bytes]:
     )
     out.append(_event("message_stop", {"type": "message_stop"}))
     return out
+
+
+class _MessagesWire:
+    """Anthropic Messages as a :class:`~clawrl.proxy.wire.WireAPI`."""
+
+    error_shape: ErrorShape = "anthropic"
+
+    def parse_request(self, body: Any) -> WireRequest:
+        return WireRequest(parse_request(body))
+
+    def build_response(
+        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
+    ) -> dict[str, Any]:
+        return build_response(outcome, request.call)
+
+    def stream_events(
+        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
+    ) -> list[bytes]:
+        return stream_events(outcome, request.call)
+
+    def error_body(self, err: ProxyError) -> dict[str, Any]:
+        return anthropic_error_body(err)
+
+    def sse_error(self, err: ProxyError) -> bytes:
+        return b"event: error\ndata: " + orjson.dumps(anthropic_error_body(err)) + b"\n\n"
+
+
+#: this module as the model app's wire API
+WIRE: WireAPI = _MessagesWire()

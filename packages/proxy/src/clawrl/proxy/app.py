@@ -48,17 +48,12 @@ from clawrl.proxy.core import CallOutcome, ClientDisconnected, ProxyCore, Traini
 from clawrl.proxy.errors import (
     AuthenticationError,
     NotFoundError,
-    PayloadTooLargeError,
     ProxyError,
     ProxyRequestError,
     UnsupportedParameterError,
-    anthropic_error_body,
-    openai_error_body,
 )
 from clawrl.proxy.session import Session
 from clawrl.proxy.validation import (
-    MAX_JSON_DEPTH,
-    check_json_depth,
     opt_int,
     opt_number,
     opt_seed,
@@ -66,6 +61,7 @@ from clawrl.proxy.validation import (
     req_list,
     req_obj,
 )
+from clawrl.proxy.wire import WireAPI, parse_body, read_json
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -86,9 +82,15 @@ class JSONResponse(Response):
         return orjson.dumps(content)
 
 
+#: the wire APIs by error shape (see :mod:`clawrl.proxy.wire`)
+_WIRE: dict[str, WireAPI] = {
+    api.error_shape: api
+    for api in (openai_chat.WIRE, anthropic_messages.WIRE, openai_responses.WIRE)
+}
+
+
 def _error(err: ProxyError, shape: str) -> Response:
-    body = anthropic_error_body(err) if shape == "anthropic" else openai_error_body(err)
-    return JSONResponse(body, status_code=err.status)
+    return JSONResponse(_WIRE[shape].error_body(err), status_code=err.status)
 
 
 def _shape_of(path: str) -> str:
@@ -110,57 +112,6 @@ def _guard(shape: str | None, fn: Endpoint) -> Endpoint:
             return _error(ProxyError("internal error"), s)
 
     return wrapped
-
-
-async def read_json(request: Request, limit: int) -> Any:
-    """The JSON body of ``request``.
-
-    Raises:
-        PayloadTooLargeError: more than ``limit`` bytes.
-        ProxyRequestError: not valid JSON, or nested deeper than
-            :data:`~clawrl.proxy.validation.MAX_JSON_DEPTH` levels (code ``json_too_deep``).
-    """
-    cl = request.headers.get("content-length")
-    if cl is not None and cl.isdigit() and int(cl) > limit:
-        raise PayloadTooLargeError(f"request body of {cl} bytes exceeds the limit of {limit}")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLargeError(f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    data = b"".join(chunks)
-    try:
-        body = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        if "depth" in str(e) or "recursion" in str(e).lower():
-            raise ProxyRequestError(
-                f"the request body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels",
-                param="body",
-                code="json_too_deep",
-            ) from e
-        raise ProxyRequestError(f"the request body is not valid JSON: {e}") from e
-    # fewer brackets than the limit cannot nest deeper than it
-    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH:
-        check_json_depth(body)
-    return body
-
-
-def _parsed(parse: Callable[[Any], Any], body: Any) -> Any:
-    """``parse(body)``; an unexpected exception from a parser (which only reads the client's
-    JSON) is the client's malformed request: a typed 400, never a 500.
-
-    Raises:
-        ProxyRequestError: the body is malformed.
-    """
-    try:
-        return parse(body)
-    except ProxyError:
-        raise
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError) as e:
-        log.warning("malformed request not caught by its parser", exc_info=True)
-        raise ProxyRequestError(f"malformed request: {type(e).__name__}: {e}") from e
 
 
 def _api_key(request: Request) -> str | None:
@@ -228,9 +179,9 @@ class ProxyApp:
             Route("/health", _guard("openai", self._health), methods=["GET"]),
             Route("/v1/models", _guard("openai", self._models), methods=["GET"]),
             Route("/s/{sid}/v1/models", _guard("openai", self._session_models), methods=["GET"]),
-            Route("/s/{sid}/v1/chat/completions", _guard("openai", self._chat), methods=["POST"]),
-            Route("/s/{sid}/v1/messages", _guard("anthropic", self._messages), methods=["POST"]),
-            Route("/s/{sid}/v1/responses", _guard("responses", self._responses), methods=["POST"]),
+            Route("/s/{sid}/v1/chat/completions", self._wire(openai_chat.WIRE), methods=["POST"]),
+            Route("/s/{sid}/v1/messages", self._wire(anthropic_messages.WIRE), methods=["POST"]),
+            Route("/s/{sid}/v1/responses", self._wire(openai_responses.WIRE), methods=["POST"]),
             Route(
                 "/s/{sid}/v1/messages/count_tokens",
                 _guard("anthropic", self._count_tokens),
@@ -298,75 +249,38 @@ class ProxyApp:
         self._session(request)
         return JSONResponse(self._models_body())
 
-    async def _chat(self, request: Request) -> Response:
+    def _wire(self, api: WireAPI) -> Endpoint:
+        async def handle(request: Request) -> Response:
+            return await self._call(api, request)
+
+        return _guard(api.error_shape, handle)
+
+    async def _call(self, api: WireAPI, request: Request) -> Response:
+        """The one call handler: session key, body, ``api.parse_request``, the call, then
+        ``api.build_response`` (committed with the call's record) or its SSE events."""
         received = time.time()
         session = self._session(request)
-        body = await read_json(request, self.max_body_bytes)
-        call, include_usage = _parsed(openai_chat.parse_request, body)
+        req = parse_body(api.parse_request, await read_json(request, self.max_body_bytes))
         decode = self.core.renderer.token_bytes
         run = self.core.run_call(
-            session, call, received=received, disconnected=_disconnect_waiter(request)
+            session, req.call, received=received, disconnected=_disconnect_waiter(request)
         )
-        if call.stream:
+        if req.call.stream:
 
             def events(outcome: CallOutcome) -> list[bytes]:
-                self.core.commit(
-                    session, outcome, openai_chat.build_response(outcome, call, decode=decode)
-                )
-                return openai_chat.stream_events(outcome, call, include_usage, decode=decode)
+                self.core.commit(session, outcome, api.build_response(outcome, req, decode))
+                return api.stream_events(outcome, req, decode)
 
-            return _PseudoStream(asyncio.ensure_future(run), events, "openai", self.keepalive_s)
+            return _PseudoStream(asyncio.ensure_future(run), events, api, self.keepalive_s)
         outcome = await run
-        response = openai_chat.build_response(outcome, call, decode=decode)
-        self.core.commit(session, outcome, response)
-        return JSONResponse(response)
-
-    async def _messages(self, request: Request) -> Response:
-        received = time.time()
-        session = self._session(request)
-        body = await read_json(request, self.max_body_bytes)
-        call = _parsed(anthropic_messages.parse_request, body)
-        run = self.core.run_call(
-            session, call, received=received, disconnected=_disconnect_waiter(request)
-        )
-        if call.stream:
-
-            def events(outcome: CallOutcome) -> list[bytes]:
-                response = anthropic_messages.build_response(outcome, call)
-                self.core.commit(session, outcome, response)
-                return anthropic_messages.stream_events(outcome, call)
-
-            return _PseudoStream(asyncio.ensure_future(run), events, "anthropic", self.keepalive_s)
-        outcome = await run
-        response = anthropic_messages.build_response(outcome, call)
-        self.core.commit(session, outcome, response)
-        return JSONResponse(response)
-
-    async def _responses(self, request: Request) -> Response:
-        received = time.time()
-        session = self._session(request)
-        body = await read_json(request, self.max_body_bytes)
-        call = _parsed(openai_responses.parse_request, body)
-        run = self.core.run_call(
-            session, call, received=received, disconnected=_disconnect_waiter(request)
-        )
-        if call.stream:
-
-            def events(outcome: CallOutcome) -> list[bytes]:
-                response = openai_responses.build_response(outcome, call)
-                self.core.commit(session, outcome, response)
-                return openai_responses.stream_events(outcome, call)
-
-            return _PseudoStream(asyncio.ensure_future(run), events, "responses", self.keepalive_s)
-        outcome = await run
-        response = openai_responses.build_response(outcome, call)
+        response = api.build_response(outcome, req, decode)
         self.core.commit(session, outcome, response)
         return JSONResponse(response)
 
     async def _count_tokens(self, request: Request) -> Response:
         session = self._session(request)
         body = await read_json(request, self.max_body_bytes)
-        call = _parsed(anthropic_messages.parse_count_tokens, body)
+        call = parse_body(anthropic_messages.parse_count_tokens, body)
         build = self.core.build_prompt(session, call)
         return JSONResponse({"input_tokens": len(build.ids)})
 
@@ -577,12 +491,12 @@ class _PseudoStream(Response):
         self,
         task: asyncio.Future[CallOutcome],
         events: Callable[[CallOutcome], list[bytes]],
-        shape: str,
+        api: WireAPI,
         keepalive_s: float,
     ):
         self.task = task
         self.events = events
-        self.shape = shape
+        self.api = api
         self.keepalive_s = keepalive_s
         self.background = None
 
@@ -615,9 +529,9 @@ class _PseudoStream(Response):
                 if not isinstance(exc, ProxyError):
                     log.error("unhandled error in a streamed call", exc_info=exc)
                 if not started:
-                    await _error(e, self.shape)(scope, receive, send)
+                    await _error(e, self.api.error_shape)(scope, receive, send)
                     return
-                chunks = [_sse_error(e, self.shape)]
+                chunks = [self.api.sse_error(e)]
             await start()
             for chunk in chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -627,11 +541,3 @@ class _PseudoStream(Response):
         finally:
             if not self.task.done():
                 self.task.cancel()
-
-
-def _sse_error(err: ProxyError, shape: str) -> bytes:
-    if shape == "anthropic":
-        return b"event: error\ndata: " + orjson.dumps(anthropic_error_body(err)) + b"\n\n"
-    if shape == "responses":
-        return openai_responses.error_event(err)
-    return b"data: " + orjson.dumps(openai_error_body(err)) + b"\n\n"

@@ -21,7 +21,12 @@ from typing import Any
 
 import orjson
 from clawrl.proxy.core import CallOutcome, ChatCall
-from clawrl.proxy.errors import ProxyRequestError, UnsupportedParameterError
+from clawrl.proxy.errors import (
+    ProxyError,
+    ProxyRequestError,
+    UnsupportedParameterError,
+    openai_error_body,
+)
 from clawrl.proxy.validation import (
     opt_bool,
     opt_int,
@@ -35,8 +40,9 @@ from clawrl.proxy.validation import (
     req_str,
     tool_call_arguments,
 )
+from clawrl.proxy.wire import ErrorShape, TokenBytes, WireAPI, WireRequest
 
-__all__ = ["build_response", "parse_request", "stream_events"]
+__all__ = ["WIRE", "build_response", "parse_request", "stream_events"]
 
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
 
@@ -338,3 +344,33 @@ def stream_events(
         out.append(b"data: " + orjson.dumps(obj) + b"\n\n")
     out.append(b"data: [DONE]\n\n")
     return out
+
+
+class _ChatCompletionsWire:
+    """OpenAI Chat Completions as a :class:`~clawrl.proxy.wire.WireAPI`."""
+
+    error_shape: ErrorShape = "openai"
+
+    def parse_request(self, body: Any) -> WireRequest:
+        call, include_usage = parse_request(body)
+        return WireRequest(call, include_usage=include_usage)
+
+    def build_response(
+        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
+    ) -> dict[str, Any]:
+        return build_response(outcome, request.call, decode=decode)
+
+    def stream_events(
+        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
+    ) -> list[bytes]:
+        return stream_events(outcome, request.call, request.include_usage, decode=decode)
+
+    def error_body(self, err: ProxyError) -> dict[str, Any]:
+        return openai_error_body(err)
+
+    def sse_error(self, err: ProxyError) -> bytes:
+        return b"data: " + orjson.dumps(openai_error_body(err)) + b"\n\n"
+
+
+#: this module as the model app's wire API
+WIRE: WireAPI = _ChatCompletionsWire()

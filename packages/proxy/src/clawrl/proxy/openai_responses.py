@@ -47,7 +47,12 @@ from typing import Any
 
 import orjson
 from clawrl.proxy.core import CallOutcome, ChatCall
-from clawrl.proxy.errors import ProxyError, ProxyRequestError, UnsupportedParameterError
+from clawrl.proxy.errors import (
+    ProxyError,
+    ProxyRequestError,
+    UnsupportedParameterError,
+    openai_error_body,
+)
 from clawrl.proxy.validation import (
     opt_bool,
     opt_int,
@@ -61,8 +66,10 @@ from clawrl.proxy.validation import (
     req_str,
     tool_call_arguments,
 )
+from clawrl.proxy.wire import ErrorShape, TokenBytes, WireAPI, WireRequest
 
 __all__ = [
+    "WIRE",
     "build_response",
     "decode_reasoning_token",
     "encode_reasoning_token",
@@ -549,3 +556,32 @@ def error_event(err: ProxyError) -> bytes:
         "param": err.param,
     }
     return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+class _ResponsesWire:
+    """OpenAI Responses as a :class:`~clawrl.proxy.wire.WireAPI`."""
+
+    error_shape: ErrorShape = "responses"
+
+    def parse_request(self, body: Any) -> WireRequest:
+        return WireRequest(parse_request(body))
+
+    def build_response(
+        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
+    ) -> dict[str, Any]:
+        return build_response(outcome, request.call)
+
+    def stream_events(
+        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
+    ) -> list[bytes]:
+        return stream_events(outcome, request.call)
+
+    def error_body(self, err: ProxyError) -> dict[str, Any]:
+        return openai_error_body(err)
+
+    def sse_error(self, err: ProxyError) -> bytes:
+        return error_event(err)
+
+
+#: this module as the model app's wire API
+WIRE: WireAPI = _ResponsesWire()

@@ -73,18 +73,38 @@ class InferenceBackend(abc.ABC):
 
     name: str = "base"
 
-    @property
-    @abc.abstractmethod
-    def policy_version(self) -> int: ...
+    #: the state behind the common properties: subclasses set them in ``__init__`` (or, when
+    #: only the server knows them, in :meth:`start`)
+    _version: int = 0
+    _max_context: int | None = None
+    _vocab_size: int | None = None
 
     @property
-    @abc.abstractmethod
+    def policy_version(self) -> int:
+        """The policy version of the weights this backend generates with."""
+        return self._version
+
+    @property
     def max_context(self) -> int:
-        """Maximum prompt + completion length in tokens."""
+        """Maximum prompt + completion length in tokens.
+
+        Raises:
+            BackendError: unknown yet (not given and :meth:`start` not called).
+        """
+        if self._max_context is None:
+            raise BackendError(f"{type(self).__name__}.max_context is unknown: call start() first")
+        return self._max_context
 
     @property
-    @abc.abstractmethod
-    def vocab_size(self) -> int: ...
+    def vocab_size(self) -> int:
+        """Embedding rows of the served model.
+
+        Raises:
+            BackendError: unknown yet (not given and :meth:`start` not called).
+        """
+        if self._vocab_size is None:
+            raise BackendError(f"{type(self).__name__}.vocab_size is unknown: call start() first")
+        return self._vocab_size
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Start the backend (load a model, connect to a server)."""

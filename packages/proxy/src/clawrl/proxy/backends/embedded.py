@@ -306,20 +306,6 @@ class EmbeddedBackend(InferenceBackend):
             "prefix_hit_tokens": 0,
         }
 
-    # -- properties --------------------------------------------------------------------------
-
-    @property
-    def policy_version(self) -> int:
-        return self._version
-
-    @property
-    def max_context(self) -> int:
-        return self._max_context
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
     @property
     def paused(self) -> bool:
         return self._paused
@@ -388,12 +374,13 @@ class EmbeddedBackend(InferenceBackend):
         """
         sp = request.sampling
         ids = request.prompt_ids
+        vocab, window = self.vocab_size, self.max_context
         if not ids:
             raise EmbeddedRequestError("prompt_ids is empty")
         for i, t in enumerate(ids):
-            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self._vocab_size:
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
                 raise EmbeddedRequestError(
-                    f"prompt_ids[{i}] = {t!r} is outside the vocabulary [0, {self._vocab_size})"
+                    f"prompt_ids[{i}] = {t!r} is outside the vocabulary [0, {vocab})"
                 )
         if (
             isinstance(sp.max_tokens, bool)
@@ -401,10 +388,10 @@ class EmbeddedBackend(InferenceBackend):
             or sp.max_tokens < 1
         ):
             raise EmbeddedRequestError(f"max_tokens must be an integer >= 1, got {sp.max_tokens!r}")
-        if len(ids) + sp.max_tokens > self._max_context:
+        if len(ids) + sp.max_tokens > window:
             raise PromptTooLongError(
                 f"prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) exceeds the "
-                f"context window of {self._max_context} tokens"
+                f"context window of {window} tokens"
             )
         if not math.isfinite(sp.temperature) or sp.temperature < 0:
             raise EmbeddedRequestError(f"temperature must be finite and >= 0, got {sp.temperature}")
@@ -412,7 +399,7 @@ class EmbeddedBackend(InferenceBackend):
             raise EmbeddedRequestError(f"top_p must be in (0, 1], got {sp.top_p}")
         if sp.top_k != -1 and sp.top_k < 1:
             raise EmbeddedRequestError(f"top_k must be -1 (off) or >= 1, got {sp.top_k}")
-        bad_stop = [t for t in sp.stop_token_ids if not 0 <= t < self._vocab_size]
+        bad_stop = [t for t in sp.stop_token_ids if not 0 <= t < vocab]
         if bad_stop:
             raise EmbeddedRequestError(f"stop_token_ids outside the vocabulary: {bad_stop[:5]}")
 
@@ -863,7 +850,7 @@ class EmbeddedBackend(InferenceBackend):
         if token in sp.stop_token_ids:
             self._finish(seq, "stop")
         elif len(seq.completion) >= sp.max_tokens or (
-            len(seq.request.prompt_ids) + len(seq.completion) >= self._max_context
+            len(seq.request.prompt_ids) + len(seq.completion) >= self.max_context
         ):
             self._finish(seq, "length")
 

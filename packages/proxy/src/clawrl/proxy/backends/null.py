@@ -37,18 +37,6 @@ class NullBackend(InferenceBackend):
         self._max_context = int(max_context)
         self._version = 0
 
-    @property
-    def policy_version(self) -> int:
-        return self._version
-
-    @property
-    def max_context(self) -> int:
-        return self._max_context
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
     async def generate(
         self, request: GenerationRequest
     ) -> AsyncIterator[TokenDelta | GenerationResult]:

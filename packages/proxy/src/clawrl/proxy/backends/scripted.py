@@ -132,18 +132,6 @@ class ScriptedBackend(InferenceBackend):
 
     # -- InferenceBackend --------------------------------------------------------------------
 
-    @property
-    def policy_version(self) -> int:
-        return self._version
-
-    @property
-    def max_context(self) -> int:
-        return self._max_context
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
     async def generate(
         self, request: GenerationRequest
     ) -> AsyncIterator[TokenDelta | GenerationResult]:
@@ -155,7 +143,8 @@ class ScriptedBackend(InferenceBackend):
             yield GenerationResult([], [], "error", version, version, error="script exhausted")
             return
         ids = self.completion_ids(completion)
-        bad = [t for t in ids if not 0 <= t < self._vocab_size]
+        vocab = self.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
         if bad:
             raise BackendError(f"scripted ids outside the vocabulary: {bad[:5]}")
         finish: str = "length"

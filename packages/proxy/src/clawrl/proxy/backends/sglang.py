@@ -186,34 +186,6 @@ class SGLangBackend(InferenceBackend):
         #: what /model_info and /server_info said at start() (for logs and records)
         self.server_info: dict[str, Any] = {}
 
-    # ------------------------------------------------------------------ properties
-    @property
-    def policy_version(self) -> int:
-        """The policy version of the weights the server holds (as last seen by this client)."""
-        return self._version
-
-    @property
-    def vocab_size(self) -> int:
-        """Embedding rows of the served model.
-
-        Raises:
-            BackendError: unknown yet (not given and :meth:`start` not called).
-        """
-        if self._vocab_size is None:
-            raise BackendError("SGLangBackend.vocab_size is unknown: call start() first")
-        return self._vocab_size
-
-    @property
-    def max_context(self) -> int:
-        """Maximum prompt + completion length in tokens.
-
-        Raises:
-            BackendError: unknown yet (not given and :meth:`start` not called).
-        """
-        if self._max_context is None:
-            raise BackendError("SGLangBackend.max_context is unknown: call start() first")
-        return self._max_context
-
     # ------------------------------------------------------------------ lifecycle
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:

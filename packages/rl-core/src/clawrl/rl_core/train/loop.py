@@ -41,6 +41,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,13 @@ from clawrl.bench import (
     plan_rollouts,
 )
 from clawrl.prefixtree import Call, PrefixTree, merge_trees
-from clawrl.proxy import format_assistant_text
+from clawrl.proxy import (
+    BackendConfig,
+    InferenceBackend,
+    format_assistant_text,
+    make_backend,
+    serve,
+)
 from clawrl.rl_core.config import (
     CorrectionConfig,
     GRPOConfig,
@@ -80,8 +87,8 @@ from clawrl.rl_core.errors import ConfigError, RLCoreError
 from clawrl.rl_core.sft import epoch_batches
 from clawrl.rl_core.train.config import TrainConfig
 from clawrl.rl_core.train.metrics_log import MetricsLog, plot_curves, read_jsonl
-from clawrl.rl_core.train.serving import serve_proxy
 from clawrl.rl_core.train.trees import RolloutData, build_group_trees
+from clawrl.sandbox import owned_tempdir
 from clawrl.rl_core.trainer import Trainer, seed_everything
 
 __all__ = ["TrainError", "TrainLoop", "run_training", "scripted_turns"]
@@ -345,7 +352,7 @@ class TrainLoop:
             f"cold start: capturing {len(tasks)} scripted-policy trajectories "
             "(ScriptedBackend, a test backend) through the harness path"
         )
-        async with serve_proxy(scripted, model_dir, capture_dir=self.out / "capture") as sep:
+        async with self._serve(scripted) as sep:
 
             async def hook(session: Any, spec: Any) -> None:
                 await sep.admin.script(session.session_id, scripted_turns(spec.task))
@@ -552,9 +559,7 @@ class TrainLoop:
                 )
 
         backend = self._backend()
-        async with serve_proxy(
-            backend, self.model_dir, capture_dir=self.out / "capture"
-        ) as endpoint:
+        async with self._serve(backend) as endpoint:
             r = cfg.rollout
             await endpoint.admin.set_sampling(
                 temperature=r.temperature, top_p=1.0, top_k=-1, max_tokens=r.max_tokens
@@ -590,22 +595,33 @@ class TrainLoop:
         self.log.close()
         return self._finish()
 
-    def _backend(self) -> Any:
+    def _serve(self, backend: InferenceBackend) -> AbstractAsyncContextManager[ModelEndpoint]:
+        """The proxy in the loop's own event loop (the embedded backend's in-process weight
+        sync and the harnesses' calls share one loop); its sockets in an owned temporary
+        directory, its records in ``<out>/capture``."""
+        return serve(
+            backend,
+            self.model_dir,
+            capture_dir=self.out / "capture",
+            in_thread=False,
+            tempdir=owned_tempdir,
+            tempdir_prefix="clawrl-train-px-",
+        )
+
+    def _backend(self) -> InferenceBackend:
         b = self.cfg.backend
         if b.kind == "embedded":
-            import clawrl.proxy
-
-            embedded: Any = clawrl.proxy.EmbeddedBackend
-            return embedded(
-                self.model_dir,
+            config = BackendConfig(
+                kind="embedded",
+                model_dir=self.model_dir,
                 device=b.device,
                 max_batch_size=b.max_batch_size,
                 seed=self.cfg.run.seed * 1000 + self.state.next_step,
                 policy_version=self.state.policy_version,
             )
-        from clawrl.proxy import SGLangBackend
-
-        return SGLangBackend(b.sglang_url)
+        else:
+            config = BackendConfig(kind=b.kind, sglang_url=b.sglang_url)
+        return make_backend(config)
 
     def _sample_tasks(self, train: Sequence[Task], step: int) -> list[Task]:
         rng = random.Random(f"{self.cfg.run.seed}:{step}")

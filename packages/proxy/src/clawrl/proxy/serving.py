@@ -1,0 +1,215 @@
+"""The one way to serve a backend from a program: :func:`make_backend` picks the backend,
+:func:`serve` runs the proxy (model API + admin API on unix sockets) around it.
+
+bench, the RL loop and ise-synth all serve through these two; ``proxy serve`` (the CLI) is
+the out-of-process way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from clawrl.proxy.backends.base import InferenceBackend
+from clawrl.proxy.client import AsyncAdminClient
+from clawrl.proxy.errors import ProxyError
+from clawrl.proxy.render import ChatRenderer
+from clawrl.proxy.server import ProxyServer, ServerConfig, build_proxy_app
+
+__all__ = [
+    "BackendConfig",
+    "ModelEndpoint",
+    "ProxyStartError",
+    "make_backend",
+    "serve",
+]
+
+BackendKind = Literal["embedded", "sglang", "scripted", "null"]
+TempDirFactory = Callable[[str], AbstractContextManager[str]]
+
+
+class ProxyStartError(ProxyError, RuntimeError):
+    """The proxy (or the backend it starts) did not come up."""
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """Which inference backend serves the model, and its options.
+
+    kind: ``embedded`` (transformers in this process), ``sglang`` (an SGLang server at
+        ``sglang_url``), ``scripted`` (the test backend replaying scripted completions) or
+        ``null`` (the benchmark fixture returning ``null_completion_ids`` at once).
+    model_dir: the HF model directory (embedded and scripted load it; sglang and null
+        ignore it).
+    device, max_batch_size, seed, policy_version: the embedded backend's torch device,
+        concurrent generations, sampling seed and initial policy version.
+    sglang_url: the running SGLang server (``http(s)://host:port``).
+    null_completion_ids, vocab_size: the null backend's fixed completion and vocabulary.
+    """
+
+    kind: BackendKind = "embedded"
+    model_dir: str | Path = ""
+    device: str = "cpu"
+    max_batch_size: int = 8
+    seed: int | None = None
+    policy_version: int = 0
+    sglang_url: str = ""
+    null_completion_ids: tuple[int, ...] = ()
+    vocab_size: int = 0
+
+
+def make_backend(config: BackendConfig) -> InferenceBackend:
+    """The (not yet started) backend ``config`` describes; :func:`serve` starts it.
+
+    Raises:
+        ValueError: ``kind`` is unknown, or an option it needs is missing (``model_dir`` for
+            embedded / scripted, ``sglang_url`` for sglang, ``null_completion_ids`` and
+            ``vocab_size`` for null).
+        ModuleNotFoundError: ``embedded`` without torch / transformers installed.
+    """
+    kind = config.kind
+    if kind in ("embedded", "scripted") and not str(config.model_dir):
+        raise ValueError(f"backend kind {kind!r} needs model_dir")
+    if kind == "embedded":
+        from clawrl.proxy.backends.embedded import EmbeddedBackend
+
+        return EmbeddedBackend(
+            config.model_dir,
+            device=config.device,
+            max_batch_size=config.max_batch_size,
+            seed=config.seed,
+            policy_version=config.policy_version,
+        )
+    if kind == "scripted":
+        from clawrl.proxy.backends.scripted import ScriptedBackend
+
+        return ScriptedBackend.from_model_dir(config.model_dir)
+    if kind == "sglang":
+        if not config.sglang_url:
+            raise ValueError("backend kind 'sglang' needs sglang_url")
+        from clawrl.proxy.backends.sglang import SGLangBackend
+
+        return SGLangBackend(config.sglang_url, initial_policy_version=config.policy_version)
+    if kind == "null":
+        if not config.null_completion_ids or config.vocab_size <= 0:
+            raise ValueError("backend kind 'null' needs null_completion_ids and vocab_size")
+        from clawrl.proxy.backends.null import NullBackend
+
+        return NullBackend(config.null_completion_ids, vocab_size=config.vocab_size)
+    raise ValueError(f"unknown backend kind {kind!r} (embedded | sglang | scripted | null)")
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """A running proxy: its admin client and the host path of its model-API unix socket
+    (mounted into every sandbox that needs the model). Session URLs come from the
+    :class:`~clawrl.proxy.SessionInfo` that ``admin.create_session`` returns."""
+
+    admin: AsyncAdminClient
+    model_socket: Path
+
+
+@contextlib.contextmanager
+def _dirs(
+    socket_dir: Path | str | None,
+    capture_dir: Path | str | None,
+    tempdir: TempDirFactory,
+    prefix: str,
+) -> Iterator[tuple[Path, Path]]:
+    with contextlib.ExitStack() as stack:
+        sock_root = Path(socket_dir or stack.enter_context(tempdir(prefix)))
+        cap = Path(capture_dir or stack.enter_context(tempdir("clawrl-cap-")))
+        yield sock_root, cap
+
+
+def _default_tempdir(prefix: str) -> AbstractContextManager[str]:
+    return tempfile.TemporaryDirectory(prefix=prefix)
+
+
+async def _start_here(server: ProxyServer, timeout_s: float) -> asyncio.Future[None]:
+    serving = asyncio.ensure_future(server.serve())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not server.started.is_set():
+        if serving.done():
+            try:
+                serving.result()
+            except Exception as exc:
+                raise ProxyStartError(f"the proxy did not start: {exc}") from exc
+            raise ProxyStartError("the proxy stopped during start-up")
+        if loop.time() > deadline:
+            serving.cancel()
+            raise ProxyStartError(f"the proxy did not listen within {timeout_s:g} s")
+        await asyncio.sleep(0.02)
+    return serving
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    backend: InferenceBackend,
+    model_dir: Path | str,
+    *,
+    capture_dir: Path | str | None = None,
+    socket_dir: Path | str | None = None,
+    in_thread: bool = True,
+    start_timeout_s: float = 300.0,
+    tempdir: TempDirFactory | None = None,
+    tempdir_prefix: str = "clawrl-px-",
+) -> AsyncIterator[ModelEndpoint]:
+    """Serve ``backend`` behind a clawrl proxy for the duration of the ``async with``.
+
+    The model API listens on ``<socket_dir>/model.sock`` (mode 0666, for sandboxes) and the
+    admin API on ``admin.sock`` (mode 0600); call records go to ``capture_dir``. Both
+    default to fresh temporary directories made by ``tempdir(prefix)`` (default
+    ``tempfile.TemporaryDirectory``; pass ``clawrl.sandbox.owned_tempdir`` so that
+    ``gc_tempdirs`` reclaims them after a crash). The backend is started and closed with the
+    server. ``model_dir`` provides the chat template and tokenizer.
+
+    ``in_thread`` (default): the proxy runs in a daemon thread with its own event loop, so
+    model serving never waits on the caller's work, nor the caller on a long prefill. With
+    ``in_thread=False`` it runs in the caller's loop (the RL loop, whose embedded backend
+    syncs weights in-process).
+
+    Yields:
+        ModelEndpoint: the admin client (closed on exit) and the model socket path.
+
+    Raises:
+        ProxyStartError: the proxy or its backend failed to start, or did not listen within
+            ``start_timeout_s``.
+    """
+    with _dirs(socket_dir, capture_dir, tempdir or _default_tempdir, tempdir_prefix) as (
+        sock_root,
+        cap,
+    ):
+        config = ServerConfig(
+            socket=str(sock_root / "model.sock"),
+            admin_socket=str(sock_root / "admin.sock"),
+            capture_dir=str(cap),
+        )
+        renderer = await asyncio.to_thread(ChatRenderer.from_model_dir, Path(model_dir))
+        server = ProxyServer(build_proxy_app(renderer, backend, config), config)
+        serving: asyncio.Future[None] | None = None
+        if in_thread:
+            try:
+                await asyncio.to_thread(server.start_in_thread, start_timeout_s)
+            except (RuntimeError, TimeoutError) as exc:
+                raise ProxyStartError(f"the proxy did not start: {exc}") from exc
+        else:
+            serving = await _start_here(server, start_timeout_s)
+        admin = AsyncAdminClient(socket=config.admin_socket)
+        try:
+            yield ModelEndpoint(admin=admin, model_socket=Path(config.socket or ""))
+        finally:
+            await admin.close()
+            if serving is None:
+                await asyncio.to_thread(server.stop_thread)
+            else:
+                server.stop()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await serving

@@ -75,22 +75,11 @@ def check_invariants(tree: PrefixTree) -> None:
 
 
 def canonical_form(tree: PrefixTree) -> tuple[Any, ...]:
-    """A hashable form equal for trees holding the same calls, whatever the order.
-
-    ``(nodes, calls, rollouts)``: nodes as a flat tuple in pre-order (children visited by
-    first token), each ``(edge tokens, sorted ends, sorted observations (call_id, start,
-    logprobs, policy_version), number of children)`` — the child counts fix the shape, and
-    flatness keeps comparing and hashing free of recursion however deep the tree; calls as
-    sorted (call_id, session_id, seq, rollout_id, prompt_len, completion_len,
-    policy_version, flags, metadata JSON); rollouts as sorted (id, metadata JSON, flags).
-    Observations are a set: two calls that generated the same token both appear.
-    """
+    """:meth:`PrefixTree.canonical` (the form is described there)."""
     import orjson
 
     entries: list[tuple[Any, ...]] = []
-    stack = [tree._root.children[k] for k in sorted(tree._root.children, reverse=True)]
-    while stack:
-        node = stack.pop()
+    for node in tree.nodes():  # pre-order, children by first token
         obs = tuple(
             sorted(
                 (o.call_id, o.start, tuple(o.logprobs.tolist()), o.policy_version)
@@ -100,7 +89,6 @@ def canonical_form(tree: PrefixTree) -> tuple[Any, ...]:
         entries.append(
             (tuple(node.tokens.tolist()), tuple(sorted(node.ends)), obs, len(node.children))
         )
-        stack.extend(node.children[k] for k in sorted(node.children, reverse=True))
     roots = tuple(entries)
     opt = orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
     calls = tuple(

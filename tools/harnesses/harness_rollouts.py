@@ -20,7 +20,7 @@ import collections
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from clawrl.bench import (
     RolloutOptions,
@@ -31,7 +31,7 @@ from clawrl.bench import (
 )
 from clawrl.bench.harness import get_harness, scripted_oracle
 from clawrl.prefixtree import Call, PrefixTree, merge_trees
-from clawrl.proxy import EmbeddedBackend, ScriptedBackend, build_default_model, serve
+from clawrl.proxy import BackendConfig, ScriptedBackend, build_default_model, make_backend, serve
 
 
 def tree_stats(results: list[RolloutResult]) -> dict[str, Any]:
@@ -68,11 +68,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     tasks = [suite[t] for t in args.tasks]
     harnesses = [get_harness(h) for h in args.harness]
     out: dict[str, Any] = {"mode": args.mode, "tasks": args.tasks, "harnesses": {}}
-    backend: Any
-    if args.mode == "scripted":
-        backend = ScriptedBackend.from_model_dir(model_dir)
-    else:
-        backend = EmbeddedBackend(model_dir)
+    kind: Literal["scripted", "embedded"] = "scripted" if args.mode == "scripted" else "embedded"
+    backend = make_backend(BackendConfig(kind=kind, model_dir=model_dir))
     opts = RolloutOptions(
         max_turns=args.max_turns,
         max_tokens=None if args.mode == "scripted" else args.max_tokens,
@@ -85,7 +82,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await endpoint.admin.set_sampling(temperature=1.0, max_tokens=args.max_tokens)
 
         async def script(session: Any, spec: Any) -> None:
-            if args.mode == "scripted":
+            if isinstance(backend, ScriptedBackend):
                 backend.script(session.session_id, scripted_oracle(spec.harness, spec.task))
 
         def progress(ev: Any) -> None:

@@ -23,13 +23,13 @@ import statistics
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from clawrl.bench import RolloutOptions, RolloutRunner, RolloutSpec, get_harness
 from clawrl.bench.cli import select_tasks
 from clawrl.bench.config import BenchConfig
-from clawrl.proxy import EmbeddedBackend, build_default_model, serve
+from clawrl.proxy import BackendConfig, build_default_model, make_backend, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,8 @@ async def bench(
         "levels": [],
     }
     options = RolloutOptions(max_turns=max_turns, max_tokens=max_tokens, retries=0)
-    async with serve(cast(Any, EmbeddedBackend)(model_dir), model_dir) as endpoint:
+    backend = make_backend(BackendConfig(kind="embedded", model_dir=model_dir))
+    async with serve(backend, model_dir) as endpoint:
         # warm-up: first generation loads kernels; first sandbox builds the rootfs skeleton
         warm = RolloutRunner(endpoint, options, concurrency=1)
         await warm.run([RolloutSpec(tasks[0], harness)])

@@ -33,6 +33,19 @@ def test_make_backend_kinds(model_dir: Path) -> None:
     assert (null.vocab_size, null.max_context, null.policy_version) == (10, 32768, 0)
 
 
+def test_make_backend_scripted_options(model_dir: Path) -> None:
+    b = make_backend(
+        BackendConfig(
+            kind="scripted", model_dir=model_dir, script_default="Bye.", token_delay_s=0.5
+        )
+    )
+    assert isinstance(b, ScriptedBackend) and b.token_delay_s == 0.5
+    assert b.default is not None and b.default.text == "Bye."
+    plain = make_backend(BackendConfig(kind="scripted", model_dir=model_dir))
+    assert isinstance(plain, ScriptedBackend) and plain.default is not None
+    assert (plain.default.text, plain.token_delay_s) == ("Done.", 0.0)
+
+
 @pytest.mark.parametrize(
     ("config", "needs"),
     [

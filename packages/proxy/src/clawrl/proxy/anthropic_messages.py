@@ -297,102 +297,33 @@ def stream_events(o: CallOutcome, call: ChatCall) -> list[bytes]:
     start["usage"] = dict(full["usage"], output_tokens=0)
     out = [_event("message_start", {"type": "message_start", "message": start})]
     for i, b in enumerate(full["content"]):
-        kind = b["type"]
-        if kind == "thinking":
-            out.append(
-                _event(
-                    "content_block_start",
-                    {
-                        "type": "content_block_start",
-                        "index": i,
-                        "content_block": {"type": "thinking", "thinking": "", "signature": ""},
-                    },
-                )
-            )
-            out.append(
-                _event(
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": i,
-                        "delta": {"type": "thinking_delta", "thinking": b["thinking"]},
-                    },
-                )
-            )
-            out.append(
-                _event(
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": i,
-                        "delta": {"type": "signature_delta", "signature": b["signature"]},
-                    },
-                )
-            )
-        elif kind == "text":
-            out.append(
-                _event(
-                    "content_block_start",
-                    {
-                        "type": "content_block_start",
-                        "index": i,
-                        "content_block": {"type": "text", "text": ""},
-                    },
-                )
-            )
-            if b["text"]:
-                out.append(
-                    _event(
-                        "content_block_delta",
-                        {
-                            "type": "content_block_delta",
-                            "index": i,
-                            "delta": {"type": "text_delta", "text": b["text"]},
-                        },
-                    )
-                )
-        else:
-            out.append(
-                _event(
-                    "content_block_start",
-                    {
-                        "type": "content_block_start",
-                        "index": i,
-                        "content_block": {
-                            "type": "tool_use",
-                            "id": b["id"],
-                            "name": b["name"],
-                            "input": {},
-                        },
-                    },
-                )
-            )
-            out.append(
-                _event(
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": i,
-                        "delta": {
-                            "type": "input_json_delta",
-                            "partial_json": json.dumps(b["input"], ensure_ascii=False),
-                        },
-                    },
-                )
-            )
+        block, deltas = _block_stream(b)
+        start_ev = {"type": "content_block_start", "index": i, "content_block": block}
+        out.append(_event("content_block_start", start_ev))
+        for d in deltas:
+            delta_ev = {"type": "content_block_delta", "index": i, "delta": d}
+            out.append(_event("content_block_delta", delta_ev))
         out.append(_event("content_block_stop", {"type": "content_block_stop", "index": i}))
-    out.append(
-        _event(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": full["stop_reason"], "stop_sequence": None},
-                "usage": {"output_tokens": o.completion_tokens},
-            },
-        )
-    )
+    stop = {"stop_reason": full["stop_reason"], "stop_sequence": None}
+    usage = {"output_tokens": o.completion_tokens}
+    out.append(_event("message_delta", {"type": "message_delta", "delta": stop, "usage": usage}))
     out.append(_event("message_stop", {"type": "message_stop"}))
     return out
+
+
+def _block_stream(b: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A content block's ``content_block_start`` block (empty) and its deltas."""
+    if b["type"] == "thinking":
+        return {"type": "thinking", "thinking": "", "signature": ""}, [
+            {"type": "thinking_delta", "thinking": b["thinking"]},
+            {"type": "signature_delta", "signature": b["signature"]},
+        ]
+    if b["type"] == "text":
+        deltas = [{"type": "text_delta", "text": b["text"]}] if b["text"] else []
+        return {"type": "text", "text": ""}, deltas
+    block = {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}
+    partial = json.dumps(b["input"], ensure_ascii=False)
+    return block, [{"type": "input_json_delta", "partial_json": partial}]
 
 
 class _MessagesWire:

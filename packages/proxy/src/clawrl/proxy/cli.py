@@ -26,6 +26,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from clawrl.proxy.backends.base import InferenceBackend
+from clawrl.proxy.serving import BackendConfig, make_backend
+
 __all__ = ["main"]
 
 
@@ -165,36 +168,31 @@ def _model_dir(args: argparse.Namespace) -> Path:
 
 def _backend(
     args: argparse.Namespace, model_dir: Path, renderer: Any, cleanup: list[Callable[[], None]]
-) -> Any:
-    if args.backend == "scripted":
-        from clawrl.proxy.backends.scripted import ScriptedBackend, ScriptedCompletion
+) -> InferenceBackend:
+    url = args.sglang_url
+    if args.backend == "sglang" and args.launch_sglang:
+        from clawrl.proxy.sglang_launcher import launch_sglang
 
-        return ScriptedBackend.from_model_dir(
-            model_dir,
-            default=ScriptedCompletion(text=args.script_default),
-            token_delay_s=args.token_delay,
-        )
+        server = launch_sglang(model_dir, python=args.sglang_python)
+        cleanup.append(server.stop)
+        url = server.url
+    if args.backend == "sglang" and not url:
+        raise SystemExit("proxy serve: --backend sglang needs --sglang-url or --launch-sglang")
+    null_ids: tuple[int, ...] = ()
     if args.backend == "null":
-        from clawrl.proxy.backends.null import NullBackend
-
         ids = (renderer.encode("a") * max(0, args.null_tokens - 1))[: args.null_tokens - 1]
-        return NullBackend([*ids, renderer.stop_token_ids[0]], vocab_size=renderer.vocab_size)
-    if args.backend == "sglang":
-        from clawrl.proxy.backends.sglang import SGLangBackend
-
-        url = args.sglang_url
-        if args.launch_sglang:
-            from clawrl.proxy.sglang_launcher import launch_sglang
-
-            server = launch_sglang(model_dir, python=args.sglang_python)
-            cleanup.append(server.stop)
-            url = server.url
-        if not url:
-            raise SystemExit("proxy serve: --backend sglang needs --sglang-url or --launch-sglang")
-        return SGLangBackend(url)
-    from clawrl.proxy.backends.embedded import EmbeddedBackend
-
-    return EmbeddedBackend(model_dir, device=args.device)
+        null_ids = (*ids, renderer.stop_token_ids[0])
+    config = BackendConfig(
+        kind=args.backend,
+        model_dir=model_dir,
+        device=args.device,
+        sglang_url=url or "",
+        script_default=args.script_default,
+        token_delay_s=args.token_delay,
+        null_completion_ids=null_ids,
+        vocab_size=renderer.vocab_size,
+    )
+    return make_backend(config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,6 +43,7 @@ import base64
 import binascii
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -425,118 +426,12 @@ def stream_events(o: CallOutcome, call: ChatCall) -> list[bytes]:
     ev("response.created", response=start)
     ev("response.in_progress", response=start)
     for idx, item in enumerate(full["output"]):
-        iid = item["id"]
-        kind = item["type"]
-        if kind == "reasoning":
-            ev(
-                "response.output_item.added",
-                output_index=idx,
-                item=dict(
-                    item, summary=[], content=[], encrypted_content=None, status="in_progress"
-                ),
-            )
-            text = item["summary"][0]["text"]
-            part = {"type": "summary_text", "text": ""}
-            ev(
-                "response.reasoning_summary_part.added",
-                item_id=iid,
-                output_index=idx,
-                summary_index=0,
-                part=part,
-            )
-            ev(
-                "response.reasoning_summary_text.delta",
-                item_id=iid,
-                output_index=idx,
-                summary_index=0,
-                delta=text,
-            )
-            ev(
-                "response.reasoning_summary_text.done",
-                item_id=iid,
-                output_index=idx,
-                summary_index=0,
-                text=text,
-            )
-            ev(
-                "response.reasoning_summary_part.done",
-                item_id=iid,
-                output_index=idx,
-                summary_index=0,
-                part={"type": "summary_text", "text": text},
-            )
-            ev(
-                "response.reasoning_text.delta",
-                item_id=iid,
-                output_index=idx,
-                content_index=0,
-                delta=text,
-            )
-            ev(
-                "response.reasoning_text.done",
-                item_id=iid,
-                output_index=idx,
-                content_index=0,
-                text=text,
-            )
-        elif kind == "message":
-            ev(
-                "response.output_item.added",
-                output_index=idx,
-                item=dict(item, content=[], status="in_progress"),
-            )
-            part = item["content"][0]
-            empty = dict(part, text="")
-            ev(
-                "response.content_part.added",
-                item_id=iid,
-                output_index=idx,
-                content_index=0,
-                part=empty,
-            )
-            if part["text"]:
-                ev(
-                    "response.output_text.delta",
-                    item_id=iid,
-                    output_index=idx,
-                    content_index=0,
-                    delta=part["text"],
-                    logprobs=[],
-                )
-            ev(
-                "response.output_text.done",
-                item_id=iid,
-                output_index=idx,
-                content_index=0,
-                text=part["text"],
-                logprobs=[],
-            )
-            ev(
-                "response.content_part.done",
-                item_id=iid,
-                output_index=idx,
-                content_index=0,
-                part=part,
-            )
+        if item["type"] == "reasoning":
+            _reasoning_events(ev, idx, item)
+        elif item["type"] == "message":
+            _message_events(ev, idx, item)
         else:
-            ev(
-                "response.output_item.added",
-                output_index=idx,
-                item=dict(item, arguments="", status="in_progress"),
-            )
-            ev(
-                "response.function_call_arguments.delta",
-                item_id=iid,
-                output_index=idx,
-                delta=item["arguments"],
-            )
-            ev(
-                "response.function_call_arguments.done",
-                item_id=iid,
-                output_index=idx,
-                name=item["name"],
-                arguments=item["arguments"],
-            )
+            _function_call_events(ev, idx, item)
         ev("response.output_item.done", output_index=idx, item=item)
     # A generation cut by the token limit still ends with ``response.completed`` (its
     # ``status`` says ``incomplete``): OpenAI sends ``response.incomplete`` there, which Codex
@@ -544,6 +439,51 @@ def stream_events(o: CallOutcome, call: ChatCall) -> list[bytes]:
     # the harness, as ``finish_reason: length`` is on Chat Completions.
     ev("response.completed", response=full)
     return out
+
+
+_Emit = Callable[..., None]
+
+
+def _reasoning_events(ev: _Emit, idx: int, item: dict[str, Any]) -> None:
+    """A reasoning item's events: its summary part, then its reasoning text."""
+    added = dict(item, summary=[], content=[], encrypted_content=None, status="in_progress")
+    ev("response.output_item.added", output_index=idx, item=added)
+    at = {"item_id": item["id"], "output_index": idx}
+    text = item["summary"][0]["text"]
+    part = {"type": "summary_text", "text": ""}
+    ev("response.reasoning_summary_part.added", **at, summary_index=0, part=part)
+    ev("response.reasoning_summary_text.delta", **at, summary_index=0, delta=text)
+    ev("response.reasoning_summary_text.done", **at, summary_index=0, text=text)
+    done = {"type": "summary_text", "text": text}
+    ev("response.reasoning_summary_part.done", **at, summary_index=0, part=done)
+    ev("response.reasoning_text.delta", **at, content_index=0, delta=text)
+    ev("response.reasoning_text.done", **at, content_index=0, text=text)
+
+
+def _message_events(ev: _Emit, idx: int, item: dict[str, Any]) -> None:
+    """A message item's events: its one output_text part (no delta when it is empty)."""
+    ev(
+        "response.output_item.added",
+        output_index=idx,
+        item=dict(item, content=[], status="in_progress"),
+    )
+    at = {"item_id": item["id"], "output_index": idx, "content_index": 0}
+    part = item["content"][0]
+    ev("response.content_part.added", **at, part=dict(part, text=""))
+    if part["text"]:
+        ev("response.output_text.delta", **at, delta=part["text"], logprobs=[])
+    ev("response.output_text.done", **at, text=part["text"], logprobs=[])
+    ev("response.content_part.done", **at, part=part)
+
+
+def _function_call_events(ev: _Emit, idx: int, item: dict[str, Any]) -> None:
+    """A function_call item's events: its arguments in one delta."""
+    added = dict(item, arguments="", status="in_progress")
+    ev("response.output_item.added", output_index=idx, item=added)
+    at = {"item_id": item["id"], "output_index": idx}
+    ev("response.function_call_arguments.delta", **at, delta=item["arguments"])
+    done = {"name": item["name"], "arguments": item["arguments"]}
+    ev("response.function_call_arguments.done", **at, **done)
 
 
 def error_event(err: ProxyError) -> bytes:

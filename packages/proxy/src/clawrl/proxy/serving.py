@@ -50,6 +50,8 @@ class BackendConfig:
     device, max_batch_size, seed, policy_version: the embedded backend's torch device,
         concurrent generations, sampling seed and initial policy version.
     sglang_url: the running SGLang server (``http(s)://host:port``).
+    script_default, token_delay_s: the scripted backend's completion for a session whose
+        script is empty (default ``"Done."``) and its delay between streamed tokens.
     null_completion_ids, vocab_size: the null backend's fixed completion and vocabulary.
     """
 
@@ -60,6 +62,8 @@ class BackendConfig:
     seed: int | None = None
     policy_version: int = 0
     sglang_url: str = ""
+    script_default: str | None = None
+    token_delay_s: float = 0.0
     null_completion_ids: tuple[int, ...] = ()
     vocab_size: int = 0
 
@@ -87,9 +91,12 @@ def make_backend(config: BackendConfig) -> InferenceBackend:
             policy_version=config.policy_version,
         )
     if kind == "scripted":
-        from clawrl.proxy.backends.scripted import ScriptedBackend
+        from clawrl.proxy.backends.scripted import ScriptedBackend, ScriptedCompletion
 
-        return ScriptedBackend.from_model_dir(config.model_dir)
+        kw: dict[str, object] = {"token_delay_s": config.token_delay_s}
+        if config.script_default is not None:
+            kw["default"] = ScriptedCompletion(text=config.script_default)
+        return ScriptedBackend.from_model_dir(config.model_dir, **kw)
     if kind == "sglang":
         if not config.sglang_url:
             raise ValueError("backend kind 'sglang' needs sglang_url")

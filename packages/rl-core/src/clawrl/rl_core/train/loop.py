@@ -341,11 +341,9 @@ class TrainLoop:
         harnesses: Sequence[HarnessAdapter],
     ) -> None:
         """SFT on scripted-policy trajectories captured through the harness path."""
-        from clawrl.proxy import ScriptedBackend
-
         cs = self.cfg.cold_start
         model_dir = self.model_dir
-        scripted = ScriptedBackend.from_model_dir(model_dir)
+        scripted = make_backend(BackendConfig(kind="scripted", model_dir=model_dir))
         tasks = list(train)[: cs.tasks]
         t0 = time.time()
         self.say(

@@ -20,13 +20,7 @@ verifier. For each rollout the runner
    :func:`~clawrl.bench.verify`), computes the workspace diff, reads the session's call
    records and closes the session.
 
-Statuses: ``ok`` (the harness ended by itself or at its turn limit, and the verifier gave
-a reward), ``timeout`` (the harness was killed at the agent timeout; still verified),
-``harness-error`` (the harness failed; still verified — or its processes could not be
-stopped, or its workspace hit a copy-out bound: then not verified, reward 0), ``verifier-error`` (a missing or
-garbled reward, or a verifier timeout; reward 0), ``infra-error`` (sandbox, proxy or
-runtime failure: retried up to ``retries`` times with a new sandbox and session, then
-reported and excluded from scores).
+Statuses: :class:`RolloutStatus` (in :mod:`clawrl.bench.rollout_types`).
 
 Use :func:`run_rollouts` for one batch, or keep a :class:`RolloutRunner` (the RL loop's
 path: one runner, many batches). :func:`clawrl.proxy.serve` starts an in-process proxy with any
@@ -37,15 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any
 
 from clawrl.bench.executors import Executor
 from clawrl.bench.harness import (
@@ -55,7 +46,16 @@ from clawrl.bench.harness import (
     HarnessInstallError,
     get_harness,
 )
-from clawrl.bench.metrics import ScoredRollout
+from clawrl.bench.rollout_types import (
+    ProgressCallback,
+    RolloutEvent,
+    RolloutOptions,
+    RolloutResult,
+    RolloutSpec,
+    RolloutStatus,
+    SessionHook,
+    rollout_sampling_seed,
+)
 from clawrl.bench.sandbox_executor import SandboxExecutor
 from clawrl.bench.task import Task
 from clawrl.bench.verify import (
@@ -66,7 +66,7 @@ from clawrl.bench.verify import (
     verify,
 )
 from clawrl.bench.workspace_diff import FileChange, workspace_diff
-from clawrl.proxy import ModelEndpoint, ProxyError, SessionInfo, serve
+from clawrl.proxy import AsyncAdminClient, ModelEndpoint, ProxyError, SessionInfo, serve
 from clawrl.sandbox import (
     CopyLimits,
     Limits,
@@ -76,7 +76,6 @@ from clawrl.sandbox import (
     SandboxSpec,
     owned_tempdir,
 )
-from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "ModelEndpoint",
@@ -94,152 +93,6 @@ _WRITABLE_ROOTS = ("/workspace", "/tmp", "/root")
 # A sandbox outlives its agent timeout by at most this much (collecting logs and the
 # workspace), even if the orchestrator dies: its PID 1 is a `sleep` of that length.
 _WALL_CLOCK_SLACK_S = 300.0
-
-
-class RolloutStatus(StrEnum):
-    """How a rollout ended (see the module docstring)."""
-
-    OK = "ok"
-    TIMEOUT = "timeout"
-    HARNESS_ERROR = "harness-error"
-    VERIFIER_ERROR = "verifier-error"
-    INFRA_ERROR = "infra-error"
-
-
-class RolloutOptions(BaseModel):
-    """Knobs of a batch of rollouts (every value has a default).
-
-    Attributes:
-        max_turns: the harness's turn / step limit.
-        max_tokens: per-call output cap the harness requests (``None``: its default; the
-            proxy clamps to the context window).
-        agent_timeout_s: wall-clock limit of the harness process (``None``: the task's
-            ``timeouts.agent_s``).
-        retries: extra attempts after an infrastructure failure (never after any other).
-        model: model name harnesses send.
-        memory_mb: sandbox memory override (``None``: the task's ``limits.memory_mb``);
-            covers processes and the tmpfs workspace.
-        log_cap_bytes: cap per collected harness log and on the harness's stdout/stderr.
-        diff_cap_bytes: text files up to this size get a unified diff.
-        keep_records: include the session's call records in each result.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    max_turns: int = Field(default=8, ge=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    agent_timeout_s: float | None = Field(default=None, gt=0)
-    retries: int = Field(default=1, ge=0)
-    model: str = "policy"
-    memory_mb: int | None = Field(default=None, ge=64)
-    log_cap_bytes: int = Field(default=256 * 1024, ge=1024)
-    diff_cap_bytes: int = Field(default=64 * 1024, ge=0)
-    keep_records: bool = True
-
-
-@dataclass(frozen=True)
-class RolloutSpec:
-    """One rollout to run: a task, a harness, its sample index and group.
-
-    ``sampling_seed``: the seed of the rollout's proxy session (see
-    ``clawrl.proxy.Session``): its calls draw from a stream of their own, whatever the
-    machine load or the order in which concurrent rollouts' requests arrive. ``None``: the
-    backend's own generator.
-    """
-
-    task: Task
-    harness: HarnessAdapter
-    sample_index: int = 0
-    group_id: str = ""
-    rollout_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    sampling_seed: int | None = None
-
-
-def rollout_sampling_seed(seed: int, group_id: str, sample_index: int) -> int:
-    """The session seed of sample ``sample_index`` of group ``group_id`` in a run seeded
-    with ``seed``: the first 63 bits of SHA-256 of ``"<seed>/<group_id>/<sample_index>"``."""
-    digest = hashlib.sha256(f"{seed}/{group_id}/{sample_index}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
-
-
-class RolloutResult(BaseModel):
-    """Everything recorded about one rollout (JSON-serialisable with ``model_dump``).
-
-    Attributes:
-        rollout_id, task_id, category, difficulty, harness, group_id, sample_index: identity.
-        status: :class:`RolloutStatus` value; ``reason`` says why it is not ``ok``.
-        reward: the verifier's reward in [0, 1] (0 when verification failed or did not run).
-        subscores: the verifier's named sub-scores.
-        verifier: the full verifier result (``None`` if verification did not run).
-        attempts: attempts made (> 1 after infrastructure retries).
-        session_id: the proxy session of the final attempt (``""`` without a model).
-        records: the session's call records (DESIGN.md "Call record"), in order.
-        n_calls: number of call records.
-        end_reason: the harness's end (``final_answer``, ``turn_limit``, ``submitted``, ...).
-        turns: model turns the harness reports.
-        exit_code: the harness process's exit status (``None`` if it did not run / was
-            killed at the timeout).
-        stdout / stderr: the harness's output, capped.
-        logs: the harness's own logs by name (text, capped).
-        workspace_diff: files added / changed / removed vs the initial workspace.
-        timing: seconds per phase (``setup``, ``harness``, ``collect``, ``verify``, ``total``)
-            and ``started`` / ``finished`` (unix time).
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    rollout_id: str
-    task_id: str
-    category: str | None = None
-    difficulty: str | None = None
-    harness: str
-    group_id: str
-    sample_index: int
-    status: RolloutStatus
-    reason: str = ""
-    reward: float = Field(default=0.0, ge=0.0, le=1.0)
-    subscores: dict[str, float] = Field(default_factory=dict)
-    verifier: VerifierResult | None = None
-    attempts: int = 1
-    session_id: str = ""
-    records: list[dict[str, Any]] = Field(default_factory=list)
-    n_calls: int = 0
-    end_reason: str = ""
-    turns: int | None = None
-    exit_code: int | None = None
-    stdout: str = ""
-    stderr: str = ""
-    logs: dict[str, str] = Field(default_factory=dict)
-    workspace_diff: list[FileChange] = Field(default_factory=list)
-    timing: dict[str, float] = Field(default_factory=dict)
-
-    def scored(self) -> ScoredRollout:
-        """The part :func:`~clawrl.bench.aggregate` needs."""
-        return ScoredRollout(
-            task_id=self.task_id,
-            category=self.category,
-            harness=self.harness,
-            reward=self.reward,
-            status=self.status.value,
-        )
-
-
-@dataclass(frozen=True)
-class RolloutEvent:
-    """A progress report: ``kind`` is ``started``, ``retry`` or ``finished``; ``done`` /
-    ``total`` count finished rollouts of the batch; ``result`` is set for ``finished`` (and
-    is the failed attempt for ``retry``)."""
-
-    kind: Literal["started", "retry", "finished", "message"]
-    spec: RolloutSpec | None
-    done: int
-    total: int
-    result: RolloutResult | None = None
-    message: str = ""
-
-
-ProgressCallback = Callable[[RolloutEvent], None]
-SessionHook = Callable[[SessionInfo, RolloutSpec], Awaitable[None]]
 
 
 def plan_rollouts(
@@ -457,26 +310,10 @@ class RolloutRunner:
             try:
                 if h.needs_model:
                     assert admin is not None
-                    session = await admin.create_session(
-                        run_id=self.run_id,
-                        task_id=task.id,
-                        harness=h.name,
-                        group_id=spec.group_id,
-                        metadata={
-                            "sample_index": spec.sample_index,
-                            "attempt": attempt,
-                            "rollout_id": spec.rollout_id,
-                            "category": task.category,
-                        },
-                        sampling_seed=spec.sampling_seed,
-                    )
-                    if self.session_hook is not None:
-                        await self.session_hook(session, spec)
+                    session = await self._open_session(admin, spec, attempt)
                 sb = await Sandbox.create(self.sandbox_spec(spec, initial), run_id=self.run_id)
             except (SandboxError, ProxyError, OSError) as exc:
-                if session is not None and admin is not None:
-                    with contextlib.suppress(ProxyError, OSError):
-                        await admin.close_session(session.session_id)
+                await _close_quietly(admin, session)
                 return infra(f"setup: {type(exc).__name__}: {exc}")
             timing["setup"] = time.time() - t_start
             harness_out: dict[str, Any] = {}
@@ -485,9 +322,7 @@ class RolloutRunner:
                     harness_out = await self._run_harness(spec, sb, session, final, timing)
             except (SandboxError, OSError) as exc:
                 extra = {"session_id": session.session_id} if session else {}
-                if session is not None and admin is not None:
-                    with contextlib.suppress(ProxyError, OSError):
-                        await admin.close_session(session.session_id)
+                await _close_quietly(admin, session)
                 return infra(f"sandbox: {type(exc).__name__}: {exc}", **extra)
             # records: close first (it returns once every call is committed): then final
             records: list[dict[str, Any]] = []
@@ -498,46 +333,50 @@ class RolloutRunner:
                 except (ProxyError, OSError) as exc:
                     return infra(f"proxy records: {exc}", session_id=session.session_id)
             t_verify = time.time()
-            diff: list[FileChange] = []
-            if harness_out.get("refused"):
-                verdict = VerifierResult(
-                    reward=0.0, status=VerifierStatus.ERROR, reason=harness_out["reason"]
-                )
-            else:
-                verdict = await asyncio.to_thread(
-                    _verify_never_raises, task, final, self.verify_executor
-                )
-                try:
-                    diff = workspace_diff(initial, final, opts.diff_cap_bytes)
-                except OSError:  # e.g. a path too long for the host: no diff, the batch goes on
-                    diff = []
+            verdict, diff = await self._verify(task, initial, final, harness_out)
             timing["verify"] = time.time() - t_verify
         timing["finished"] = time.time()
         timing["total"] = timing["finished"] - t_start
-        status, reason = harness_out["status"], harness_out["reason"]
-        if verdict.status is VerifierStatus.INFRA_ERROR:
-            status, reason = RolloutStatus.INFRA_ERROR, f"verifier: {verdict.reason}"
-        elif status is RolloutStatus.OK and not verdict.ok:
-            status, reason = RolloutStatus.VERIFIER_ERROR, f"{verdict.status}: {verdict.reason}"
-        return RolloutResult(
-            **base,
-            status=status,
-            reason=reason,
-            reward=verdict.reward,
-            subscores=dict(verdict.subscores),
-            verifier=verdict,
-            session_id=session.session_id if session else "",
-            records=records if opts.keep_records else [],
-            n_calls=len(records),
-            end_reason=harness_out["end_reason"],
-            turns=harness_out["turns"],
-            exit_code=harness_out["exit_code"],
-            stdout=harness_out["stdout"],
-            stderr=harness_out["stderr"],
-            logs=harness_out["logs"],
-            workspace_diff=diff,
-            timing=timing,
+        return _result(base, harness_out, verdict, session, records, diff, timing, opts)
+
+    async def _open_session(
+        self, admin: AsyncAdminClient, spec: RolloutSpec, attempt: int
+    ) -> SessionInfo:
+        """The rollout's proxy session (metadata for the records), after the session hook."""
+        task = spec.task
+        session = await admin.create_session(
+            run_id=self.run_id,
+            task_id=task.id,
+            harness=spec.harness.name,
+            group_id=spec.group_id,
+            metadata={
+                "sample_index": spec.sample_index,
+                "attempt": attempt,
+                "rollout_id": spec.rollout_id,
+                "category": task.category,
+            },
+            sampling_seed=spec.sampling_seed,
         )
+        if self.session_hook is not None:
+            await self.session_hook(session, spec)
+        return session
+
+    async def _verify(
+        self, task: Task, initial: Path, final: Path, harness_out: dict[str, Any]
+    ) -> tuple[VerifierResult, list[FileChange]]:
+        """The verdict on the final workspace (reward 0 when the harness phase refused it) and
+        the workspace diff."""
+        if harness_out.get("refused"):
+            refused = VerifierResult(
+                reward=0.0, status=VerifierStatus.ERROR, reason=harness_out["reason"]
+            )
+            return refused, []
+        verdict = await asyncio.to_thread(_verify_never_raises, task, final, self.verify_executor)
+        try:
+            diff = workspace_diff(initial, final, self.options.diff_cap_bytes)
+        except OSError:  # e.g. a path too long for the host: no diff, the batch goes on
+            diff = []
+        return verdict, diff
 
     async def _run_harness(
         self,
@@ -616,6 +455,50 @@ class RolloutRunner:
             "stderr": stderr,
             "logs": logs,
         }
+
+
+def _result(
+    base: dict[str, Any],
+    harness_out: dict[str, Any],
+    verdict: VerifierResult,
+    session: SessionInfo | None,
+    records: list[dict[str, Any]],
+    diff: list[FileChange],
+    timing: dict[str, float],
+    opts: RolloutOptions,
+) -> RolloutResult:
+    """A verified rollout's result: the harness outcome, overruled by a verifier failure."""
+    status, reason = harness_out["status"], harness_out["reason"]
+    if verdict.status is VerifierStatus.INFRA_ERROR:
+        status, reason = RolloutStatus.INFRA_ERROR, f"verifier: {verdict.reason}"
+    elif status is RolloutStatus.OK and not verdict.ok:
+        status, reason = RolloutStatus.VERIFIER_ERROR, f"{verdict.status}: {verdict.reason}"
+    return RolloutResult(
+        **base,
+        status=status,
+        reason=reason,
+        reward=verdict.reward,
+        subscores=dict(verdict.subscores),
+        verifier=verdict,
+        session_id=session.session_id if session else "",
+        records=records if opts.keep_records else [],
+        n_calls=len(records),
+        end_reason=harness_out["end_reason"],
+        turns=harness_out["turns"],
+        exit_code=harness_out["exit_code"],
+        stdout=harness_out["stdout"],
+        stderr=harness_out["stderr"],
+        logs=harness_out["logs"],
+        workspace_diff=diff,
+        timing=timing,
+    )
+
+
+async def _close_quietly(admin: AsyncAdminClient | None, session: SessionInfo | None) -> None:
+    """Close a session whose rollout failed (errors ignored: the rollout is already lost)."""
+    if session is not None and admin is not None:
+        with contextlib.suppress(ProxyError, OSError):
+            await admin.close_session(session.session_id)
 
 
 async def _collect_logs(sb: Sandbox, paths: Mapping[str, str], cap: int) -> dict[str, str]:

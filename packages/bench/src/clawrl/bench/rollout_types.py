@@ -1,0 +1,186 @@
+"""The rollout runner's data types: what a rollout is (:class:`RolloutSpec`), how it runs
+(:class:`RolloutOptions`), what it gave (:class:`RolloutResult`, :class:`RolloutStatus`) and
+the progress reports (:class:`RolloutEvent`). Re-exported by :mod:`clawrl.bench.runner`.
+
+Statuses: ``ok`` (the harness ended by itself or at its turn limit, and the verifier gave
+a reward), ``timeout`` (the harness was killed at the agent timeout; still verified),
+``harness-error`` (the harness failed; still verified — or its processes could not be
+stopped, or its workspace hit a copy-out bound: then not verified, reward 0), ``verifier-error`` (a missing or
+garbled reward, or a verifier timeout; reward 0), ``infra-error`` (sandbox, proxy or
+runtime failure: retried up to ``retries`` times with a new sandbox and session, then
+reported and excluded from scores).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+from clawrl.bench.harness import HarnessAdapter
+from clawrl.bench.metrics import ScoredRollout
+from clawrl.bench.task import Task
+from clawrl.bench.verify import VerifierResult
+from clawrl.bench.workspace_diff import FileChange
+from clawrl.proxy import SessionInfo
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ProgressCallback",
+    "RolloutEvent",
+    "RolloutOptions",
+    "RolloutResult",
+    "RolloutSpec",
+    "RolloutStatus",
+    "SessionHook",
+    "rollout_sampling_seed",
+]
+
+
+class RolloutStatus(StrEnum):
+    """How a rollout ended (see the module docstring)."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"
+    HARNESS_ERROR = "harness-error"
+    VERIFIER_ERROR = "verifier-error"
+    INFRA_ERROR = "infra-error"
+
+
+class RolloutOptions(BaseModel):
+    """Knobs of a batch of rollouts (every value has a default).
+
+    Attributes:
+        max_turns: the harness's turn / step limit.
+        max_tokens: per-call output cap the harness requests (``None``: its default; the
+            proxy clamps to the context window).
+        agent_timeout_s: wall-clock limit of the harness process (``None``: the task's
+            ``timeouts.agent_s``).
+        retries: extra attempts after an infrastructure failure (never after any other).
+        model: model name harnesses send.
+        memory_mb: sandbox memory override (``None``: the task's ``limits.memory_mb``);
+            covers processes and the tmpfs workspace.
+        log_cap_bytes: cap per collected harness log and on the harness's stdout/stderr.
+        diff_cap_bytes: text files up to this size get a unified diff.
+        keep_records: include the session's call records in each result.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_turns: int = Field(default=8, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    agent_timeout_s: float | None = Field(default=None, gt=0)
+    retries: int = Field(default=1, ge=0)
+    model: str = "policy"
+    memory_mb: int | None = Field(default=None, ge=64)
+    log_cap_bytes: int = Field(default=256 * 1024, ge=1024)
+    diff_cap_bytes: int = Field(default=64 * 1024, ge=0)
+    keep_records: bool = True
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """One rollout to run: a task, a harness, its sample index and group.
+
+    ``sampling_seed``: the seed of the rollout's proxy session (see
+    ``clawrl.proxy.Session``): its calls draw from a stream of their own, whatever the
+    machine load or the order in which concurrent rollouts' requests arrive. ``None``: the
+    backend's own generator.
+    """
+
+    task: Task
+    harness: HarnessAdapter
+    sample_index: int = 0
+    group_id: str = ""
+    rollout_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    sampling_seed: int | None = None
+
+
+def rollout_sampling_seed(seed: int, group_id: str, sample_index: int) -> int:
+    """The session seed of sample ``sample_index`` of group ``group_id`` in a run seeded
+    with ``seed``: the first 63 bits of SHA-256 of ``"<seed>/<group_id>/<sample_index>"``."""
+    digest = hashlib.sha256(f"{seed}/{group_id}/{sample_index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+class RolloutResult(BaseModel):
+    """Everything recorded about one rollout (JSON-serialisable with ``model_dump``).
+
+    Attributes:
+        rollout_id, task_id, category, difficulty, harness, group_id, sample_index: identity.
+        status: :class:`RolloutStatus` value; ``reason`` says why it is not ``ok``.
+        reward: the verifier's reward in [0, 1] (0 when verification failed or did not run).
+        subscores: the verifier's named sub-scores.
+        verifier: the full verifier result (``None`` if verification did not run).
+        attempts: attempts made (> 1 after infrastructure retries).
+        session_id: the proxy session of the final attempt (``""`` without a model).
+        records: the session's call records (DESIGN.md "Call record"), in order.
+        n_calls: number of call records.
+        end_reason: the harness's end (``final_answer``, ``turn_limit``, ``submitted``, ...).
+        turns: model turns the harness reports.
+        exit_code: the harness process's exit status (``None`` if it did not run / was
+            killed at the timeout).
+        stdout / stderr: the harness's output, capped.
+        logs: the harness's own logs by name (text, capped).
+        workspace_diff: files added / changed / removed vs the initial workspace.
+        timing: seconds per phase (``setup``, ``harness``, ``collect``, ``verify``, ``total``)
+            and ``started`` / ``finished`` (unix time).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    rollout_id: str
+    task_id: str
+    category: str | None = None
+    difficulty: str | None = None
+    harness: str
+    group_id: str
+    sample_index: int
+    status: RolloutStatus
+    reason: str = ""
+    reward: float = Field(default=0.0, ge=0.0, le=1.0)
+    subscores: dict[str, float] = Field(default_factory=dict)
+    verifier: VerifierResult | None = None
+    attempts: int = 1
+    session_id: str = ""
+    records: list[dict[str, Any]] = Field(default_factory=list)
+    n_calls: int = 0
+    end_reason: str = ""
+    turns: int | None = None
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    logs: dict[str, str] = Field(default_factory=dict)
+    workspace_diff: list[FileChange] = Field(default_factory=list)
+    timing: dict[str, float] = Field(default_factory=dict)
+
+    def scored(self) -> ScoredRollout:
+        """The part :func:`~clawrl.bench.aggregate` needs."""
+        return ScoredRollout(
+            task_id=self.task_id,
+            category=self.category,
+            harness=self.harness,
+            reward=self.reward,
+            status=self.status.value,
+        )
+
+
+@dataclass(frozen=True)
+class RolloutEvent:
+    """A progress report: ``kind`` is ``started``, ``retry`` or ``finished``; ``done`` /
+    ``total`` count finished rollouts of the batch; ``result`` is set for ``finished`` (and
+    is the failed attempt for ``retry``)."""
+
+    kind: Literal["started", "retry", "finished", "message"]
+    spec: RolloutSpec | None
+    done: int
+    total: int
+    result: RolloutResult | None = None
+    message: str = ""
+
+
+ProgressCallback = Callable[[RolloutEvent], None]
+SessionHook = Callable[[SessionInfo, RolloutSpec], Awaitable[None]]

@@ -25,6 +25,12 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 # ------------------------------------------------------------------ config
+def _algo(cfg: TrainConfig, *keys: str) -> tuple[Any, ...]:
+    """Values of flat [algo] keys (the TOML's names) of a loaded config."""
+    flat = cfg.algo.flat()
+    return tuple(flat[k] for k in keys)
+
+
 def test_defaults_and_quickstart_load() -> None:
     cfg = load_config()
     assert cfg.algo.name == "grpo" and cfg.rollout.harnesses == ["reference"]
@@ -35,10 +41,10 @@ def test_defaults_and_quickstart_load() -> None:
     assert q.cold_start.tasks == q.tasks.train_n
     assert [s for s in range(1, 301) if q.cold_start.evaluates_at(s)] == [125]
     # PPO's own keys ([algo.ppo]) reach only --algo ppo
-    assert (q.algo.kl_coef, q.algo.value_lr) == (0.0, 0.0)
+    assert _algo(q, "kl_coef", "value_lr") == (0.0, None)  # value_lr None: the policy's lr
     qp = load_config(EXAMPLES / "quickstart.toml", ["algo.name='ppo'"])
-    assert (qp.algo.kl_coef, qp.algo.value_lr, qp.algo.value_coef) == (0.05, 3e-3, 0.02)
-    assert (qp.algo.lr, qp.algo.updates_per_step) == (q.algo.lr, q.algo.updates_per_step)
+    assert _algo(qp, "kl_coef", "value_lr", "value_coef") == (0.05, 3e-3, 0.02)
+    assert _algo(qp, "lr", "updates_per_step") == _algo(q, "lr", "updates_per_step")
     q3 = load_config(EXAMPLES / "quickstart_qwen3.toml")
     assert q3.model.tokenizer == "qwen3" and q3.cold_start.stop_at_reward == 0.25
     assert [s for s in range(1, 61) if q3.cold_start.evaluates_at(s)][:3] == [35, 40, 45]
@@ -57,7 +63,7 @@ def test_overrides_parse_toml_values(tmp_path: Path) -> None:
             "run.out=x/y",
         ],
     )
-    assert cfg.algo.name == "ppo" and cfg.run.steps == 5 and cfg.algo.lr == 3e-4
+    assert cfg.algo.name == "ppo" and cfg.run.steps == 5 and cfg.algo.trainer.optim.lr == 3e-4
     assert cfg.rollout.harnesses == ["reference", "mini-swe-agent"]
     assert cfg.run.out == "x/y"  # not TOML: kept as a string
 
@@ -104,12 +110,12 @@ def test_per_algorithm_tables(tmp_path: Path) -> None:
         "value_lr = 1e-3\n[algo.grpo]\nlr = 2e-4\n"
     )
     g = load_config(p)
-    assert (g.algo.name, g.algo.lr, g.algo.kl_coef, g.algo.value_lr) == ("grpo", 2e-4, 0.01, 0.0)
+    assert _algo(g, "name", "lr", "kl_coef", "value_lr") == ("grpo", 2e-4, 0.01, None)
     q = load_config(p, ["algo.name='ppo'"])
-    assert (q.algo.lr, q.algo.kl_coef, q.algo.value_lr) == (1e-4, 0.05, 1e-3)
-    assert load_config(p, ["algo.kl_coef=0", "algo.name='ppo'"]).algo.kl_coef == 0.0
-    assert load_config(p, ["algo.ppo.kl_coef=0.2", "algo.name='ppo'"]).algo.kl_coef == 0.2
-    assert load_config(p, ["algo.ppo.kl_coef=0.2"]).algo.kl_coef == 0.01
+    assert _algo(q, "lr", "kl_coef", "value_lr") == (1e-4, 0.05, 1e-3)
+    assert _algo(load_config(p, ["algo.kl_coef=0", "algo.name='ppo'"]), "kl_coef") == (0.0,)
+    assert _algo(load_config(p, ["algo.ppo.kl_coef=0.2", "algo.name='ppo'"]), "kl_coef") == (0.2,)
+    assert _algo(load_config(p, ["algo.ppo.kl_coef=0.2"]), "kl_coef") == (0.01,)
     q.save(tmp_path / "config.json")  # saved resolved: no per-algorithm tables
     assert load_config(tmp_path / "config.json") == q
     assert "ppo" not in json.loads((tmp_path / "config.json").read_text())["algo"]

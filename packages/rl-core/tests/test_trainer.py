@@ -355,4 +355,4 @@ def test_minibatch_cap_warns_and_is_counted(
     assert m["minibatches_capped"] == 1.0
     assert m["num_minibatches"] == m["num_pieces"] == m["optimizer_steps"] < 500
     with pytest.raises(ConfigError, match="token_budget"):
-        TrainerConfig(num_minibatches=2)
+        TrainerConfig(token_budget=None, num_minibatches=2)

@@ -148,7 +148,7 @@ class OptimConfig:
             no baseline; critics usually train faster than the policy.
     """
 
-    lr: float = 1e-6
+    lr: float = 1e-5
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     weight_decay: float = 0.0
@@ -173,7 +173,7 @@ class TrainerConfig:
         algorithm: "grpo" (critic-free) or "ppo" (value function).
         loss, grpo, ppo, corrections, optim: the sub-configs.
         token_budget: most tokens per forward (trees are split, results unchanged; None: no
-            limit).
+            limit). The default 8192 bounds a forward's memory.
         update_epochs: passes over each RL batch (PPO epochs; ratios leave 1 from the second
             optimiser step on, where clipping acts).
         num_minibatches: optimiser steps per pass; the token-budget pieces are shuffled
@@ -196,7 +196,7 @@ class TrainerConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     corrections: CorrectionConfig = field(default_factory=CorrectionConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    token_budget: int | None = None
+    token_budget: int | None = 8192
     update_epochs: int = 1
     num_minibatches: int = 1
     chunk_size: int = 1024

@@ -17,6 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from clawrl.rl_core.config import (
+    CorrectionConfig,
+    GRPOConfig,
+    LossConfig,
+    OptimConfig,
+    PPOConfig,
+    TrainerConfig,
+)
 from clawrl.rl_core.errors import ConfigError
 
 __all__ = [
@@ -137,46 +145,105 @@ class RolloutConfig:
     verifier: Literal["sandbox", "host"] = "sandbox"
 
 
+#: TrainerConfig fields the train config sets from other sections, not from ``[algo]``: the
+#: seed (``run.seed``), the logit temperature (``rollout.temperature``, the one the proxy
+#: samples at) and the LR schedule's length (``run.steps`` × ``algo.updates_per_step``).
+_DERIVED = frozenset({"seed", "temperature", "total_steps"})
+#: TrainerConfig's sub-config fields and their classes.
+_SUB_CLASSES: dict[str, type] = {
+    "loss": LossConfig,
+    "grpo": GRPOConfig,
+    "ppo": PPOConfig,
+    "corrections": CorrectionConfig,
+    "optim": OptimConfig,
+}
+#: ``[algo]`` keys that are the train loop's own, not TrainerConfig's.
+_LOOP_KEYS = ("updates_per_step", "drop_zero_std_groups")
+
+
+def _algo_keys() -> dict[str, tuple[str | None, str]]:
+    """The flat ``[algo]`` keys, read off TrainerConfig's dataclass fields: key → (sub-config
+    name, or None for TrainerConfig itself; field name). ``name`` is ``algorithm``; a field
+    name found in two sub-configs (``eps``) is prefixed by its sub-config (``grpo_eps``,
+    ``optim_eps``)."""
+    places: list[tuple[str | None, str]] = [
+        (None, f.name)
+        for f in dataclasses.fields(TrainerConfig)
+        if f.name not in _SUB_CLASSES and f.name not in _DERIVED
+    ]
+    for sub, cls in _SUB_CLASSES.items():
+        places += [(sub, f.name) for f in dataclasses.fields(cls) if f.name not in _DERIVED]
+    count: dict[str, int] = {}
+    for _, name in places:
+        count[name] = count.get(name, 0) + 1
+    keys: dict[str, tuple[str | None, str]] = {}
+    for place, name in places:
+        key = "name" if name == "algorithm" else name
+        keys[f"{place}_{key}" if count[name] > 1 else key] = (place, name)
+    return keys
+
+
 @dataclass
 class AlgoConfig:
-    """The update (clawrl.rl_core's TrainerConfig fields, flattened).
+    """The update: ``[algo]``. ``trainer`` is rl-core's :class:`~clawrl.rl_core.TrainerConfig`
+    itself, so every default is TrainerConfig's (and its sub-configs'); the TOML addresses
+    its fields by flat keys (:meth:`from_flat`): ``name`` (the algorithm), ``lr`` (optim),
+    ``clip_eps_low`` (loss), ``value_coef`` (ppo), ``tis_cap`` (corrections), ... — every
+    field of TrainerConfig and its sub-configs except the seed, temperature and schedule
+    length, which come from ``run.seed``, ``rollout.temperature`` and ``run.steps``.
 
-    name: ``grpo`` or ``ppo``. updates_per_step: optimiser steps on each batch (the first is
-    on-policy; later ones are corrected by the clipped ratio). drop_zero_std_groups: leave
-    out groups whose rewards are all equal (their GRPO advantage is 0). kl_coef > 0 adds a
-    k3 KL term to a frozen copy of the policy as it was when RL started (after the cold
-    start). value_lr: PPO value head's learning rate (0: ``lr``; see
-    :class:`clawrl.rl_core.OptimConfig`). whiten_advantages: PPO's advantages normalised over
-    the batch (:class:`clawrl.rl_core.PPOConfig`). In a TOML, keys under ``[algo.grpo]`` or
+    updates_per_step: optimiser steps on each batch (the first is on-policy; later ones are
+    corrected by the clipped ratio). drop_zero_std_groups: leave out groups whose rewards
+    are all equal (their GRPO advantage is 0). kl_coef > 0 adds a k3 KL term to a frozen copy
+    of the policy as it was when RL started (after the cold start). value_lr: PPO value
+    head's learning rate (unset or 0: ``lr``). In a TOML, keys under ``[algo.grpo]`` or
     ``[algo.ppo]`` apply only to that algorithm (see :func:`load_config`).
     """
 
-    name: Literal["grpo", "ppo"] = "grpo"
-    lr: float = 1e-5
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
     updates_per_step: int = 1
-    clip_eps_low: float = 0.2
-    clip_eps_high: float = 0.28
-    aggregation: Literal["token_mean", "sequence_mean", "prompt_mean", "unique_token_mean"] = (
-        "token_mean"
-    )
-    scale_by_std: bool = True
-    entropy_coef: float = 0.0
-    kl_coef: float = 0.0
-    tis_cap: float | None = 2.0
-    mask_low: float | None = None
-    mask_high: float | None = None
-    value_coef: float = 0.5
-    value_clip: float | None = 0.2
-    value_warmup_steps: int = 0
-    value_lr: float = 0.0
-    whiten_advantages: bool = False
-    gamma: float = 1.0
-    lam: float = 1.0
-    token_budget: int | None = 8192
-    chunk_size: int = 1024
     drop_zero_std_groups: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.trainer.algorithm
+
+    @classmethod
+    def from_flat(cls, values: dict[str, Any]) -> AlgoConfig:
+        """Build from flat ``[algo]`` keys (unknown keys: ConfigError)."""
+        keys = _algo_keys()
+        unknown = set(values) - set(keys) - set(_LOOP_KEYS)
+        if unknown:
+            known = sorted([*keys, *_LOOP_KEYS])
+            raise ConfigError(f"unknown key(s) in [algo]: {sorted(unknown)} (known: {known})")
+        if values.get("name", "grpo") not in ("grpo", "ppo"):
+            raise ConfigError(f"algo.name must be 'grpo' or 'ppo', got {values['name']!r}")
+        top: dict[str, Any] = {}
+        subs: dict[str, dict[str, Any]] = {sub: {} for sub in _SUB_CLASSES}
+        for key, value in values.items():
+            if key in _LOOP_KEYS:
+                continue
+            sub, name = keys[key]
+            if name == "value_lr" and value == 0:
+                value = None  # 0 meant "lr" in earlier configs (a saved config.json resumes)
+            if name == "betas" and isinstance(value, list):
+                value = tuple(value)
+            (top if sub is None else subs[sub])[name] = value
+        try:
+            trainer = TrainerConfig(
+                **top, **{sub: _SUB_CLASSES[sub](**kw) for sub, kw in subs.items()}
+            )
+        except (ConfigError, TypeError) as exc:
+            raise ConfigError(f"[algo]: {exc}") from exc
+        return cls(trainer, **{k: values[k] for k in _LOOP_KEYS if k in values})
+
+    def flat(self) -> dict[str, Any]:
+        """The flat ``[algo]`` keys and their values (what ``config.json`` holds)."""
+        out: dict[str, Any] = {}
+        for key, (sub, name) in _algo_keys().items():
+            value = getattr(self.trainer if sub is None else getattr(self.trainer, sub), name)
+            out[key] = list(value) if isinstance(value, tuple) else value
+        return {**out, **{k: getattr(self, k) for k in _LOOP_KEYS}}
 
 
 @dataclass
@@ -289,7 +356,21 @@ class TrainConfig:
         """Plain dict with TOML section names (``async`` rather than ``async_``)."""
         d = dataclasses.asdict(self)
         d["async"] = d.pop("async_")
+        d["algo"] = self.algo.flat()
         return d
+
+    def trainer_config(self) -> TrainerConfig:
+        """rl-core's TrainerConfig for the RL updates: ``algo.trainer`` with the seed, the
+        temperature and the schedule length taken from ``run`` and ``rollout``."""
+        t = self.algo.trainer
+        return dataclasses.replace(
+            t,
+            seed=self.run.seed,
+            loss=dataclasses.replace(t.loss, temperature=self.rollout.temperature),
+            optim=dataclasses.replace(
+                t.optim, total_steps=max(1, self.run.steps * self.algo.updates_per_step)
+            ),
+        )
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
@@ -322,6 +403,9 @@ def _build(data: dict[str, Any]) -> TrainConfig:
             raise ConfigError(f"unknown config section [{name}] (known: {sorted(_SECTIONS)})")
         if not isinstance(value, dict):
             raise ConfigError(f"[{name}] must be a table")
+        if name == "algo":
+            kwargs["algo"] = AlgoConfig.from_flat(value)
+            continue
         removed = [k for k in _REMOVED_KEYS.get(name, ()) if k in value]
         if removed:
             warnings.warn(f"[{name}] {removed}: no longer used, ignored", stacklevel=2)
@@ -422,6 +506,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"{p}: {exc}") from exc
     overrides = overrides or []
     algo = apply_overrides(data, overrides).get("algo")
-    name = algo.get("name", AlgoConfig.name) if isinstance(algo, dict) else AlgoConfig.name
+    default = TrainerConfig.algorithm
+    name = algo.get("name", default) if isinstance(algo, dict) else default
     data = apply_overrides(_select_algo_table(data, name), overrides)
     return _build(_select_algo_table(data, name))

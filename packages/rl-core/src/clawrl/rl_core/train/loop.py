@@ -75,14 +75,7 @@ from clawrl.proxy import (
     make_backend,
     serve,
 )
-from clawrl.rl_core.config import (
-    CorrectionConfig,
-    GRPOConfig,
-    LossConfig,
-    OptimConfig,
-    PPOConfig,
-    TrainerConfig,
-)
+from clawrl.rl_core.config import LossConfig, OptimConfig, TrainerConfig
 from clawrl.rl_core.errors import ConfigError, RLCoreError
 from clawrl.rl_core.sft import epoch_batches
 from clawrl.rl_core.train.config import TrainConfig
@@ -192,42 +185,6 @@ class TrainLoop:
         if not tasks:
             raise ConfigError("no tasks found")
         return tasks, tasks
-
-    def _trainer_config(self) -> TrainerConfig:
-        a = self.cfg.algo
-        return TrainerConfig(
-            algorithm=a.name,
-            loss=LossConfig(
-                clip_eps_low=a.clip_eps_low,
-                clip_eps_high=a.clip_eps_high,
-                aggregation=a.aggregation,
-                kl_coef=a.kl_coef,
-                entropy_coef=a.entropy_coef,
-                temperature=self.cfg.rollout.temperature,
-            ),
-            grpo=GRPOConfig(scale_by_std=a.scale_by_std),
-            ppo=PPOConfig(
-                gamma=a.gamma,
-                lam=a.lam,
-                value_coef=a.value_coef,
-                value_clip=a.value_clip,
-                value_warmup_steps=a.value_warmup_steps,
-                whiten_advantages=a.whiten_advantages,
-            ),
-            corrections=CorrectionConfig(
-                tis_cap=a.tis_cap, mask_low=a.mask_low, mask_high=a.mask_high
-            ),
-            optim=OptimConfig(
-                lr=a.lr,
-                max_grad_norm=a.max_grad_norm,
-                weight_decay=a.weight_decay,
-                value_lr=a.value_lr or None,
-                total_steps=max(1, self.cfg.run.steps * a.updates_per_step),
-            ),
-            token_budget=a.token_budget,
-            chunk_size=a.chunk_size,
-            seed=self.cfg.run.seed,
-        )
 
     # ------------------------------------------------------------------ weights
     async def sync_weights(self, endpoint: ModelEndpoint, backend: Any, version: int) -> float:
@@ -397,8 +354,8 @@ class TrainLoop:
             TrainerConfig(
                 loss=LossConfig(aggregation="token_mean"),
                 optim=OptimConfig(lr=cs.lr, max_grad_norm=1.0, total_steps=max(1, cs.steps)),
-                token_budget=self.cfg.algo.token_budget,
-                chunk_size=self.cfg.algo.chunk_size,
+                token_budget=self.cfg.algo.trainer.token_budget,
+                chunk_size=self.cfg.algo.trainer.chunk_size,
                 seed=self.cfg.run.seed,
             ),
         )
@@ -564,8 +521,9 @@ class TrainLoop:
             )
             if cfg.cold_start.enabled and not self.state.cold_start_done:
                 await self.cold_start(endpoint, backend, train, held, harnesses)
-            self.ref_model = copy.deepcopy(self.policy).eval() if cfg.algo.kl_coef > 0 else None
-            self.rl_trainer = Trainer(self.policy, self._trainer_config(), ref_model=self.ref_model)
+            kl = cfg.algo.trainer.loss.kl_coef
+            self.ref_model = copy.deepcopy(self.policy).eval() if kl > 0 else None
+            self.rl_trainer = Trainer(self.policy, cfg.trainer_config(), ref_model=self.ref_model)
             if latest is not None:
                 await asyncio.to_thread(self.rl_trainer.load_checkpoint, latest)
                 self.say(

@@ -1,0 +1,128 @@
+"""The train config's ``[algo]`` is rl-core's TrainerConfig: one set of defaults, a round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clawrl.rl_core import (
+    ConfigError,
+    CorrectionConfig,
+    GRPOConfig,
+    LossConfig,
+    OptimConfig,
+    PPOConfig,
+    TrainerConfig,
+)
+from clawrl.rl_core.train import AlgoConfig, TrainConfig, load_config
+
+SUBS = {
+    "loss": LossConfig,
+    "grpo": GRPOConfig,
+    "ppo": PPOConfig,
+    "corrections": CorrectionConfig,
+    "optim": OptimConfig,
+}
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    assert f.default_factory is dataclasses.MISSING or f.default is dataclasses.MISSING
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def test_algo_section_embeds_trainer_config_and_defines_no_default_of_its_own() -> None:
+    """AlgoConfig holds TrainerConfig and only the loop's two keys: a re-added flat field
+    (``lr: float = 1e-5`` beside TrainerConfig's) fails here."""
+    names = [f.name for f in dataclasses.fields(AlgoConfig)]
+    assert names == ["trainer", "updates_per_step", "drop_zero_std_groups"]
+    assert AlgoConfig().trainer == TrainerConfig()
+    assert {f.name for f in dataclasses.fields(TrainerConfig)} >= set(SUBS)
+
+
+def test_every_flat_algo_default_is_trainer_config_field_default() -> None:
+    flat = load_config().algo.flat()
+    expected: dict[str, Any] = {"name": TrainerConfig.algorithm}
+    for f in dataclasses.fields(TrainerConfig):
+        if f.name not in SUBS and f.name not in ("algorithm", "seed"):
+            expected[f.name] = _default(f)
+    for sub, cls in SUBS.items():
+        for f in dataclasses.fields(cls):
+            if f.name in ("temperature", "total_steps"):
+                continue
+            key = f"{sub}_{f.name}" if f.name == "eps" else f.name
+            value = _default(f)
+            expected[key] = list(value) if isinstance(value, tuple) else value
+    expected |= {"updates_per_step": 1, "drop_zero_std_groups": False}
+    assert flat == expected
+    # the defaults the quickstart relies on: lr 1e-5 unless set, bounded forwards
+    assert (flat["lr"], flat["token_budget"]) == (1e-5, 8192)
+
+
+def test_trainer_config_is_algo_with_run_and_rollout_values() -> None:
+    cfg = load_config(None, ["run.seed=3", "run.steps=5", "rollout.temperature=0.7"])
+    t = cfg.trainer_config()
+    assert (t.seed, t.loss.temperature, t.optim.total_steps) == (3, 0.7, 5)
+    same = dataclasses.replace(
+        t,
+        seed=0,
+        loss=dataclasses.replace(t.loss, temperature=1.0),
+        optim=dataclasses.replace(t.optim, total_steps=1000),
+    )
+    assert same == TrainerConfig()  # nothing else differs from rl-core's defaults
+    ups = load_config(None, ["run.steps=5", "algo.updates_per_step=3"])
+    assert ups.trainer_config().optim.total_steps == 15
+
+
+@pytest.mark.parametrize("example", ["quickstart", "quickstart_qwen3", "mix_harness"])
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_algo_round_trips_through_saved_config(tmp_path: Path, example: str, algo: str) -> None:
+    cfg = load_config(EXAMPLES / f"{example}.toml", [f"algo.name='{algo}'"])
+    cfg.save(tmp_path / "config.json")
+    again = load_config(tmp_path / "config.json")
+    assert again == cfg and again.trainer_config() == cfg.trainer_config()
+    assert AlgoConfig.from_flat(cfg.algo.flat()) == cfg.algo
+
+
+def test_every_trainer_field_is_settable_from_algo() -> None:
+    cfg = load_config(
+        None,
+        [
+            "algo.name='ppo'",
+            "algo.optim_eps=1e-6",
+            "algo.grpo_eps=1e-3",
+            "algo.betas=[0.8, 0.9]",
+            "algo.schedule='linear'",
+            "algo.num_minibatches=2",
+            "algo.geo_mask_low=0.5",
+            "algo.gamma=0.9",
+        ],
+    )
+    t = cfg.trainer_config()
+    assert (t.algorithm, t.optim.eps, t.grpo.eps, t.optim.betas) == ("ppo", 1e-6, 1e-3, (0.8, 0.9))
+    assert (t.optim.schedule, t.num_minibatches, t.corrections.geo_mask_low) == ("linear", 2, 0.5)
+    assert t.ppo.gamma == 0.9
+    assert isinstance(cfg, TrainConfig)
+
+
+def test_earlier_value_lr_zero_means_lr() -> None:
+    """Saved config.json files of earlier versions wrote value_lr = 0 for "the policy's lr"."""
+    assert load_config(None, ["algo.value_lr=0"]).trainer_config().optim.value_lr is None
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("algo.temperature=0.5", "unknown key"),  # rollout.temperature sets it
+        ("algo.seed=1", "unknown key"),  # run.seed sets it
+        ("algo.eps=1e-6", "unknown key"),  # ambiguous: grpo_eps or optim_eps
+        ("algo.lr=-1", r"\[algo\]"),
+        ("algo.token_budget=0", "token_budget"),
+        ("algo.lr='fast'", r"\[algo\]"),
+    ],
+)
+def test_bad_algo_keys(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [override])

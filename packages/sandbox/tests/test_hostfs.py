@@ -51,17 +51,40 @@ async def test_kill_all_leaves_only_pid_1(sb: Sandbox) -> None:
     assert all("sleep infinity" in a for a in alive), alive
 
 
-async def test_kill_all_reaches_nested_pid_namespaces(sb: Sandbox) -> None:
-    """A process in a PID namespace of its own inside the sandbox (``unshare -Upf``) is not
-    in the sandbox's PID namespace, but it is in the sandbox's cgroups. Revert tried:
-    membership by PID namespace only -> the nested ``sleep`` survives (red team, session 9)."""
-    await sb.exec(
-        "unshare -Upf --map-root-user sleep 777 </dev/null >/dev/null 2>&1 & sleep 0.5",
+async def test_no_user_namespaces_so_no_nested_pid_namespaces(sb: Sandbox) -> None:
+    """A process in a PID namespace of its own (``unshare -Upf``) is outside the sandbox's PID
+    namespace; from one with its own cgroup namespace it could mount cgroup2 and move or
+    freeze itself out of the sandbox's cgroup (red team, session 9). The seccomp profile
+    refuses user namespaces, and without one sandbox root (no ``CAP_SYS_ADMIN``) gets no
+    PID, mount or cgroup namespace; ``kill_all`` also counts processes in the sandbox's
+    cgroups or below as members (next test). Revert tried: profile without the
+    ``CLONE_NEWUSER`` rules -> ``unshare`` succeeds and this test fails."""
+    r = await sb.exec(
+        "unshare -Upf --map-root-user true; echo pidns=$?; unshare -Ucm true; echo cgns=$?; "
+        "unshare -U true; echo userns=$?",
         timeout=20,
     )
+    assert r.stdout.decode().split() == ["pidns=1", "cgns=1", "userns=1"], r
+    await sb.exec("sleep 777 </dev/null >/dev/null 2>&1 & sleep 0.2", timeout=20)
     assert await sb.kill_all() >= 1
     r = await sb.exec("ps -eo args", timeout=10)
     assert r.ok and "sleep 777" not in r.stdout.decode(), r
+
+
+async def test_pid_1_cannot_be_traced_or_rewritten(sb: Sandbox) -> None:
+    """Sandbox root has PID 1's uid and capabilities: with ptrace it could kill PID 1 (an
+    infra-error it chooses) or make it run its own program, which ``kill_all`` never
+    signals (red team, session 9). ``ptrace``, ``process_vm_*`` and ``pidfd_getfd`` are
+    refused, ``/proc/1/mem`` is masked. Revert tried: profile without the ptrace rule ->
+    ``PTRACE_ATTACH`` on PID 1 returns 0."""
+    code = (
+        "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+        "print(libc.ptrace(16, 1, 0, 0), ctypes.get_errno())"
+    )
+    r = await sb.exec(["python3", "-c", code], timeout=20)
+    assert r.stdout.decode().split() == ["-1", "1"], r  # EPERM
+    r = await sb.exec("head -c 16 /proc/1/mem | wc -c; stat -c %F /proc/1/mem", timeout=10)
+    assert r.stdout.decode().split("\n")[:2] == ["0", "character special file"], r
 
 
 async def test_pid_1_ignores_every_signal_from_inside(sb: Sandbox) -> None:
@@ -237,3 +260,15 @@ async def test_reused_sandbox_is_reset_from_the_host(unix_http: UnixHTTP) -> Non
         async with pool.sandbox(writable) as sb2:
             assert sb2.id != id1
             assert (await sb2.exec("cat /etc/ld.so.preload", timeout=10)).exit_code != 0
+
+
+async def test_cgroup_membership_includes_child_cgroups_never_the_whole_host() -> None:
+    from clawrl.sandbox.hostfs import _in_cgroups
+
+    box = b"12:pids:/machine/libpod-abc\n1:name=systemd:/machine/libpod-abc\n0::/\n"
+    child = b"12:pids:/machine/libpod-abc/hide\n1:name=systemd:/machine/libpod-abc\n0::/x\n"
+    other = b"12:pids:/machine/libpod-abcd\n1:name=systemd:/machine/libpod-abcd\n0::/\n"
+    host = b"12:pids:/\n1:name=systemd:/\n0::/\n"
+    assert _in_cgroups(box, box) and _in_cgroups(child, box)
+    assert not _in_cgroups(other, box) and not _in_cgroups(host, box)
+    assert not _in_cgroups(host, host)  # a sandbox at every root: the cgroups say nothing

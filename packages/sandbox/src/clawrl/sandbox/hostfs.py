@@ -129,7 +129,7 @@ class SandboxInit:
         try:
             if os.readlink(f"/proc/{pid}/ns/pid") == self.pid_ns:
                 return True
-            return bool(self.cgroup) and _cgroup(pid) == self.cgroup
+            return bool(self.cgroup) and _in_cgroups(_cgroup(pid), self.cgroup)
         except OSError:
             return False
 
@@ -170,6 +170,29 @@ def _state(pid: int) -> bytes:
 def _cgroup(pid: int) -> bytes:
     with open(f"/proc/{pid}/cgroup", "rb") as f:
         return f.read()
+
+
+def _cgroup_paths(text: bytes) -> dict[bytes, bytes]:
+    """``/proc/<pid>/cgroup`` as {hierarchy id + controllers: path}."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, path = line.rpartition(b":")
+        if sep:
+            out[key] = path
+    return out
+
+
+def _in_cgroups(text: bytes, sandbox: bytes) -> bool:
+    """Whether a process with cgroups ``text`` is in the sandbox's cgroups ``sandbox`` or
+    below them, in every hierarchy the sandbox is in (a child cgroup does not hide it)."""
+    theirs = _cgroup_paths(text)
+    # hierarchies where the sandbox sits at the root say nothing (every process is there);
+    # with none left, only the PID namespace decides (never "every host process")
+    mine = {k: root for k, root in _cgroup_paths(sandbox).items() if root not in (b"", b"/")}
+    return bool(mine) and all(
+        (p := theirs.get(k)) is not None and (p == root or p.startswith(root + b"/"))
+        for k, root in mine.items()
+    )
 
 
 def _members(init: SandboxInit) -> list[int]:

@@ -76,7 +76,11 @@ def run_args(spec: SandboxSpec, ident: RunIdentity, name: str) -> list[str]:
     a += ["--tmpfs", f"/var/tmp:rw,nosuid,nodev,size={lim.tmp_bytes},mode=1777"]
     # podman's /sys/fs/cgroup is an unsized tmpfs writable by root: masked read-only
     a += ["--security-opt", "mask=/sys/fs/cgroup"]
-    # no inotify instances: they would be charged to host root's per-user limit
+    # PID 1's memory: writable through /proc with ptrace rights, which sandbox root has
+    a += ["--security-opt", "mask=/proc/1/mem:/proc/1/task/1/mem"]
+    # POSIX message queues count against host root's RLIMIT_MSGQUEUE bytes: none
+    a += ["--ulimit", "msgqueue=0:0"]
+    # no inotify instances (host root's per-user limit), ptrace, user namespaces: .seccomp
     profile = sandbox_seccomp_profile()
     if profile is not None:
         a += ["--security-opt", f"seccomp={profile}"]

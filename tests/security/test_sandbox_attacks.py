@@ -253,3 +253,28 @@ def test_removing_the_workspace_is_a_scored_failure(tmp_path: Path, script: str)
     r = rollout(task)
     assert r.status is RolloutStatus.HARNESS_ERROR, (r.status, r.reason)
     assert "workspace gone" in r.reason and r.reward == 0.0 and r.attempts == 1
+
+
+def test_verify_sandbox_scores_a_removed_workspace(tmp_path: Path) -> None:
+    """``verify_sandbox`` (public API, a live agent sandbox): a workspace the agent replaced
+    by a symlink is a scored ``verifier-error``, not an infra-error (red team round 2).
+    Revert tried: without the ``FileNotFoundError`` branch -> ``infra-error``."""
+    from clawrl.bench import VerifierStatus, prepare_workspace, verify_sandbox
+    from clawrl.sandbox import Limits, Sandbox, SandboxSpec
+
+    task = load_task(builtin_suite_dir() / "fix_median")
+    env = {**task.verifier.env, "CLAWRL_WORKSPACE": "/app"}
+    task = task.model_copy(
+        update={"workspace_path": "/app", "verifier": task.verifier.model_copy(update={"env": env})}
+    )
+    ws = prepare_workspace(task, tmp_path / "ws")
+
+    async def go() -> Any:
+        spec = SandboxSpec(files={"/app": ws}, read_only_root=False, limits=Limits(memory="256m"))
+        async with await Sandbox.create(spec) as sb:
+            await sb.exec("cd /; rm -rf /app && ln -s /tmp /app", timeout=20)
+            return await verify_sandbox(task, sb)
+
+    v = asyncio.run(go())
+    assert v.status is VerifierStatus.ERROR and v.reward == 0.0, (v.status, v.reason)
+    assert "gone" in v.reason

@@ -487,3 +487,17 @@ def test_hand_over_gives_a_directory_away_only_after_everything_below_it(
         later = given[i + 1 :]
         parent = os.path.dirname(rel) or "."
         assert rel == "." or parent in later, f"{parent} given away before {rel}: {given}"
+
+
+def test_a_script_that_deletes_nothing_earns_no_rotation_credit(tmp_path: Path) -> None:
+    """log_rotate_script: an executable ``rotate.sh`` that does nothing used to score 0.5
+    ("n_larger_than_count" passed vacuously: nothing deleted when N is large; red team round
+    2). Now only the format sub-score remains. Revert tried: the old sub-score -> 0.5."""
+    root = tmp_path / "log_rotate_script"
+    shutil.copytree(builtin_suite_dir() / "log_rotate_script", root)
+    (root / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\nprintf '#!/bin/bash\\nexit 0\\n' > rotate.sh; chmod +x rotate.sh\n"
+    )
+    (r,) = asyncio.run(run_rollouts([load_task(root)], ["oracle"]))
+    assert r.status is RolloutStatus.OK, r.reason
+    assert r.subscores["n_larger_than_count"] == 0.0 and r.reward == 0.25, r.subscores

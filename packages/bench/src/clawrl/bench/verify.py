@@ -294,6 +294,12 @@ async def verify_sandbox(
                 status=VerifierStatus.ERROR,
                 reason=f"the workspace is over the copy-out limits: {exc}",
             )
+        except FileNotFoundError as exc:  # the agent removed it or made it a symlink
+            return VerifierResult(
+                reward=0.0,
+                status=VerifierStatus.ERROR,
+                reason=f"the workspace is gone: {exc}",
+            )
         except SandboxError as exc:
             return VerifierResult(
                 reward=0.0,

@@ -190,6 +190,186 @@ def _agent_argv(base_url: str, config: SessionConfig, resume: bool) -> list[str]
     )
 
 
+class _SessionEnd(Exception):
+    """A session ends without a trajectory: its discard reason and detail."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+class _SessionRun:
+    """The state of one ISE session while :func:`run_session` drives it."""
+
+    def __init__(
+        self,
+        intent: IntentRecord,
+        simulator: UserSimulator,
+        endpoint: ModelEndpoint,
+        config: SessionConfig,
+        run_id: str,
+    ):
+        self.intent, self.simulator, self.endpoint = intent, simulator, endpoint
+        self.config, self.run_id = config, run_id
+        self.t0 = time.time()
+        self.sim_generations = self.sim_drifted = 0
+        self.drift_reasons: list[str] = []
+        self.history: list[AgentTurn] = []
+        self.turn_records: list[dict[str, Any]] = []
+        self.tool_log: list[dict[str, Any]] = []
+        self.transcript: dict[str, Any] = {}
+        self.reply: SimulatorReply | None = None
+        self.session: SessionInfo | None = None
+
+    @property
+    def sid(self) -> str:
+        return self.session.session_id if self.session is not None else ""
+
+    def result(self, reason: str = "", detail: str = "", traj: bool = False) -> SessionResult:
+        stats: dict[str, Any] = {
+            "user_turns": len(self.history),
+            "simulator": self.simulator.name,
+            "simulator_generations": self.sim_generations,
+            "simulator_drifted": self.sim_drifted,
+            "drift_reasons": self.drift_reasons,
+            "wall_s": round(time.time() - self.t0, 3),
+            **tool_call_stats(self.tool_log),
+        }
+        if traj and self.reply is not None:
+            trajectory = build_trajectory(
+                self.intent,
+                self.transcript,
+                self.tool_log,
+                self.turn_records,
+                self.reply,
+                stats,
+                session_id=self.sid,
+            )
+            return SessionResult(self.intent.id, trajectory, stats=trajectory["stats"])
+        return SessionResult(self.intent.id, None, reason, detail, stats)
+
+    async def setup(self, agent_hook: AgentHook | None, image: str | None) -> Sandbox:
+        """The agent's proxy session and sandbox. Raises SandboxError / ProxyError / OSError."""
+        intent, config = self.intent, self.config
+        self.session = await self.endpoint.admin.create_session(
+            run_id=self.run_id,
+            task_id=intent.id,
+            harness="reference",
+            group_id=intent.id,
+            metadata={
+                "ise": True,
+                "complexity": intent.complexity,
+                "primary_domain": intent.primary_domain,
+            },
+        )
+        if agent_hook is not None:
+            await agent_hook(self.session, intent)
+        spec = SandboxSpec(
+            image=image,
+            files={f"/workspace/{k}": v for k, v in config.seed_files.items()},
+            limits=Limits(
+                memory=f"{config.memory_mb}m", workspace_size=f"{config.memory_mb // 2}m"
+            ),
+            model_socket=self.endpoint.model_socket,
+            read_only_mounts={str(reference_agent_path()): AGENT_MOUNT},
+            labels={"clawrl-ise.intent": intent.id[:60]},
+        )
+        return await Sandbox.create(spec, run_id=self.run_id)
+
+    async def next_query(self) -> str | None:
+        """The simulated user's next query; ``None`` once it says the task is done.
+
+        Raises:
+            _SessionEnd: the simulator drifted, failed, or the turn limit was reached.
+        """
+        try:
+            if not self.history and self.config.opening == "intent":
+                turn = SimulatorTurn(SimulatorReply(False, self.intent.intent, "opening"), 0)
+            else:
+                turn = await self.simulator.respond(self.intent, self.history)
+        except SimulatorDriftError as exc:
+            self.sim_generations += exc.generations
+            self.sim_drifted += exc.drifted
+            self.drift_reasons.extend(exc.reasons)
+            raise _SessionEnd("simulator_drift", str(exc)) from exc
+        except SimulatorError as exc:
+            raise _SessionEnd("simulator_error", str(exc)) from exc
+        self.sim_generations += turn.generations
+        self.sim_drifted += turn.drifted
+        self.drift_reasons.extend(turn.drift_reasons)
+        if turn.reply.completed:
+            if not self.history:
+                raise _SessionEnd("simulator_error", "completed before the first query")
+            self.reply = turn.reply
+            return None
+        if len(self.history) >= self.config.max_user_turns:
+            raise _SessionEnd("turn_limit", f"not completed after {len(self.history)} user turns")
+        return turn.reply.next_query
+
+    async def agent_turn(self, sb: Sandbox, query: str) -> None:
+        """Run the reference agent on ``query`` in the sandbox and record the turn.
+
+        Raises:
+            _SessionEnd: the agent timed out or failed.
+            SandboxError: the turn runner itself failed.
+        """
+        assert self.session is not None
+        config, t_turn = self.config, time.time()
+        spec_in = {
+            "state_dir": _STATE_DIR,
+            "query": query,
+            "argv": _agent_argv(self.session.openai_base_url, config, resume=bool(self.history)),
+            "timeout": config.agent_timeout_s,
+        }
+        res = await sb.exec(
+            ["/usr/bin/python3", "-c", _TURN],
+            stdin=json.dumps(spec_in).encode(),
+            timeout=config.agent_timeout_s + 60,
+            env={"OPENAI_API_KEY": self.session.api_key},
+            max_output_bytes=1 << 28,
+        )
+        try:
+            out = json.loads(res.stdout)
+        except json.JSONDecodeError:
+            raise SandboxError(
+                f"turn runner failed (exit {res.exit_code}): {res.stderr[-300:]!r}"
+            ) from None
+        if out["timed_out"]:
+            raise _SessionEnd("agent_error", f"agent still running at {config.agent_timeout_s:g} s")
+        self.transcript = transcript = out.get("transcript") or {}
+        if out["exit_code"] != 0 or not transcript.get("messages"):
+            err = transcript.get("error") or out.get("stderr", "")[-300:]
+            raise _SessionEnd("agent_error", f"exit {out['exit_code']}: {err}")
+        self.record_turn(query, out, t_turn)
+
+    def record_turn(self, query: str, out: dict[str, Any], t_turn: float) -> None:
+        transcript = self.transcript
+        for call in transcript.get("tool_calls", []):
+            self.tool_log.append({**call, "user_turn": len(self.history)})
+        changes = workspace_changes(out["before"], out["after"])
+        final = next(
+            (
+                str(m.get("content") or "")
+                for m in reversed(transcript["messages"])
+                if m.get("role") == "assistant"
+            ),
+            "",
+        )
+        summary = changes if self.config.workspace_summary else ""
+        self.history.append(AgentTurn(query, final, summary))
+        self.turn_records.append(
+            {
+                "query": query,
+                "reply": final,
+                "workspace_changes": changes,
+                "end_reason": transcript.get("end_reason"),
+                "model_calls": transcript.get("turns"),
+                "tool_calls": len(transcript.get("tool_calls", [])),
+                "wall_s": round(time.time() - t_turn, 3),
+            }
+        )
+
+
 async def run_session(
     intent: IntentRecord,
     simulator: UserSimulator,
@@ -206,153 +386,27 @@ async def run_session(
     ScriptedBackend). Never raises for a failed session: the result carries the discard
     reason.
     """
-    config = config or SessionConfig()
-    t0 = time.time()
+    run = _SessionRun(intent, simulator, endpoint, config or SessionConfig(), run_id)
     admin = endpoint.admin
-    sim_generations = sim_drifted = 0
-    drift_reasons: list[str] = []
-    history: list[AgentTurn] = []
-    turn_records: list[dict[str, Any]] = []
-    tool_log: list[dict[str, Any]] = []
-    transcript: dict[str, Any] = {}
-    reply = None
-
-    def result(reason: str = "", detail: str = "", traj: bool = False) -> SessionResult:
-        stats: dict[str, Any] = {
-            "user_turns": len(history),
-            "simulator": simulator.name,
-            "simulator_generations": sim_generations,
-            "simulator_drifted": sim_drifted,
-            "drift_reasons": drift_reasons,
-            "wall_s": round(time.time() - t0, 3),
-            **tool_call_stats(tool_log),
-        }
-        if traj and reply is not None:
-            trajectory = build_trajectory(
-                intent, transcript, tool_log, turn_records, reply, stats, session_id=sid
-            )
-            return SessionResult(intent.id, trajectory, stats=trajectory["stats"])
-        return SessionResult(intent.id, None, reason, detail, stats)
-
-    session: SessionInfo | None = None
-    sid = ""
     try:
-        session = await admin.create_session(
-            run_id=run_id,
-            task_id=intent.id,
-            harness="reference",
-            group_id=intent.id,
-            metadata={
-                "ise": True,
-                "complexity": intent.complexity,
-                "primary_domain": intent.primary_domain,
-            },
-        )
-        sid = session.session_id
-        if agent_hook is not None:
-            await agent_hook(session, intent)
-        spec = SandboxSpec(
-            image=image,
-            files={f"/workspace/{k}": v for k, v in config.seed_files.items()},
-            limits=Limits(
-                memory=f"{config.memory_mb}m", workspace_size=f"{config.memory_mb // 2}m"
-            ),
-            model_socket=endpoint.model_socket,
-            read_only_mounts={str(reference_agent_path()): AGENT_MOUNT},
-            labels={"clawrl-ise.intent": intent.id[:60]},
-        )
-        sb = await Sandbox.create(spec, run_id=run_id)
+        sb = await run.setup(agent_hook, image)
     except (SandboxError, ProxyError, OSError) as exc:
-        if session is not None:
+        if run.session is not None:
             with contextlib.suppress(ProxyError, OSError):
-                await admin.close_session(session.session_id)
-        return result("infra_error", f"setup: {type(exc).__name__}: {exc}")
-    assert session is not None  # created above, or returned on failure
-    base_url = session.openai_base_url
+                await admin.close_session(run.sid)
+        return run.result("infra_error", f"setup: {type(exc).__name__}: {exc}")
     try:
         async with sb:
-            while True:
-                try:
-                    if not history and config.opening == "intent":
-                        turn = SimulatorTurn(SimulatorReply(False, intent.intent, "opening"), 0)
-                    else:
-                        turn = await simulator.respond(intent, history)
-                except SimulatorDriftError as exc:
-                    sim_generations += exc.generations
-                    sim_drifted += exc.drifted
-                    drift_reasons.extend(exc.reasons)
-                    return result("simulator_drift", str(exc))
-                except SimulatorError as exc:
-                    return result("simulator_error", str(exc))
-                sim_generations += turn.generations
-                sim_drifted += turn.drifted
-                drift_reasons.extend(turn.drift_reasons)
-                if turn.reply.completed:
-                    if not history:
-                        return result("simulator_error", "completed before the first query")
-                    reply = turn.reply
-                    break
-                if len(history) >= config.max_user_turns:
-                    return result("turn_limit", f"not completed after {len(history)} user turns")
-                query = turn.reply.next_query
-                t_turn = time.time()
-                spec_in = {
-                    "state_dir": _STATE_DIR,
-                    "query": query,
-                    "argv": _agent_argv(base_url, config, resume=bool(history)),
-                    "timeout": config.agent_timeout_s,
-                }
-                res = await sb.exec(
-                    ["/usr/bin/python3", "-c", _TURN],
-                    stdin=json.dumps(spec_in).encode(),
-                    timeout=config.agent_timeout_s + 60,
-                    env={"OPENAI_API_KEY": session.api_key},
-                    max_output_bytes=1 << 28,
-                )
-                try:
-                    out = json.loads(res.stdout)
-                except json.JSONDecodeError:
-                    raise SandboxError(
-                        f"turn runner failed (exit {res.exit_code}): {res.stderr[-300:]!r}"
-                    ) from None
-                if out["timed_out"]:
-                    return result(
-                        "agent_error", f"agent still running at {config.agent_timeout_s:g} s"
-                    )
-                transcript = out.get("transcript") or {}
-                if out["exit_code"] != 0 or not transcript.get("messages"):
-                    err = transcript.get("error") or out.get("stderr", "")[-300:]
-                    return result("agent_error", f"exit {out['exit_code']}: {err}")
-                for call in transcript.get("tool_calls", []):
-                    tool_log.append({**call, "user_turn": len(history)})
-                changes = workspace_changes(out["before"], out["after"])
-                messages = transcript["messages"]
-                final = next(
-                    (
-                        str(m.get("content") or "")
-                        for m in reversed(messages)
-                        if m.get("role") == "assistant"
-                    ),
-                    "",
-                )
-                history.append(AgentTurn(query, final, changes if config.workspace_summary else ""))
-                turn_records.append(
-                    {
-                        "query": query,
-                        "reply": final,
-                        "workspace_changes": changes,
-                        "end_reason": transcript.get("end_reason"),
-                        "model_calls": transcript.get("turns"),
-                        "tool_calls": len(transcript.get("tool_calls", [])),
-                        "wall_s": round(time.time() - t_turn, 3),
-                    }
-                )
+            while (query := await run.next_query()) is not None:
+                await run.agent_turn(sb, query)
+    except _SessionEnd as end:
+        return run.result(end.reason, end.detail)
     except (SandboxError, OSError) as exc:
-        return result("infra_error", f"sandbox: {type(exc).__name__}: {exc}")
+        return run.result("infra_error", f"sandbox: {type(exc).__name__}: {exc}")
     finally:
         with contextlib.suppress(ProxyError, OSError):
-            await admin.close_session(sid)
-    return result(traj=True)
+            await admin.close_session(run.sid)
+    return run.result(traj=True)
 
 
 def scripted_agent_completions(queries: Sequence[str]) -> list[str]:

@@ -126,3 +126,15 @@ def test_earlier_value_lr_zero_means_lr() -> None:
 def test_bad_algo_keys(override: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         load_config(None, [override])
+
+
+def test_one_max_turns_default() -> None:
+    """bench's rollout options, bench's CLI config and train's [rollout] share one default."""
+    from clawrl.bench import RolloutOptions
+    from clawrl.bench.config import BenchConfig
+    from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
+
+    assert load_config().rollout.max_turns == DEFAULT_MAX_TURNS
+    assert RolloutOptions().max_turns == BenchConfig().max_turns == DEFAULT_MAX_TURNS
+    # the quickstart's one-call tasks set their own limit
+    assert load_config(EXAMPLES / "quickstart.toml").rollout.max_turns == 1

@@ -15,7 +15,7 @@ Example ``bench.toml`` (all keys optional; these are the defaults)::
     launch_sglang = false         # start one for model_dir
     samples = 1
     concurrency = 2
-    max_turns = 4
+    max_turns = 8
     max_tokens = 96               # per-call output cap the harness asks for (0 = none;
                                   # not applied to model = "scripted")
     agent_timeout_s = 0           # 0 = each task's own timeout
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from clawrl.bench.errors import BenchError
+from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = ["BenchConfig", "ConfigError", "load_config"]
@@ -59,7 +60,7 @@ class BenchConfig(BaseModel):
     launch_sglang: bool = False
     samples: int = Field(default=1, ge=1)
     concurrency: int = Field(default=2, ge=1)
-    max_turns: int = Field(default=4, ge=1)
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
     max_tokens: int = Field(default=96, ge=0)
     agent_timeout_s: float = Field(default=0.0, ge=0)
     retries: int = Field(default=1, ge=0)

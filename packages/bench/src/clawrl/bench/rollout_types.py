@@ -28,7 +28,14 @@ from clawrl.bench.workspace_diff import FileChange
 from clawrl.proxy import SessionInfo
 from pydantic import BaseModel, ConfigDict, Field
 
+#: The one default turn / step limit of a rollout (bench's ``max_turns``, train's
+#: ``rollout.max_turns``): every built-in task's oracle takes 3 model calls (two tool calls
+#: and the final answer), so 8 leaves a model room for failed attempts and checks while a
+#: model that never stops calling tools costs at most 8 calls per rollout.
+DEFAULT_MAX_TURNS = 8
+
 __all__ = [
+    "DEFAULT_MAX_TURNS",
     "ProgressCallback",
     "RolloutEvent",
     "RolloutOptions",
@@ -70,7 +77,7 @@ class RolloutOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_turns: int = Field(default=8, ge=1)
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
     max_tokens: int | None = Field(default=None, ge=1)
     agent_timeout_s: float | None = Field(default=None, gt=0)
     retries: int = Field(default=1, ge=0)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
 from clawrl.rl_core.config import (
     CorrectionConfig,
     GRPOConfig,
@@ -123,6 +124,8 @@ class RolloutConfig:
     harnesses: one or more of bench's harness names (mix-harness when several: advantages
         per (task, harness) group).
     samples: rollouts per (task, harness) group (the GRPO group size).
+    max_turns: the harness's turn / step limit (bench's ``DEFAULT_MAX_TURNS``, 8, for bench
+        and train alike; the quickstarts' one-call tasks set 1).
     temperature: training sampling temperature imposed by the proxy (top_p = 1, no top_k).
     max_tokens: per-call output cap imposed by the proxy.
     verifier: where each rollout's verifier runs on the copied-out workspace: ``sandbox``
@@ -135,7 +138,7 @@ class RolloutConfig:
 
     harnesses: list[str] = field(default_factory=lambda: ["reference"])
     samples: int = 4
-    max_turns: int = 1
+    max_turns: int = DEFAULT_MAX_TURNS
     max_tokens: int = 96
     temperature: float = 1.0
     concurrency: int = 4

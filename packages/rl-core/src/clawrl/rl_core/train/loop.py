@@ -81,8 +81,8 @@ from clawrl.rl_core.sft import epoch_batches
 from clawrl.rl_core.train.config import TrainConfig
 from clawrl.rl_core.train.metrics_log import MetricsLog, plot_curves, read_jsonl
 from clawrl.rl_core.train.trees import RolloutData, build_group_trees
-from clawrl.sandbox import owned_tempdir
 from clawrl.rl_core.trainer import Trainer, seed_everything
+from clawrl.sandbox import owned_tempdir
 
 __all__ = ["TrainError", "TrainLoop", "run_training", "scripted_turns"]
 

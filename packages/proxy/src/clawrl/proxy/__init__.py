@@ -1,5 +1,7 @@
 """Serving proxy at the model boundary: OpenAI/Anthropic APIs, token-exact capture, inference backends."""
 
+from typing import TYPE_CHECKING
+
 from clawrl.proxy.app import ProxyApp
 from clawrl.proxy.backends.base import (
     BackendError,
@@ -68,6 +70,9 @@ from clawrl.proxy.serving import (
 )
 from clawrl.proxy.session import Session, SessionManager, call_seed
 from clawrl.proxy.sglang_launcher import SGLangServer, launch_sglang
+
+if TYPE_CHECKING:  # at run time loaded lazily by __getattr__ (it imports torch)
+    from clawrl.proxy.backends.embedded import EmbeddedBackend
 
 __version__ = "0.1.0"
 

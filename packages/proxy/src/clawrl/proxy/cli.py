@@ -35,6 +35,13 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="proxy", description="clawrl serving proxy")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_serve_parser(sub)
+    _add_model_parser(sub)
+    return p
+
+
+def _add_serve_parser(sub: Any) -> None:
+    """``proxy serve``: the model, the backend, the listening addresses and capture."""
     s = sub.add_parser("serve", help="serve the model API and the admin API")
     s.add_argument(
         "--model",
@@ -98,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--log-level", default="warning")
 
+
+def _add_model_parser(sub: Any) -> None:
+    """``proxy model list | fetch | check``."""
     m = sub.add_parser("model", help="real models of the model kit: list, fetch, check")
     msub = m.add_subparsers(dest="model_command", required=True)
     ml = msub.add_parser("list", help="known models and whether each is cached")
@@ -114,7 +124,6 @@ def _parser() -> argparse.ArgumentParser:
             help="cache root (default: $CLAWRL_MODEL_CACHE, else ~/.cache/clawrl/models)",
         )
         q.add_argument("--log-level", default="info")
-    return p
 
 
 def _model_command(args: argparse.Namespace) -> int:

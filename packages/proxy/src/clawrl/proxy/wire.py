@@ -22,7 +22,15 @@ from clawrl.proxy.errors import PayloadTooLargeError, ProxyError, ProxyRequestEr
 from clawrl.proxy.validation import MAX_JSON_DEPTH, check_json_depth
 from starlette.requests import Request
 
-__all__ = ["ErrorShape", "TokenBytes", "WireAPI", "WireRequest", "parse_body", "read_json"]
+__all__ = [
+    "CallWire",
+    "ErrorShape",
+    "TokenBytes",
+    "WireAPI",
+    "WireRequest",
+    "parse_body",
+    "read_json",
+]
 
 log = logging.getLogger("clawrl.proxy")
 
@@ -80,6 +88,39 @@ class WireAPI(Protocol):
     def sse_error(self, err: ProxyError) -> bytes:
         """The API's SSE error event, for an error after the stream has started."""
         ...
+
+
+@dataclass(frozen=True)
+class CallWire:
+    """A :class:`WireAPI` made of an API module's functions, for an API whose request is
+    just a :class:`ChatCall` and whose answers depend on the outcome and the call only
+    (Anthropic Messages, OpenAI Responses; token bytes are not used)."""
+
+    error_shape: ErrorShape
+    parse: Callable[[Any], ChatCall]
+    build: Callable[[CallOutcome, ChatCall], dict[str, Any]]
+    stream: Callable[[CallOutcome, ChatCall], list[bytes]]
+    error: Callable[[ProxyError], dict[str, Any]]
+    sse: Callable[[ProxyError], bytes]
+
+    def parse_request(self, body: Any) -> WireRequest:
+        return WireRequest(self.parse(body))
+
+    def build_response(
+        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
+    ) -> dict[str, Any]:
+        return self.build(outcome, request.call)
+
+    def stream_events(
+        self, outcome: CallOutcome, request: WireRequest, decode: TokenBytes
+    ) -> list[bytes]:
+        return self.stream(outcome, request.call)
+
+    def error_body(self, err: ProxyError) -> dict[str, Any]:
+        return self.error(err)
+
+    def sse_error(self, err: ProxyError) -> bytes:
+        return self.sse(err)
 
 
 async def read_json(request: Request, limit: int) -> Any:

@@ -498,15 +498,32 @@ class SGLangBackend(InferenceBackend):
                 return self._initial_version if raw == "default" else fallback
         return fallback
 
-    async def _get_json(self, route: str) -> dict[str, Any]:
+    async def _send(
+        self, route: str, payload: object = None, *, get: bool = False
+    ) -> httpx.Response:
+        """GET (``get``) or POST ``route`` (with JSON ``payload`` unless None); the response,
+        once its status is 200.
+
+        Raises:
+            SGLangUnavailableError: SGLang is unreachable, or a typed error of the status.
+        """
         try:
-            r = await self._http().get(route)
+            if get:
+                r = await self._http().get(route)
+            elif payload is None:
+                r = await self._http().post(route)
+            else:
+                r = await self._http().post(route, json=payload)
         except httpx.HTTPError as e:
             raise SGLangUnavailableError(
                 f"SGLang at {self.base_url} unreachable ({route}): {type(e).__name__}: {e}"
             ) from e
         if r.status_code != 200:
             raise status_error(r.status_code, route, r.text)
+        return r
+
+    async def _get_json(self, route: str) -> dict[str, Any]:
+        r = await self._send(route, get=True)
         try:
             data = r.json()
         except ValueError as e:
@@ -518,17 +535,7 @@ class SGLangBackend(InferenceBackend):
         return data
 
     async def _post(self, route: str, payload: object) -> object:
-        try:
-            if payload is None:
-                r = await self._http().post(route)
-            else:
-                r = await self._http().post(route, json=payload)
-        except httpx.HTTPError as e:
-            raise SGLangUnavailableError(
-                f"SGLang at {self.base_url} unreachable ({route}): {type(e).__name__}: {e}"
-            ) from e
-        if r.status_code != 200:
-            raise status_error(r.status_code, route, r.text)
+        r = await self._send(route, payload)
         if not r.content:
             return None
         try:

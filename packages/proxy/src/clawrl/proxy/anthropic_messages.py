@@ -34,6 +34,7 @@ from clawrl.proxy.validation import (
     req_list,
     req_obj,
     req_str,
+    text_of_parts,
 )
 from clawrl.proxy.wire import CallWire, WireAPI
 
@@ -42,39 +43,26 @@ __all__ = ["WIRE", "build_response", "parse_count_tokens", "parse_request", "str
 _UNSUPPORTED_BLOCKS = {"image", "document", "search_result", "container_upload"}
 
 
+def _system_part(b: dict[str, Any], kind: str | None, q: str) -> str:
+    if kind not in (None, "text"):
+        raise ProxyRequestError(f"{q} must be a text block", param=f"{q}.type")
+    return req_str(b.get("text"), f"{q}.text")
+
+
 def _system_text(v: Any, param: str) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, str):
-        return v
-    parts: list[str] = []
-    for i, b in enumerate(req_list(v, param)):
-        b = req_obj(b, f"{param}[{i}]")
-        if opt_kind(b.get("type"), f"{param}[{i}].type") not in (None, "text"):
-            raise ProxyRequestError(
-                f"{param}[{i}] must be a text block", param=f"{param}[{i}].type"
-            )
-        parts.append(req_str(b.get("text"), f"{param}[{i}].text"))
-    return "\n".join(parts)
+    return text_of_parts(v, param, _system_part, sep="\n")
+
+
+def _result_part(b: dict[str, Any], kind: str | None, q: str) -> str:
+    if kind == "text":
+        return req_str(b.get("text"), q + ".text")
+    if kind in _UNSUPPORTED_BLOCKS:
+        raise UnsupportedParameterError(f"{q}: {kind} blocks are not supported", param=q)
+    raise ProxyRequestError(f"{q}: unknown block type {kind!r}", param=q + ".type")
 
 
 def _result_text(v: Any, param: str) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, str):
-        return v
-    parts: list[str] = []
-    for i, b in enumerate(req_list(v, param)):
-        q = f"{param}[{i}]"
-        b = req_obj(b, q)
-        kind = opt_kind(b.get("type"), q + ".type")
-        if kind == "text":
-            parts.append(req_str(b.get("text"), q + ".text"))
-        elif kind in _UNSUPPORTED_BLOCKS:
-            raise UnsupportedParameterError(f"{q}: {kind} blocks are not supported", param=q)
-        else:
-            raise ProxyRequestError(f"{q}: unknown block type {kind!r}", param=q + ".type")
-    return "\n".join(parts)
+    return text_of_parts(v, param, _result_part, sep="\n")
 
 
 def _blocks(content: Any, param: str) -> list[dict[str, Any]]:

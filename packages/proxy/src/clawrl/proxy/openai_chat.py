@@ -38,6 +38,7 @@ from clawrl.proxy.validation import (
     req_list,
     req_obj,
     req_str,
+    text_of_parts,
     tool_call_arguments,
 )
 from clawrl.proxy.wire import ErrorShape, TokenBytes, WireAPI, WireRequest
@@ -47,30 +48,19 @@ __all__ = ["WIRE", "build_response", "parse_request", "stream_events"]
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 
+def _text_part(part: dict[str, Any], kind: str | None, p: str) -> str:
+    if kind == "text":
+        return req_str(part.get("text"), p + ".text")
+    if kind in ("image_url", "input_audio", "file", "image", "input_image"):
+        raise UnsupportedParameterError(
+            f"{p}: content of type {kind!r} is not supported (text-only model)", param=p
+        )
+    raise ProxyRequestError(f"{p}: unknown content part type {kind!r}", param=p + ".type")
+
+
 def _text(content: Any, param: str) -> str:
     """Text of a content field: a string, null, or a list of text parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    parts = req_list(content, param)
-    out: list[str] = []
-    for i, part in enumerate(parts):
-        p = f"{param}[{i}]"
-        if isinstance(part, str):
-            out.append(part)
-            continue
-        part = req_obj(part, p)
-        kind = opt_kind(part.get("type"), p + ".type")
-        if kind == "text":
-            out.append(req_str(part.get("text"), p + ".text"))
-        elif kind in ("image_url", "input_audio", "file", "image", "input_image"):
-            raise UnsupportedParameterError(
-                f"{p}: content of type {kind!r} is not supported (text-only model)", param=p
-            )
-        else:
-            raise ProxyRequestError(f"{p}: unknown content part type {kind!r}", param=p + ".type")
-    return "".join(out)
+    return text_of_parts(content, param, _text_part, bare_strings=True)
 
 
 def _message(m: Any, i: int) -> dict[str, Any]:

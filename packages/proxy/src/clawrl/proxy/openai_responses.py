@@ -65,6 +65,7 @@ from clawrl.proxy.validation import (
     req_list,
     req_obj,
     req_str,
+    text_of_parts,
     tool_call_arguments,
 )
 from clawrl.proxy.wire import CallWire, WireAPI
@@ -120,27 +121,20 @@ def decode_reasoning_token(token: str) -> tuple[str, str] | None:
         return None
 
 
+def _text_part(part: dict[str, Any], kind: str | None, p: str) -> str:
+    if kind in _TEXT_PARTS:
+        return req_str(part.get("text"), p + ".text")
+    if kind == "refusal":
+        return req_str(part.get("refusal"), p + ".refusal")
+    if kind in _UNSUPPORTED_PARTS:
+        raise UnsupportedParameterError(
+            f"{p}: content of type {kind!r} is not supported (text-only model)", param=p
+        )
+    raise ProxyRequestError(f"{p}: unknown content part type {kind!r}", param=p + ".type")
+
+
 def _text(content: Any, param: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    out: list[str] = []
-    for i, part in enumerate(req_list(content, param)):
-        p = f"{param}[{i}]"
-        part = req_obj(part, p)
-        kind = opt_kind(part.get("type"), p + ".type")
-        if kind in _TEXT_PARTS:
-            out.append(req_str(part.get("text"), p + ".text"))
-        elif kind == "refusal":
-            out.append(req_str(part.get("refusal"), p + ".refusal"))
-        elif kind in _UNSUPPORTED_PARTS:
-            raise UnsupportedParameterError(
-                f"{p}: content of type {kind!r} is not supported (text-only model)", param=p
-            )
-        else:
-            raise ProxyRequestError(f"{p}: unknown content part type {kind!r}", param=p + ".type")
-    return "".join(out)
+    return text_of_parts(content, param, _text_part)
 
 
 def _reasoning_text(item: dict[str, Any], p: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -34,6 +35,7 @@ __all__ = [
     "req_list",
     "req_obj",
     "req_str",
+    "text_of_parts",
 ]
 
 
@@ -120,6 +122,38 @@ def opt_kind(v: Any, param: str) -> str | None:
             reach set lookups as an unhashable value).
     """
     return None if v is None else req_str(v, param)
+
+
+def text_of_parts(
+    v: Any,
+    param: str,
+    part_text: Callable[[dict[str, Any], str | None, str], str],
+    *,
+    sep: str = "",
+    bare_strings: bool = False,
+) -> str:
+    """The text of a content field: ``None`` is ``""``, a string is itself, a list of parts
+    is their texts joined by ``sep``. Each part is an object (or, with ``bare_strings``, a
+    string taken as is) whose text is ``part_text(part, its "type", its param)``; that
+    raises on a part the API refuses.
+
+    Raises:
+        ProxyRequestError: ``v`` is not a list, a part not an object, a ``type`` not a
+            string, or as ``part_text``.
+    """
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v
+    out: list[str] = []
+    for i, part in enumerate(req_list(v, param)):
+        p = f"{param}[{i}]"
+        if bare_strings and isinstance(part, str):
+            out.append(part)
+            continue
+        part = req_obj(part, p)
+        out.append(part_text(part, opt_kind(part.get("type"), p + ".type"), p))
+    return sep.join(out)
 
 
 def opt_bool(v: Any, param: str) -> bool | None:

@@ -35,9 +35,9 @@ from clawrl.bench.task import (
     SOLUTION_MOUNT,
     TESTS_MOUNT,
     Layout,
-    Limits,
     SolutionSpec,
     Task,
+    TaskLimits,
     Timeouts,
     VerifierSpec,
     WorkspaceSource,
@@ -254,7 +254,7 @@ def _load_builtin(root: Path) -> Task:
         workspace_path=workspace,
         workspace_sources=sources,
         timeouts=Timeouts(**_table(root, data, "timeouts")),
-        limits=Limits(**_table(root, data, "limits")),
+        limits=TaskLimits(**_table(root, data, "limits")),
         network=network,
         verifier=VerifierSpec(
             files_dir=tests,
@@ -414,7 +414,7 @@ def _load_harbor(root: Path) -> Task:
         workspace_path=str(workdir),
         workspace_sources=tuple(sources),
         timeouts=Timeouts(**timeouts),
-        limits=Limits(**limits),
+        limits=TaskLimits(**limits),
         network=allow_internet,
         verifier=VerifierSpec(
             files_dir=root / "tests",

@@ -26,9 +26,9 @@ __all__ = [
     "CATEGORIES",
     "DIFFICULTIES",
     "Layout",
-    "Limits",
     "SolutionSpec",
     "Task",
+    "TaskLimits",
     "Timeouts",
     "VerifierSpec",
     "WorkspaceSource",
@@ -74,7 +74,7 @@ class Timeouts(_Frozen):
     verifier_s: float = Field(default=600.0, gt=0)
 
 
-class Limits(_Frozen):
+class TaskLimits(_Frozen):
     """Sandbox resource limits (Harbor defaults: 1 CPU, 2048 MB memory)."""
 
     cpus: float = Field(default=1.0, gt=0)
@@ -163,7 +163,7 @@ class Task(_Frozen):
     workspace_path: str = "/workspace"
     workspace_sources: tuple[WorkspaceSource, ...] = ()
     timeouts: Timeouts = Timeouts()
-    limits: Limits = Limits()
+    limits: TaskLimits = TaskLimits()
     network: bool = False
     verifier: VerifierSpec
     solution: SolutionSpec | None = None

@@ -8,30 +8,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clawrl.bench import load_builtin_suite
 from clawrl.bench.harness import (
-    HarnessContext,
     OracleHarness,
     oracle_completions,
     oracle_shell_command,
 )
 from clawrl.proxy import parse_completion
 
-TASK = next(t for t in load_builtin_suite() if t.id == "csv_to_markdown")
-
-
-def _ctx(**kw: object) -> HarnessContext:
-    base: dict[str, object] = {
-        "task": TASK,
-        "session_id": "s1",
-        "api_key": "key-1",
-        "openai_base_url": "http://127.0.0.1:8000/s/s1/v1",
-        "anthropic_base_url": "http://127.0.0.1:8000/s/s1",
-        "max_turns": 5,
-        "max_tokens": 77,
-    }
-    base.update(kw)
-    return HarnessContext(**base)  # type: ignore[arg-type]
+from .conftest import TASK
+from .conftest import make_context as _ctx
 
 
 def test_oracle_mounts_the_solution_and_needs_no_model() -> None:

@@ -5,29 +5,14 @@ from __future__ import annotations
 
 import json
 
-from clawrl.bench import load_builtin_suite
 from clawrl.bench.harness import (
     REFERENCE_AGENT_MOUNT,
-    HarnessContext,
     ReferenceHarness,
     reference_agent_path,
 )
 
-TASK = next(t for t in load_builtin_suite() if t.id == "csv_to_markdown")
-
-
-def _ctx(**kw: object) -> HarnessContext:
-    base: dict[str, object] = {
-        "task": TASK,
-        "session_id": "s1",
-        "api_key": "key-1",
-        "openai_base_url": "http://127.0.0.1:8000/s/s1/v1",
-        "anthropic_base_url": "http://127.0.0.1:8000/s/s1",
-        "max_turns": 5,
-        "max_tokens": 77,
-    }
-    base.update(kw)
-    return HarnessContext(**base)  # type: ignore[arg-type]
+from .conftest import TASK
+from .conftest import make_context as _ctx
 
 
 def test_reference_launch_points_at_the_session_through_the_forwarder() -> None:

@@ -130,9 +130,8 @@ def test_bad_algo_keys(override: str, match: str) -> None:
 
 def test_one_max_turns_default() -> None:
     """bench's rollout options, bench's CLI config and train's [rollout] share one default."""
-    from clawrl.bench import RolloutOptions
+    from clawrl.bench import DEFAULT_MAX_TURNS, RolloutOptions
     from clawrl.bench.config import BenchConfig
-    from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
 
     assert load_config().rollout.max_turns == DEFAULT_MAX_TURNS
     assert RolloutOptions().max_turns == BenchConfig().max_turns == DEFAULT_MAX_TURNS

@@ -52,6 +52,7 @@ from clawrl.bench.loaders import (
     load_task,
 )
 from clawrl.bench.metrics import AggregateReport, GroupStats, ScoredRollout, aggregate, pass_at_k
+from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
 from clawrl.bench.runner import (
     ModelEndpoint,
     RolloutEvent,
@@ -90,6 +91,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CATEGORIES",
+    "DEFAULT_MAX_TURNS",
     "DIFFICULTIES",
     "HARNESS_LOG_DIR",
     "LEARNABLE_WORDS",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
+from clawrl.bench import DEFAULT_MAX_TURNS
 from clawrl.rl_core.config import (
     CorrectionConfig,
     GRPOConfig,

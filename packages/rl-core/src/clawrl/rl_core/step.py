@@ -237,6 +237,129 @@ def _traj_groups(batch: TreeBatch, key: str) -> list[Hashable]:
     return [t.metadata.get(key, t.rollout_id) for t in batch.trajectories]
 
 
+def _checked_rewards(batch: TreeBatch, rewards: Mapping[str, float]) -> np.ndarray:
+    """Reward per trajectory (float64 [T]); raises ConfigError / PackingError on bad input."""
+    missing = {t.rollout_id for t in batch.trajectories} - set(rewards)
+    if missing:
+        raise ConfigError(f"no reward for rollouts {sorted(missing)[:5]}")
+    traj_reward = np.asarray([rewards[t.rollout_id] for t in batch.trajectories], np.float64)
+    if not np.all(np.isfinite(traj_reward)):
+        raise ConfigError("rewards must be finite (a failed verification is 0, not NaN)")
+    if not np.all(np.isfinite(batch.mem_logprob)):
+        raise PackingError("rollout logprobs (mem_logprob) must be finite")
+    return traj_reward
+
+
+def _resolved_groups(
+    batch: TreeBatch, key: str, groups: Mapping[str, Hashable] | None, required: bool
+) -> list[Hashable]:
+    """Group key per trajectory: ``groups`` first, then trajectory metadata ``key``.
+
+    Raises:
+        MissingGroupError: ``required`` and a rollout with a group in neither place.
+    """
+    tg = _traj_groups(batch, key)
+    if groups is not None:
+        tg = [groups.get(t.rollout_id, g) for t, g in zip(batch.trajectories, tg, strict=True)]
+    if required:
+        lost = sorted(
+            {
+                t.rollout_id
+                for t in batch.trajectories
+                if key not in t.metadata and (groups is None or t.rollout_id not in groups)
+            }
+        )
+        if lost:
+            raise MissingGroupError(
+                f"no group for rollouts {lost[:5]} ({len(lost)} in all): pass groups= or set "
+                f"trajectory metadata {key!r}; a group of one would get advantage 0"
+            )
+    return tg
+
+
+def _correction_multiplier(
+    batch: TreeBatch,
+    old: OldPass,
+    inc: np.ndarray,
+    corr_cfg: CorrectionConfig,
+    current_version: int,
+    metrics: dict[str, float],
+) -> np.ndarray:
+    """Per-membership correction factor (float64 [M]): masks × TIS weight of
+    ρ = π_old / π_rollout; adds the correction metrics to ``metrics``."""
+    log_ratio = old.logprobs[batch.mem_token] - batch.mem_logprob
+    keep = ratio_mask(log_ratio, corr_cfg.mask_low, corr_cfg.mask_high)
+    keep &= geometric_sequence_mask(
+        log_ratio, batch.mem_traj, corr_cfg.geo_mask_low, corr_cfg.geo_mask_high
+    )
+    mult = keep.astype(np.float64)
+    if corr_cfg.tis_cap is not None:
+        mult = mult * truncated_importance_weights(log_ratio, corr_cfg.tis_cap)
+    metrics.update(
+        correction_metrics(
+            log_ratio[inc], keep[inc], batch.mem_policy_version[inc], current_version
+        )
+    )
+    return mult
+
+
+def _grpo_advantage(
+    batch: TreeBatch,
+    traj_reward: np.ndarray,
+    tg: list[Hashable],
+    grpo_cfg: GRPOConfig,
+    metrics: dict[str, float],
+) -> np.ndarray:
+    """GRPO advantage per membership (float64 [M]): one reward per rollout, normalised in
+    its group (every trajectory of a rollout shares it)."""
+    rollouts: dict[str, int] = {}
+    r_of_traj = np.asarray(
+        [rollouts.setdefault(t.rollout_id, len(rollouts)) for t in batch.trajectories], np.int64
+    )
+    r_reward = np.zeros(len(rollouts))
+    r_group: list[Hashable] = [None] * len(rollouts)
+    for k, ri in enumerate(r_of_traj):
+        r_reward[ri] = traj_reward[k]
+        r_group[ri] = tg[k]
+    adv_r = grpo_advantages(r_reward, r_group, scale_by_std=grpo_cfg.scale_by_std, eps=grpo_cfg.eps)
+    metrics["advantage_mean"] = float(adv_r.mean())
+    metrics["reward_mean"] = float(r_reward.mean())
+    return adv_r[r_of_traj][batch.mem_traj]
+
+
+def _ppo_prepared(
+    batch: TreeBatch,
+    old: OldPass,
+    traj_reward: np.ndarray,
+    inc: np.ndarray,
+    pol_w: np.ndarray,
+    w: np.ndarray,
+    ppo_cfg: PPOConfig,
+    metrics: dict[str, float],
+) -> PreparedRL:
+    """PPO: GAE along each trajectory's path from V_old, optional whitening."""
+    if old.values is None:
+        raise ConfigError("PPO needs values from a value head or critic in the old pass")
+    v_mem = old.values[batch.mem_token]
+    adv, ret = gae_along_paths(
+        v_mem,
+        traj_reward,
+        batch.mem_traj,
+        batch.position_ids[batch.mem_token],
+        gamma=ppo_cfg.gamma,
+        lam=ppo_cfg.lam,
+    )
+    metrics["advantage_mean"] = float(adv[inc].mean()) if inc.any() else 0.0
+    metrics["advantage_std"] = float(adv[inc].std()) if inc.any() else 0.0
+    if ppo_cfg.whiten_advantages:
+        adv = whiten_advantages(adv, inc)
+    metrics["value_mean"] = float(v_mem[inc].mean()) if inc.any() else 0.0
+    metrics["reward_mean"] = float(traj_reward.mean())
+    return PreparedRL(
+        weight=pol_w, advantage=adv, value_weight=w, returns=ret, old_values=v_mem, metrics=metrics
+    )
+
+
 def prepare_rl(
     batch: TreeBatch,
     old: OldPass,
@@ -270,97 +393,22 @@ def prepare_rl(
     """
     loss_cfg = loss_cfg or LossConfig()
     grpo_cfg = grpo_cfg or GRPOConfig()
-    ppo_cfg = ppo_cfg or PPOConfig()
-    corr_cfg = corr_cfg or CorrectionConfig()
-    missing = {t.rollout_id for t in batch.trajectories} - set(rewards)
-    if missing:
-        raise ConfigError(f"no reward for rollouts {sorted(missing)[:5]}")
-    traj_reward = np.asarray([rewards[t.rollout_id] for t in batch.trajectories], np.float64)
-    if not np.all(np.isfinite(traj_reward)):
-        raise ConfigError("rewards must be finite (a failed verification is 0, not NaN)")
-    if not np.all(np.isfinite(batch.mem_logprob)):
-        raise PackingError("rollout logprobs (mem_logprob) must be finite")
+    if algorithm not in ("grpo", "ppo"):
+        raise ConfigError(f"unknown algorithm {algorithm!r}")
+    traj_reward = _checked_rewards(batch, rewards)
     inc = _included(batch, loss_cfg)
-    tg = _traj_groups(batch, grpo_cfg.group_key)
-    if groups is not None:
-        tg = [groups.get(t.rollout_id, g) for t, g in zip(batch.trajectories, tg, strict=True)]
-    if algorithm == "grpo" or loss_cfg.aggregation == "prompt_mean":
-        key = grpo_cfg.group_key
-        lost = sorted(
-            {
-                t.rollout_id
-                for t in batch.trajectories
-                if key not in t.metadata and (groups is None or t.rollout_id not in groups)
-            }
-        )
-        if lost:
-            raise MissingGroupError(
-                f"no group for rollouts {lost[:5]} ({len(lost)} in all): pass groups= or set "
-                f"trajectory metadata {key!r}; a group of one would get advantage 0"
-            )
+    need_group = algorithm == "grpo" or loss_cfg.aggregation == "prompt_mean"
+    tg = _resolved_groups(batch, grpo_cfg.group_key, groups, need_group)
     w = aggregation_weights(loss_cfg.aggregation, batch.mem_token, batch.mem_traj, inc, tg)
     metrics: dict[str, float] = {}
-
-    # corrections: ρ = π_old / π_rollout per membership
-    log_ratio = old.logprobs[batch.mem_token] - batch.mem_logprob
-    keep = ratio_mask(log_ratio, corr_cfg.mask_low, corr_cfg.mask_high)
-    keep &= geometric_sequence_mask(
-        log_ratio, batch.mem_traj, corr_cfg.geo_mask_low, corr_cfg.geo_mask_high
-    )
-    mult = keep.astype(np.float64)
-    if corr_cfg.tis_cap is not None:
-        mult = mult * truncated_importance_weights(log_ratio, corr_cfg.tis_cap)
-    metrics.update(
-        correction_metrics(
-            log_ratio[inc], keep[inc], batch.mem_policy_version[inc], current_version
-        )
+    mult = _correction_multiplier(
+        batch, old, inc, corr_cfg or CorrectionConfig(), current_version, metrics
     )
     pol_w = w * mult
-
     if algorithm == "grpo":
-        rollouts: dict[str, int] = {}
-        r_of_traj = np.asarray(
-            [rollouts.setdefault(t.rollout_id, len(rollouts)) for t in batch.trajectories], np.int64
-        )
-        r_reward = np.zeros(len(rollouts))
-        r_group: list[Hashable] = [None] * len(rollouts)
-        for k, ri in enumerate(r_of_traj):
-            r_reward[ri] = traj_reward[k]
-            r_group[ri] = tg[k]
-        adv_r = grpo_advantages(
-            r_reward, r_group, scale_by_std=grpo_cfg.scale_by_std, eps=grpo_cfg.eps
-        )
-        adv = adv_r[r_of_traj][batch.mem_traj]
-        metrics["advantage_mean"] = float(adv_r.mean())
-        metrics["reward_mean"] = float(r_reward.mean())
+        adv = _grpo_advantage(batch, traj_reward, tg, grpo_cfg, metrics)
         return PreparedRL(weight=pol_w, advantage=adv, metrics=metrics)
-    if algorithm == "ppo":
-        if old.values is None:
-            raise ConfigError("PPO needs values from a value head or critic in the old pass")
-        v_mem = old.values[batch.mem_token]
-        adv, ret = gae_along_paths(
-            v_mem,
-            traj_reward,
-            batch.mem_traj,
-            batch.position_ids[batch.mem_token],
-            gamma=ppo_cfg.gamma,
-            lam=ppo_cfg.lam,
-        )
-        metrics["advantage_mean"] = float(adv[inc].mean()) if inc.any() else 0.0
-        metrics["advantage_std"] = float(adv[inc].std()) if inc.any() else 0.0
-        if ppo_cfg.whiten_advantages:
-            adv = whiten_advantages(adv, inc)
-        metrics["value_mean"] = float(v_mem[inc].mean()) if inc.any() else 0.0
-        metrics["reward_mean"] = float(traj_reward.mean())
-        return PreparedRL(
-            weight=pol_w,
-            advantage=adv,
-            value_weight=w,
-            returns=ret,
-            old_values=v_mem,
-            metrics=metrics,
-        )
-    raise ConfigError(f"unknown algorithm {algorithm!r}")
+    return _ppo_prepared(batch, old, traj_reward, inc, pol_w, w, ppo_cfg or PPOConfig(), metrics)
 
 
 def prepare_sft(batch: TreeBatch, loss_cfg: LossConfig | None = None) -> PreparedRL:
@@ -375,6 +423,85 @@ def prepare_sft(batch: TreeBatch, loss_cfg: LossConfig | None = None) -> Prepare
         _traj_groups(batch, GRPOConfig().group_key),
     )
     return PreparedRL(weight=w)
+
+
+@dataclass
+class _PieceTerms:
+    """What :func:`loss_backward` needs to turn one piece's forward into its loss."""
+
+    prepared: PreparedRL
+    old: OldPass | None
+    loss_cfg: LossConfig
+    ppo_cfg: PPOConfig
+    critic: Critic | None
+    is_sft: bool
+    freeze: bool
+    want_values: bool
+
+
+def _policy_term(
+    t: _PieceTerms, piece: TreePiece, out: TreeForwardOutput, w: Tensor, c_w: Tensor, tgt: Tensor
+) -> Tensor:
+    """SFT NLL, the clipped surrogate (RL), or zero (value warm-up)."""
+    if t.is_sft:
+        return sft_loss(out.logprobs, c_w)
+    if t.freeze:
+        return out.logprobs.new_zeros(())
+    assert t.prepared.advantage is not None and t.old is not None
+    dt, dev, n_t = out.logprobs.dtype, out.logprobs.device, int(piece.targets.size)
+    a = torch.as_tensor(t.prepared.advantage[piece.membership_index], dtype=dt, device=dev)
+    c_pos = scatter_to_tokens(w * a.clamp(min=0), tgt, n_t)
+    c_neg = scatter_to_tokens(w * (-a).clamp(min=0), tgt, n_t)
+    g = piece.token_index[piece.targets]
+    old_lp = torch.as_tensor(t.old.logprobs[g], dtype=dt, device=dev)
+    return clipped_surrogate_loss(
+        out.logprobs, old_lp, c_pos, c_neg, t.loss_cfg.clip_eps_low, t.loss_cfg.clip_eps_high
+    )
+
+
+def _value_term(t: _PieceTerms, piece: TreePiece, out: TreeForwardOutput, tgt: Tensor) -> Tensor:
+    """The clipped value loss on the piece's memberships (PPO)."""
+    p = t.prepared
+    assert p.returns is not None and p.old_values is not None and p.value_weight is not None
+    dt, dev, mem = out.logprobs.dtype, out.logprobs.device, piece.membership_index
+    v_t = out.values if t.critic is None else t.critic(*_piece_tensors(piece, _device_of(t.critic)))
+    assert v_t is not None
+    return value_loss(
+        v_t.to(dt)[tgt],
+        torch.as_tensor(p.old_values[mem], dtype=dt, device=dev),
+        torch.as_tensor(p.returns[mem], dtype=dt, device=dev),
+        torch.as_tensor(p.value_weight[mem], dtype=dt, device=dev),
+        t.ppo_cfg.value_clip,
+    )
+
+
+def _piece_loss(
+    t: _PieceTerms, piece: TreePiece, out: TreeForwardOutput, stats: dict[str, float]
+) -> Tensor:
+    """One piece's total loss; adds its terms to ``stats``."""
+    dt, dev = out.logprobs.dtype, out.logprobs.device
+    tgt = torch.as_tensor(piece.mem_target, dtype=torch.int64, device=dev)
+    w = torch.as_tensor(t.prepared.weight[piece.membership_index], dtype=dt, device=dev)
+    c_w = scatter_to_tokens(w, tgt, int(piece.targets.size))
+    total = _policy_term(t, piece, out, w, c_w, tgt)
+    stats["policy_loss"] += float(total.detach())
+    cfg = t.loss_cfg
+    # value warm-up (freeze): no policy-side term (KL and entropy would move the policy)
+    if not t.freeze and cfg.kl_coef > 0 and t.old is not None and t.old.ref_logprobs is not None:
+        g = piece.token_index[piece.targets]
+        ref = torch.as_tensor(t.old.ref_logprobs[g], dtype=dt, device=dev)
+        kl = reference_kl_loss(out.logprobs, ref, c_w)
+        total = total + cfg.kl_coef * kl
+        stats["kl"] += float(kl.detach())
+    if not t.freeze and cfg.entropy_coef > 0 and out.entropy is not None:
+        ent = entropy_bonus(out.entropy, c_w)
+        total = total - cfg.entropy_coef * ent
+        stats["entropy"] += float(ent.detach())
+    if t.want_values:
+        vl = _value_term(t, piece, out, tgt)
+        total = total + t.ppo_cfg.value_coef * vl
+        stats["value_loss"] += float(vl.detach())
+    return total
 
 
 def loss_backward(
@@ -417,7 +544,6 @@ def loss_backward(
         ConfigError: ``train_policy=False`` without a value head or critic.
     """
     loss_cfg = loss_cfg or LossConfig()
-    ppo_cfg = ppo_cfg or PPOConfig()
     do_backward = backward or (lambda loss: loss.backward())
     is_sft = prepared.advantage is None
     inner = getattr(model, "module", model)
@@ -428,15 +554,17 @@ def loss_backward(
     freeze = not is_sft and not train_policy
     if freeze and not want_values:
         raise ConfigError("train_policy=False (value warm-up) needs a value head or critic")
+    terms = _PieceTerms(
+        prepared, old, loss_cfg, ppo_cfg or PPOConfig(), critic, is_sft, freeze, want_values
+    )
     stats = dict.fromkeys(("loss", "policy_loss", "value_loss", "kl", "entropy"), 0.0)
     dev = _device_of(model)
     for piece in pieces:
         if piece.targets.size == 0:
             continue
-        pt = _piece_tensors(piece, dev)
         out = _forward(
             model,
-            pt,
+            _piece_tensors(piece, dev),
             value_head,
             temperature=loss_cfg.temperature,
             chunk_size=chunk_size,
@@ -444,58 +572,7 @@ def loss_backward(
             compute_values=want_values and critic is None,
             policy_grad=not freeze,
         )
-        dt = out.logprobs.dtype
-        n_t = int(piece.targets.size)
-        mem = piece.membership_index
-        tgt = torch.as_tensor(piece.mem_target, dtype=torch.int64, device=dev)
-        w = torch.as_tensor(prepared.weight[mem], dtype=dt, device=dev)
-        c_w = scatter_to_tokens(w, tgt, n_t)
-        total = out.logprobs.new_zeros(())
-        if is_sft:
-            pl = sft_loss(out.logprobs, c_w)
-        elif train_policy:
-            assert prepared.advantage is not None and old is not None
-            a = torch.as_tensor(prepared.advantage[mem], dtype=dt, device=dev)
-            c_pos = scatter_to_tokens(w * a.clamp(min=0), tgt, n_t)
-            c_neg = scatter_to_tokens(w * (-a).clamp(min=0), tgt, n_t)
-            g = piece.token_index[piece.targets]
-            old_lp = torch.as_tensor(old.logprobs[g], dtype=dt, device=dev)
-            pl = clipped_surrogate_loss(
-                out.logprobs, old_lp, c_pos, c_neg, loss_cfg.clip_eps_low, loss_cfg.clip_eps_high
-            )
-        else:
-            pl = total
-        total = total + pl
-        stats["policy_loss"] += float(pl.detach())
-        if freeze:
-            pass  # value warm-up: no policy-side term (KL and entropy would move the policy)
-        elif loss_cfg.kl_coef > 0 and old is not None and old.ref_logprobs is not None:
-            g = piece.token_index[piece.targets]
-            ref = torch.as_tensor(old.ref_logprobs[g], dtype=dt, device=dev)
-            kl = reference_kl_loss(out.logprobs, ref, c_w)
-            total = total + loss_cfg.kl_coef * kl
-            stats["kl"] += float(kl.detach())
-        if not freeze and loss_cfg.entropy_coef > 0 and out.entropy is not None:
-            ent = entropy_bonus(out.entropy, c_w)
-            total = total - loss_cfg.entropy_coef * ent
-            stats["entropy"] += float(ent.detach())
-        if want_values:
-            assert prepared.returns is not None and prepared.old_values is not None
-            assert prepared.value_weight is not None
-            v_t = (
-                out.values if critic is None else critic(*_piece_tensors(piece, _device_of(critic)))
-            )
-            assert v_t is not None
-            v_m = v_t.to(dt)[tgt]
-            vl = value_loss(
-                v_m,
-                torch.as_tensor(prepared.old_values[mem], dtype=dt, device=dev),
-                torch.as_tensor(prepared.returns[mem], dtype=dt, device=dev),
-                torch.as_tensor(prepared.value_weight[mem], dtype=dt, device=dev),
-                ppo_cfg.value_clip,
-            )
-            total = total + ppo_cfg.value_coef * vl
-            stats["value_loss"] += float(vl.detach())
+        total = _piece_loss(terms, piece, out, stats)
         do_backward(total)
         stats["loss"] += float(total.detach())
     return stats

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import os
 import platform
-import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import orjson
 from clawrl.sandbox import Limits, Podman, Sandbox, SandboxPool, SandboxSpec
+from latency import summary
 
 
 def hold_s(k: int) -> float:
@@ -36,22 +36,6 @@ def hold_s(k: int) -> float:
 
 GOALS = {"warm_acquire_p50_s": 0.05, "cold_p50_s": 0.5, "concurrent": 32}
 SPEC = SandboxSpec(limits=Limits(memory="128m", cpus=0.5))
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def summary(xs: list[float]) -> dict[str, float]:
-    return {
-        "p50": round(pct(xs, 0.5), 4),
-        "p95": round(pct(xs, 0.95), 4),
-        "mean": round(statistics.fmean(xs), 4),
-        "n": len(xs),
-    }
 
 
 async def bench_cold(n: int) -> dict[str, Any]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -46,24 +45,9 @@ from clawrl.bench import (
     run_solution,
     verify,
 )
+from latency import summary
 
 OUT = Path(__file__).parent / "results" / "verify.json"
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def summary(xs: list[float]) -> dict[str, float]:
-    return {
-        "p50": round(pct(xs, 0.5), 4),
-        "p95": round(pct(xs, 0.95), 4),
-        "mean": round(statistics.fmean(xs), 4),
-        "n": len(xs),
-    }
 
 
 def solved(task: Task, root: Path) -> Path:

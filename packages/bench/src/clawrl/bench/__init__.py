@@ -11,8 +11,21 @@ sandbox and one proxy session per rollout), metrics (:func:`aggregate`, :func:`p
 and reports (``bench`` CLI).
 """
 
-from clawrl.bench.errors import BenchError, ExecutorError, HostVerificationError, TaskLoadError
-from clawrl.bench.executors import ExecResult, ExecSpec, Executor, LocalExecutor, Mount
+# A module whose whole public set (its ``__all__``) is public here is star-imported and its
+# ``__all__`` spliced into ours, so each name is listed once, where it is defined; from the
+# others (the harness subpackage, rollout_types) only the names below are re-exported.
+import clawrl.bench.errors as _errors
+import clawrl.bench.executors as _executors
+import clawrl.bench.learnable as _learnable
+import clawrl.bench.loaders as _loaders
+import clawrl.bench.metrics as _metrics
+import clawrl.bench.runner as _runner
+import clawrl.bench.sandbox_executor as _sandbox_executor
+import clawrl.bench.task as _task
+import clawrl.bench.verify as _verify
+import clawrl.bench.workspace_diff as _workspace_diff
+from clawrl.bench.errors import *  # noqa: F403
+from clawrl.bench.executors import *  # noqa: F403
 from clawrl.bench.harness import (
     HARNESS_LOG_DIR,
     NODE_HARNESS_VERSIONS,
@@ -38,132 +51,52 @@ from clawrl.bench.harness import (
     reference_agent_path,
     scripted_oracle,
 )
-from clawrl.bench.learnable import (
-    LEARNABLE_WORDS,
-    LearnableInstance,
-    generate_learnable_tasks,
-    learnable_instances,
-)
-from clawrl.bench.loaders import (
-    builtin_suite_dir,
-    detect_layout,
-    load_builtin_suite,
-    load_suite,
-    load_task,
-)
-from clawrl.bench.metrics import AggregateReport, GroupStats, ScoredRollout, aggregate, pass_at_k
+from clawrl.bench.learnable import *  # noqa: F403
+from clawrl.bench.loaders import *  # noqa: F403
+from clawrl.bench.metrics import *  # noqa: F403
 from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
-from clawrl.bench.runner import (
-    ModelEndpoint,
-    RolloutEvent,
-    RolloutOptions,
-    RolloutResult,
-    RolloutRunner,
-    RolloutSpec,
-    RolloutStatus,
-    plan_rollouts,
-    run_rollouts,
-)
-from clawrl.bench.sandbox_executor import SandboxExecutor
-from clawrl.bench.task import (
-    CATEGORIES,
-    DIFFICULTIES,
-    Layout,
-    SolutionSpec,
-    Task,
-    TaskLimits,
-    Timeouts,
-    VerifierSpec,
-    WorkspaceSource,
-)
-from clawrl.bench.verify import (
-    VerifierResult,
-    VerifierStatus,
-    check_host_verification,
-    prepare_workspace,
-    run_solution,
-    verify,
-    verify_sandbox,
-)
-from clawrl.bench.workspace_diff import FileChange, workspace_diff
+from clawrl.bench.runner import *  # noqa: F403
+from clawrl.bench.sandbox_executor import *  # noqa: F403
+from clawrl.bench.task import *  # noqa: F403
+from clawrl.bench.verify import *  # noqa: F403
+from clawrl.bench.workspace_diff import *  # noqa: F403
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CATEGORIES",
-    "DEFAULT_MAX_TURNS",
-    "DIFFICULTIES",
-    "HARNESS_LOG_DIR",
-    "LEARNABLE_WORDS",
-    "NODE_HARNESS_VERSIONS",
-    "ORACLE_COPY_DIR",
-    "AggregateReport",
-    "BenchError",
     "ClaudeCodeHarness",
     "CodexHarness",
-    "ExecResult",
-    "ExecSpec",
-    "Executor",
-    "ExecutorError",
-    "FileChange",
-    "GroupStats",
+    "DEFAULT_MAX_TURNS",
+    "HARNESS_LOG_DIR",
     "HarnessAdapter",
     "HarnessContext",
     "HarnessInstallError",
     "HarnessLaunch",
     "HarnessOutcome",
-    "HostVerificationError",
-    "Layout",
-    "LearnableInstance",
-    "LocalExecutor",
     "MiniSweAgentHarness",
-    "ModelEndpoint",
-    "Mount",
+    "NODE_HARNESS_VERSIONS",
     "NodeHarness",
+    "ORACLE_COPY_DIR",
     "OpenClawHarness",
     "OracleHarness",
     "PiHarness",
     "ReferenceHarness",
-    "RolloutEvent",
-    "RolloutOptions",
-    "RolloutResult",
-    "RolloutRunner",
-    "RolloutSpec",
-    "RolloutStatus",
-    "SandboxExecutor",
-    "ScoredRollout",
-    "SolutionSpec",
-    "Task",
-    "TaskLimits",
-    "TaskLoadError",
-    "Timeouts",
-    "VerifierResult",
-    "VerifierSpec",
-    "VerifierStatus",
-    "WorkspaceSource",
     "__version__",
-    "aggregate",
-    "builtin_suite_dir",
-    "check_host_verification",
-    "detect_layout",
-    "generate_learnable_tasks",
     "get_harness",
     "harness_cache_dir",
     "harness_names",
-    "learnable_instances",
-    "load_builtin_suite",
-    "load_suite",
-    "load_task",
     "oracle_completions",
     "oracle_shell_command",
-    "pass_at_k",
-    "plan_rollouts",
-    "prepare_workspace",
     "reference_agent_path",
-    "run_rollouts",
-    "run_solution",
     "scripted_oracle",
-    "verify",
-    "verify_sandbox",
-    "workspace_diff",
+    *_errors.__all__,
+    *_executors.__all__,
+    *_learnable.__all__,
+    *_loaders.__all__,
+    *_metrics.__all__,
+    *_runner.__all__,
+    *_sandbox_executor.__all__,
+    *_task.__all__,
+    *_verify.__all__,
+    *_workspace_diff.__all__,
 ]

@@ -15,24 +15,17 @@ Public API (see the package README for a runnable example):
 * the exception hierarchy rooted at :class:`SandboxError`.
 """
 
-from .errors import (
-    ImageBuildError,
-    PodmanError,
-    PodmanNotFoundError,
-    PoolClosedError,
-    PoolTimeoutError,
-    SandboxClosedError,
-    SandboxCopyLimitError,
-    SandboxCreateError,
-    SandboxError,
-    SandboxFileNotFoundError,
-    SandboxGoneError,
-    SandboxSpecError,
-)
+# A module whose whole public set (its ``__all__``) is public here is star-imported and its
+# ``__all__`` spliced into ours, so each name is listed once, where it is defined; from the
+# other modules only the names below are re-exported.
+from . import errors as _errors
+from . import pool as _pool
+from . import sync as _sync
+from .errors import *  # noqa: F403
 from .hostfs import CopyLimits, CopyStats
 from .image import DEFAULT_IMAGE_PACKAGES, build_image, image_tag
 from .podman import Podman
-from .pool import PoolMetrics, SandboxPool
+from .pool import *  # noqa: F403
 from .reaper import (
     ContainerInfo,
     RunIdentity,
@@ -53,41 +46,26 @@ from .spec import (
     SandboxSpec,
     parse_size,
 )
-from .sync import SyncSandbox
+from .sync import *  # noqa: F403
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEFAULT_IMAGE_PACKAGES",
-    "DEFAULT_OUTPUT_CAP",
-    "MODEL_SOCKET_PATH",
-    "WORKSPACE",
     "ContainerInfo",
     "CopyLimits",
     "CopyStats",
+    "DEFAULT_IMAGE_PACKAGES",
+    "DEFAULT_OUTPUT_CAP",
     "ExecResult",
     "ExecStream",
-    "ImageBuildError",
     "Limits",
+    "MODEL_SOCKET_PATH",
     "OutputChunk",
     "Podman",
-    "PodmanError",
-    "PodmanNotFoundError",
-    "PoolClosedError",
-    "PoolMetrics",
-    "PoolTimeoutError",
     "RunIdentity",
     "Sandbox",
-    "SandboxClosedError",
-    "SandboxCopyLimitError",
-    "SandboxCreateError",
-    "SandboxError",
-    "SandboxFileNotFoundError",
-    "SandboxGoneError",
-    "SandboxPool",
     "SandboxSpec",
-    "SandboxSpecError",
-    "SyncSandbox",
+    "WORKSPACE",
     "__version__",
     "build_image",
     "current_identity",
@@ -98,4 +76,7 @@ __all__ = [
     "list_containers",
     "owned_tempdir",
     "parse_size",
+    *_errors.__all__,
+    *_pool.__all__,
+    *_sync.__all__,
 ]

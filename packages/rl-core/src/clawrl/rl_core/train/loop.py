@@ -37,12 +37,10 @@ import json
 import os
 import random
 import shutil
-import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +54,6 @@ from clawrl.bench import (
     RolloutOptions,
     RolloutResult,
     RolloutRunner,
-    RolloutStatus,
     SandboxExecutor,
     Task,
     check_host_verification,
@@ -64,67 +61,29 @@ from clawrl.bench import (
     get_harness,
     load_builtin_suite,
     load_suite,
-    oracle_completions,
     plan_rollouts,
 )
-from clawrl.prefixtree import Call, PrefixTree, merge_trees
-from clawrl.proxy import (
-    BackendConfig,
-    InferenceBackend,
-    format_assistant_text,
-    make_backend,
-    serve,
+from clawrl.proxy import BackendConfig, InferenceBackend, make_backend, serve
+from clawrl.rl_core.errors import ConfigError
+from clawrl.rl_core.train.checkpoints import (
+    LoopState,
+    latest_checkpoint,
+    load_reference_policy,
+    save_checkpoint,
 )
-from clawrl.rl_core.config import LossConfig, OptimConfig, TrainerConfig
-from clawrl.rl_core.errors import ConfigError, RLCoreError
-from clawrl.rl_core.sft import epoch_batches
+from clawrl.rl_core.train.cold_start import run_cold_start, scripted_turns
 from clawrl.rl_core.train.config import TrainConfig
+from clawrl.rl_core.train.errors import TrainError
 from clawrl.rl_core.train.metrics_log import MetricsLog, plot_curves, read_jsonl
-from clawrl.rl_core.train.trees import RolloutData, build_group_trees
+from clawrl.rl_core.train.rows import eval_row, rollout_row, scored, step_line, summary, tree_row
+from clawrl.rl_core.train.trees import BuiltTrees, RolloutData, build_group_trees
 from clawrl.rl_core.trainer import Trainer, seed_everything
 from clawrl.sandbox import owned_tempdir
 
 __all__ = ["TrainError", "TrainLoop", "run_training", "scripted_turns"]
 
 
-class TrainError(RLCoreError):
-    """The loop cannot go on (no usable rollouts, a weight sync failed, a bad checkpoint)."""
-
-
 Say = Callable[[str], None]
-
-
-def scripted_turns(task: Task) -> list[str]:
-    """The scripted policy's assistant turns for ``task`` (cold-start data).
-
-    For a learnable-family task (``metadata`` has ``file`` and ``word``): one
-    ``write_file`` call creating the file — the skill the RL policy is trained on. For any
-    other task: bench's :func:`~clawrl.bench.oracle_completions` (the oracle as tool calls).
-    """
-    meta = task.metadata
-    if isinstance(meta.get("file"), str) and isinstance(meta.get("word"), str):
-        call = ("write_file", {"path": meta["file"], "content": meta["word"]})
-        return [format_assistant_text(tool_calls=[call])]
-    return oracle_completions(task)
-
-
-@dataclass
-class LoopState:
-    """What a checkpoint stores besides the trainer: where the loop is."""
-
-    next_step: int = 0
-    policy_version: int = 0
-    cold_start_done: bool = False
-    evals: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=1)
-
-
-def _mean_std(xs: Sequence[float]) -> tuple[float, float]:
-    if not xs:
-        return float("nan"), float("nan")
-    return float(statistics.fmean(xs)), float(statistics.pstdev(xs)) if len(xs) > 1 else 0.0
 
 
 class TrainLoop:
@@ -215,7 +174,7 @@ class TrainLoop:
         return time.time() - t0
 
     # ------------------------------------------------------------------ rollouts
-    def _runner(
+    def runner(
         self,
         endpoint: ModelEndpoint,
         *,
@@ -258,9 +217,9 @@ class TrainLoop:
         tag: str,
     ) -> dict[str, Any]:
         """Mean reward, pass rate and verifier sub-scores (``eval_subscore/NAME``, a missing
-        sub-score counting 0) on ``tasks`` (held-out) at the current weights."""
+        sub-score counting 0) on ``tasks`` (held-out) at the current weights
+        (:func:`~clawrl.rl_core.train.rows.eval_row`)."""
         t0 = time.time()
-        runner = self._runner(endpoint)
         specs = plan_rollouts(
             list(tasks),
             list(harnesses),
@@ -268,24 +227,9 @@ class TrainLoop:
             group_prefix=f"eval-{tag}/",
             seed=self.cfg.run.seed,
         )
-        results = await runner.run(specs)
-        ok = [x for x in results if x.status is not RolloutStatus.INFRA_ERROR]
-        rewards = [x.reward for x in ok]
-        row: dict[str, Any] = {
-            "kind": "eval",
-            "tag": tag,
-            "policy_version": self.state.policy_version,
-            "eval_reward": _mean_std(rewards)[0],
-            "eval_pass_rate": _mean_std([float(x.reward >= 1.0) for x in ok])[0],
-            "eval_n": len(ok),
-            "eval_infra_errors": len(results) - len(ok),
-            "time/eval": time.time() - t0,
-        }
-        for h in harnesses:
-            hr = [x.reward for x in ok if x.harness == h.name]
-            row[f"eval_reward/{h.name}"] = _mean_std(hr)[0]
-        for name in sorted({k for x in ok for k in x.subscores}):  # the verifier's sub-scores
-            row[f"eval_subscore/{name}"] = _mean_std([x.subscores.get(name, 0.0) for x in ok])[0]
+        results = await self.runner(endpoint).run(specs)
+        row = eval_row(results, [h.name for h in harnesses], tag, self.state.policy_version)
+        row["time/eval"] = time.time() - t0
         return row
 
     # ------------------------------------------------------------------ cold start
@@ -297,159 +241,18 @@ class TrainLoop:
         held: Sequence[Task],
         harnesses: Sequence[HarnessAdapter],
     ) -> None:
-        """SFT on scripted-policy trajectories captured through the harness path."""
-        cs = self.cfg.cold_start
-        model_dir = self.model_dir
-        scripted = make_backend(BackendConfig(kind="scripted", model_dir=model_dir))
-        tasks = list(train)[: cs.tasks]
-        t0 = time.time()
-        self.say(
-            f"cold start: capturing {len(tasks)} scripted-policy trajectories "
-            "(ScriptedBackend, a test backend) through the harness path"
-        )
-        async with self._serve(scripted) as sep:
-
-            async def hook(session: Any, spec: Any) -> None:
-                await sep.admin.script(session.session_id, scripted_turns(spec.task))
-
-            n_turns = max(len(scripted_turns(t)) for t in tasks)
-            runner = self._runner(
-                sep,
-                max_turns=n_turns,
-                session_hook=hook,
-                run_id=f"{self.run_id}-coldstart",
-                scripted=True,
-            )
-            specs = plan_rollouts(
-                tasks, [harnesses[0]], 1, group_prefix="coldstart/", seed=self.cfg.run.seed
-            )
-            results = await runner.run(specs)
-        good = [x for x in results if x.reward >= 1.0 and x.records]
-        if not good:
-            for x in results[:2]:
-                self.say(
-                    f"cold start: {x.status.value} {x.reason} reward {x.reward} "
-                    f"stdout {x.stdout[-300:]!r} stderr {x.stderr[-300:]!r}"
-                )
-        self.say(
-            f"cold start: {len(good)}/{len(results)} scripted trajectories solved "
-            f"their task ({time.time() - t0:.0f} s)"
-        )
-        if not good:
-            raise TrainError(
-                "cold start: no scripted trajectory solved its task "
-                f"(statuses: {[x.status.value for x in results][:5]})"
-            )
-        trees = [
-            PrefixTree.from_calls(
-                Call.from_records(x.records),
-                rollout_id=x.rollout_id,
-            )
-            for x in good
-        ]
-        # SFT fits the model's own distribution (T = 1); rollouts then sample it at
-        # rollout.temperature.
-        sft = Trainer(
-            self.policy,
-            TrainerConfig(
-                loss=LossConfig(aggregation="token_mean"),
-                optim=OptimConfig(lr=cs.lr, max_grad_norm=1.0, total_steps=max(1, cs.steps)),
-                token_budget=self.cfg.algo.trainer.token_budget,
-                chunk_size=self.cfg.algo.trainer.chunk_size,
-                seed=self.cfg.run.seed,
-            ),
-        )
-        batches = epoch_batches(
-            len(trees), cs.batch_size, random.Random(f"coldstart:{self.cfg.run.seed}")
-        )
-        version = self.state.policy_version
-        for step in range(1, cs.steps + 1):
-            idx = next(batches)
-            batch = merge_trees(*[trees[i] for i in idx]).pack()
-            t1 = time.time()
-            m = await asyncio.to_thread(sft.sft_step, [batch])
-            assert self.log is not None
-            self.log.write(
-                {
-                    "kind": "sft",
-                    "sft_step": step,
-                    "loss": m["loss"],
-                    "grad_norm": m["grad_norm"],
-                    "num_tokens": m["num_tokens"],
-                    "time/update": time.time() - t1,
-                }
-            )
-            if step % 10 == 0 or step == cs.steps:
-                self.say(f"cold start: SFT step {step}/{cs.steps} loss {m['loss']:.3f}")
-            if cs.evaluates_at(step):
-                if not self.cfg.eval.enabled:
-                    version += 1
-                    await self.sync_weights(endpoint, backend, version)
-                    continue
-                version += 1
-                await self.sync_weights(endpoint, backend, version)
-                row = await self.evaluate(endpoint, held, harnesses, f"coldstart-{step}")
-                row.update(step=0, sft_step=step)
-                self.log.write(row)
-                self.state.evals.append(row)
-                self.say(
-                    f"cold start: held-out eval reward {row['eval_reward']:.3f} "
-                    f"after {step} SFT steps"
-                )
-                if row["eval_reward"] >= cs.stop_at_reward:
-                    self.say(f"cold start: stopped (eval reward >= {cs.stop_at_reward})")
-                    break
-        del sft
-        self.state.cold_start_done = True
+        """SFT on scripted-policy trajectories captured through the harness path
+        (:func:`~clawrl.rl_core.train.cold_start.run_cold_start`)."""
+        await run_cold_start(self, endpoint, backend, train, held, harnesses)
 
     # ------------------------------------------------------------------ checkpoints
-    def _latest(self) -> Path | None:
-        ptr = self.ckpt_dir / "latest"
-        if not ptr.exists():
-            return None
-        path = self.ckpt_dir / ptr.read_text().strip()
-        return path if (path / "loop_state.json").exists() else None
-
     def save_checkpoint(self) -> Path:
         """Write ``checkpoints/step-NNNNNN`` atomically (trainer state + loop state), point
-        ``checkpoints/latest`` at it, keep the newest ``run.keep_checkpoints``."""
-        name = f"step-{self.state.next_step:06d}"
-        tmp = self.ckpt_dir / f".{name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.rl_trainer.save_checkpoint(tmp, data_position=self.state.next_step)
-        (tmp / "loop_state.json").write_text(self.state.to_json())
-        final = self.ckpt_dir / name
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        ptr_tmp = self.ckpt_dir / ".latest.tmp"
-        ptr_tmp.write_text(name)
-        os.replace(ptr_tmp, self.ckpt_dir / "latest")
-        keep = self.cfg.run.keep_checkpoints
-        old = sorted(p for p in self.ckpt_dir.glob("step-*") if p.is_dir())[:-keep]
-        for p in old:
-            shutil.rmtree(p, ignore_errors=True)
-        return final
-
-    def _reference_policy(self, *, resumed: bool) -> None:
-        """The KL term's reference is the policy as RL started (after the cold start): saved
-        once to ``checkpoints/ref_policy.safetensors``, loaded from there on ``--resume``
-        (the freshly built model would be the pre-cold-start weights)."""
-        from safetensors.torch import load_model, save_model
-
-        assert self.ref_model is not None
-        path = self.ckpt_dir / "ref_policy.safetensors"
-        if path.exists():
-            load_model(self.ref_model, str(path))
-            return
-        if resumed and self.state.next_step > 0:
-            self.say(
-                f"warning: no {path.name} (a run from before it was saved): the KL "
-                "reference is the resumed checkpoint's policy, not RL's start"
-            )
-        self.ref_model.load_state_dict(self.policy.state_dict())
-        tmp = path.with_name(f".{path.name}.tmp")
-        save_model(self.ref_model, str(tmp))
-        os.replace(tmp, path)
+        ``checkpoints/latest`` at it, keep the newest ``run.keep_checkpoints``
+        (:func:`~clawrl.rl_core.train.checkpoints.save_checkpoint`)."""
+        return save_checkpoint(
+            self.ckpt_dir, self.rl_trainer, self.state, self.cfg.run.keep_checkpoints
+        )
 
     # ------------------------------------------------------------------ main
     async def run(self) -> dict[str, Any]:
@@ -458,36 +261,35 @@ class TrainLoop:
         Raises:
             ConfigError: among others, ``rollout.verifier = "host"`` for tasks whose verifier
                 executes workspace code (before any rollout).
+            TrainError: the cold start solved nothing, or a weight sync failed.
         """
-        from clawrl.sandbox import gc as sandbox_gc
-        from clawrl.sandbox import gc_tempdirs
+        train, held, harnesses, latest = await self._prepare()
+        backend = self._backend()
+        async with self.serve_backend(backend) as endpoint:
+            r = self.cfg.rollout
+            await endpoint.admin.set_sampling(
+                temperature=r.temperature, top_p=1.0, top_k=-1, max_tokens=r.max_tokens
+            )
+            if self.cfg.cold_start.enabled and not self.state.cold_start_done:
+                await self.cold_start(endpoint, backend, train, held, harnesses)
+            await self._start_rl(endpoint, backend, latest)
+            await self._eval_before_rl(endpoint, held, harnesses)
+            await self._rl_steps(endpoint, backend, train, held, harnesses)
+        if self._verify_executor is not None:
+            await asyncio.to_thread(self._verify_executor.close)
+        assert self.log is not None
+        self.log.close()
+        return self._finish()
+
+    async def _prepare(self) -> tuple[list[Task], list[Task], list[HarnessAdapter], Path | None]:
+        """The run folder (config, one ``runs.jsonl`` line per process), leftovers of dead
+        runs removed, the seed, model, tasks (``verifier = "host"`` refused for tasks whose
+        verifier runs workspace code), harnesses, metrics log, policy and — on resume — the
+        loop state of the latest checkpoint (returned, or None)."""
         from transformers import AutoModelForCausalLM
 
         cfg = self.cfg
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.ckpt_dir.mkdir(exist_ok=True)
-        cfg.save(self.out / "config.json")
-        with (self.out / "runs.jsonl").open("a") as f:  # one line per process (resumes)
-            f.write(
-                json.dumps(
-                    {
-                        "run_id": self.run_id,
-                        "pid": os.getpid(),
-                        "started": time.time(),
-                        "resume": self.resume,
-                    }
-                )
-                + "\n"
-            )
-        removed = await sandbox_gc()
-        if removed:
-            self.say(f"removed {len(removed)} sandbox(es) left by dead runs")
-        stale = await asyncio.to_thread(gc_tempdirs)
-        if stale:
-            self.say(
-                f"removed {len(stale)} temporary director"
-                f"{'y' if len(stale) == 1 else 'ies'} left by dead runs"
-            )
+        await self._open_run_dir()
         seed_everything(cfg.run.seed)
         self.model_dir = await asyncio.to_thread(self._model_dir)
         train, held = await asyncio.to_thread(self._tasks)
@@ -501,57 +303,90 @@ class TrainLoop:
         self.policy = AutoModelForCausalLM.from_pretrained(
             self.model_dir, attn_implementation="sdpa", dtype=torch.float32
         )
-        latest = self._latest() if self.resume else None
+        return train, held, harnesses, self._resumed_state()
+
+    async def _open_run_dir(self) -> None:
+        from clawrl.sandbox import gc as sandbox_gc
+        from clawrl.sandbox import gc_tempdirs
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.ckpt_dir.mkdir(exist_ok=True)
+        self.cfg.save(self.out / "config.json")
+        line = {"run_id": self.run_id, "pid": os.getpid(), "started": time.time()}
+        with (self.out / "runs.jsonl").open("a") as f:  # one line per process (resumes)
+            f.write(json.dumps({**line, "resume": self.resume}) + "\n")
+        removed = await sandbox_gc()
+        if removed:
+            self.say(f"removed {len(removed)} sandbox(es) left by dead runs")
+        stale = await asyncio.to_thread(gc_tempdirs)
+        if stale:
+            self.say(
+                f"removed {len(stale)} temporary director"
+                f"{'y' if len(stale) == 1 else 'ies'} left by dead runs"
+            )
+
+    def _resumed_state(self) -> Path | None:
+        """On ``--resume``: the latest checkpoint, its loop state loaded and the metrics
+        rows of the steps after it moved aside (they run again)."""
+        latest = latest_checkpoint(self.ckpt_dir) if self.resume else None
         if self.resume and latest is None:
             self.say("no checkpoint to resume from: starting afresh")
         if latest is not None:
-            self.state = LoopState(**json.loads((latest / "loop_state.json").read_text()))
+            assert self.log is not None
+            self.state = LoopState.load(latest)
             moved = self.log.supersede_after(self.state.next_step)
             if moved:
                 self.say(
                     f"{moved} metrics row(s) of steps after {latest.name} moved to "
                     "metrics.superseded.jsonl (those steps run again)"
                 )
+        return latest
 
-        backend = self._backend()
-        async with self._serve(backend) as endpoint:
-            r = cfg.rollout
-            await endpoint.admin.set_sampling(
-                temperature=r.temperature, top_p=1.0, top_k=-1, max_tokens=r.max_tokens
+    async def _start_rl(self, endpoint: ModelEndpoint, backend: Any, latest: Path | None) -> None:
+        """The RL trainer (and the KL reference model when ``kl_coef > 0``); on resume its
+        checkpoint is loaded and the weights synced at the checkpoint's policy version."""
+        cfg = self.cfg
+        kl = cfg.algo.trainer.loss.kl_coef
+        self.ref_model = copy.deepcopy(self.policy).eval() if kl > 0 else None
+        self.rl_trainer = Trainer(self.policy, cfg.trainer_config(), ref_model=self.ref_model)
+        if latest is not None:
+            await asyncio.to_thread(self.rl_trainer.load_checkpoint, latest)
+            self.say(
+                f"resumed from {latest.name}: step {self.state.next_step}, "
+                f"policy version {self.state.policy_version}"
             )
-            if cfg.cold_start.enabled and not self.state.cold_start_done:
-                await self.cold_start(endpoint, backend, train, held, harnesses)
-            kl = cfg.algo.trainer.loss.kl_coef
-            self.ref_model = copy.deepcopy(self.policy).eval() if kl > 0 else None
-            self.rl_trainer = Trainer(self.policy, cfg.trainer_config(), ref_model=self.ref_model)
-            if latest is not None:
-                await asyncio.to_thread(self.rl_trainer.load_checkpoint, latest)
-                self.say(
-                    f"resumed from {latest.name}: step {self.state.next_step}, "
-                    f"policy version {self.state.policy_version}"
-                )
-                await self.sync_weights(endpoint, backend, self.state.policy_version)
-            elif cfg.cold_start.enabled:
-                self.save_checkpoint()
-            if self.ref_model is not None:
-                await asyncio.to_thread(self._reference_policy, resumed=latest is not None)
-            if (
-                self.state.next_step == 0
-                and cfg.eval.enabled
-                and not (cfg.cold_start.enabled and self.state.evals)
-            ):
-                row = await self.evaluate(endpoint, held, harnesses, "step-0")
-                row["step"] = 0
-                self.log.write(row)
-                self.state.evals.append(row)
-                self.say(f"eval before RL: held-out reward {row['eval_reward']:.3f}")
-            await self._rl_steps(endpoint, backend, train, held, harnesses)
-        if self._verify_executor is not None:
-            await asyncio.to_thread(self._verify_executor.close)
-        self.log.close()
-        return self._finish()
+            await self.sync_weights(endpoint, backend, self.state.policy_version)
+        elif cfg.cold_start.enabled:
+            self.save_checkpoint()
+        if self.ref_model is not None:
+            await asyncio.to_thread(
+                load_reference_policy,
+                self.ckpt_dir,
+                self.ref_model,
+                self.policy,
+                warn_missing=latest is not None and self.state.next_step > 0,
+                say=self.say,
+            )
 
-    def _serve(self, backend: InferenceBackend) -> AbstractAsyncContextManager[ModelEndpoint]:
+    async def _eval_before_rl(
+        self, endpoint: ModelEndpoint, held: Sequence[Task], harnesses: Sequence[HarnessAdapter]
+    ) -> None:
+        """The ``step-0`` eval, unless resumed past it or the cold start already evaluated."""
+        cfg = self.cfg
+        if self.state.next_step or not cfg.eval.enabled:
+            return
+        if cfg.cold_start.enabled and self.state.evals:
+            return
+        row = await self.evaluate(endpoint, held, harnesses, "step-0")
+        row["step"] = 0
+        assert self.log is not None
+        self.log.write(row)
+        self.state.evals.append(row)
+        self.say(f"eval before RL: held-out reward {row['eval_reward']:.3f}")
+
+    def serve_backend(
+        self, backend: InferenceBackend
+    ) -> AbstractAsyncContextManager[ModelEndpoint]:
         """The proxy in the loop's own event loop (the embedded backend's in-process weight
         sync and the harnesses' calls share one loop); its sockets in an owned temporary
         directory, its records in ``<out>/capture``."""
@@ -599,7 +434,7 @@ class TrainLoop:
             group_prefix=f"s{step}/",
             seed=self.cfg.run.seed,
         )
-        results = await self._runner(endpoint).run(specs)
+        results = await self.runner(endpoint).run(specs)
         # final: the runner read them after close_session, which waits for every commit
         records = {x.rollout_id: list(x.records) for x in results}
         return results, records, time.time() - t0
@@ -663,42 +498,44 @@ class TrainLoop:
     async def _update(
         self, step: int, results: Sequence[RolloutResult], records: dict[str, list[dict[str, Any]]]
     ) -> dict[str, Any]:
+        """One RL step's update: the rollout figures, the group trees of the usable rollouts
+        (:meth:`_rollout_data`) and ``algo.updates_per_step`` trainer steps on them."""
+        row: dict[str, Any] = {"kind": "train", "step": step + 1, **rollout_row(results, records)}
+        data = self._rollout_data(results, records, row)
+        t0 = time.time()
+        built = build_group_trees(data, max_leaves=self.cfg.rollout.max_leaves, merge_groups=True)
+        row["time/trees"] = time.time() - t0
+        row.update(tree_row(built))
+        t0 = time.time()
+        if built.trees:
+            row.update(await self._train_on(built))
+        else:
+            row["update_skipped"] = True
+        row["time/update"] = time.time() - t0
+        return row
+
+    def _rollout_data(
+        self,
+        results: Sequence[RolloutResult],
+        records: dict[str, list[dict[str, Any]]],
+        row: dict[str, Any],
+    ) -> list[RolloutData]:
+        """The scored rollouts to train on: in asynchronous mode those whose oldest call is
+        more than ``max_staleness`` policy versions behind are dropped (``stale_dropped``);
+        with ``algo.drop_zero_std_groups`` so are groups whose rewards are all equal
+        (``zero_std_groups``)."""
         cfg = self.cfg
-        row: dict[str, Any] = {"kind": "train", "step": step + 1}
-        ok = [x for x in results if x.status is not RolloutStatus.INFRA_ERROR]
-        row["n_rollouts"] = len(results)
-        row["n_infra_errors"] = len(results) - len(ok)
-        for st in RolloutStatus:
-            row[f"status/{st.value}"] = sum(1 for x in results if x.status is st)
-        rewards = [x.reward for x in ok]
-        row["reward_mean"], row["reward_std"] = _mean_std(rewards)
-        row["pass_rate"] = _mean_std([float(x.reward >= 1.0) for x in ok])[0]
-        for h in sorted({x.harness for x in results}):
-            hr = [x.reward for x in ok if x.harness == h]
-            row[f"reward_mean/{h}"], row[f"reward_std/{h}"] = _mean_std(hr)
-            row[f"pass_rate/{h}"] = _mean_std([float(v >= 1.0) for v in hr])[0]
-        recs = [rec for x in ok for rec in records.get(x.rollout_id, [])]
-        row["tokens_prompt"] = sum(len(rec.get("prompt_ids") or []) for rec in recs)
-        row["tokens_generated"] = sum(len(rec.get("completion_ids") or []) for rec in recs)
-        lps = [lp for rec in recs for lp in (rec.get("completion_logprobs") or [])]
-        row["entropy_estimate"] = -statistics.fmean(lps) if lps else None
-        # staleness bound (asynchronous mode)
         version = self.state.policy_version
         data = []
         stale = 0
-        for x in ok:
-            recs_x = records.get(x.rollout_id, [])
-            versions = [int(rr.get("policy_version") or 0) for rr in recs_x]
-            if (
-                cfg.async_.enabled
-                and versions
-                and version - min(versions) > cfg.async_.max_staleness
-            ):
+        for x in scored(results):
+            recs = records.get(x.rollout_id, [])
+            versions = [int(rr.get("policy_version") or 0) for rr in recs]
+            too_old = versions and version - min(versions) > cfg.async_.max_staleness
+            if cfg.async_.enabled and too_old:
                 stale += 1
                 continue
-            data.append(
-                RolloutData(x.rollout_id, x.group_id, x.task_id, x.harness, x.reward, recs_x)
-            )
+            data.append(RolloutData(x.rollout_id, x.group_id, x.task_id, x.harness, x.reward, recs))
         row["stale_dropped"] = stale
         if cfg.algo.drop_zero_std_groups:
             by_group: dict[str, list[float]] = {}
@@ -707,84 +544,37 @@ class TrainLoop:
             flat = {g for g, rs in by_group.items() if max(rs) == min(rs)}
             row["zero_std_groups"] = len(flat)
             data = [d for d in data if d.group_id not in flat]
-        t0 = time.time()
-        built = build_group_trees(data, max_leaves=cfg.rollout.max_leaves, merge_groups=True)
-        row["time/trees"] = time.time() - t0
-        row.update(
-            {
-                "tree_tokens": built.unique_tokens,
-                "flat_tokens": built.flat_tokens,
-                "tree_compression": built.compression,
-                "trajectories": built.n_trajectories,
-                "dead_leaves": built.dead_leaves,
-                "over_branched_dropped": built.dropped_rollouts,
-                "side_path_calls": built.side_path_calls,
-                "empty_rollouts": built.empty_rollouts,
-            }
-        )
-        t0 = time.time()
-        if built.trees:
-            metrics = []
-            for _ in range(cfg.algo.updates_per_step):
-                self.rl_trainer.policy_version = version
-                metrics.append(
-                    await asyncio.to_thread(
-                        self.rl_trainer.rl_step, built.trees, built.rewards, groups=built.groups
-                    )
+        return data
+
+    async def _train_on(self, built: BuiltTrees) -> dict[str, Any]:
+        """``algo.updates_per_step`` trainer steps on ``built``'s trees; the first update's
+        metrics (on-policy: its logprob mismatch is trainer vs engine), and the last one's
+        losses as ``*_last`` (it sees the weights the earlier ones moved)."""
+        metrics = []
+        for _ in range(self.cfg.algo.updates_per_step):
+            self.rl_trainer.policy_version = self.state.policy_version
+            metrics.append(
+                await asyncio.to_thread(
+                    self.rl_trainer.rl_step, built.trees, built.rewards, groups=built.groups
                 )
-            # the first update is on-policy: its logprob mismatch is trainer vs engine; later
-            # ones see the weights the earlier ones moved (their losses: *_last)
-            row.update(metrics[0])
-            if len(metrics) > 1:
-                row.update(
-                    {
-                        f"{k}_last": metrics[-1][k]
-                        for k in ("loss", "policy_loss", "mean_abs_logprob_diff")
-                        if k in metrics[-1]
-                    }
-                )
-        else:
-            row["update_skipped"] = True
-        row["time/update"] = time.time() - t0
+            )
+        row = dict(metrics[0])
+        if len(metrics) > 1:
+            last = metrics[-1]
+            keys = ("loss", "policy_loss", "mean_abs_logprob_diff")
+            row.update({f"{k}_last": last[k] for k in keys if k in last})
         return row
 
     def _step_line(self, row: dict[str, Any]) -> str:
-        def f(k: str, fmt: str = ".3f") -> str:
-            v = row.get(k)
-            return format(v, fmt) if isinstance(v, int | float) else "-"
-
-        return (
-            f"step {row['step']}/{self.cfg.run.steps} v{row['policy_version']}: reward "
-            f"{f('reward_mean')}±{f('reward_std')} pass {f('pass_rate')} "
-            f"tokens {row.get('tokens_generated')} compression {f('tree_compression', '.1f')}x "
-            f"|Δlp| {f('mean_abs_logprob_diff', '.2e')} grad {f('grad_norm')} "
-            f"({f('time/step', '.0f')} s)"
-        )
+        return step_line(row, self.cfg.run.steps)
 
     def _finish(self) -> dict[str, Any]:
         rows = read_jsonl(self.out / "metrics.jsonl")
         if self.cfg.logging.plot and rows:
             plot_curves(rows, self.out / "curves.png")
-        evals = [r for r in rows if r.get("kind") == "eval"]
-        first_rl = [
-            e
-            for e in evals
-            if e.get("tag") == "step-0" or str(e.get("tag", "")).startswith("coldstart-")
-        ]
-        summary: dict[str, Any] = {
-            "steps": self.state.next_step,
-            "policy_version": self.state.policy_version,
-            "eval_before_rl": first_rl[-1]["eval_reward"] if first_rl else None,
-            "eval_final": evals[-1]["eval_reward"] if evals else None,
-            "evals": [
-                {k: e.get(k) for k in ("tag", "eval_reward", "eval_pass_rate", "policy_version")}
-                for e in evals
-            ],
-        }
-        if summary["eval_before_rl"] is not None and summary["eval_final"] is not None:
-            summary["eval_gain"] = summary["eval_final"] - summary["eval_before_rl"]
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        return summary
+        out = summary(rows, self.state.next_step, self.state.policy_version)
+        (self.out / "summary.json").write_text(json.dumps(out, indent=2) + "\n")
+        return out
 
 
 def run_training(

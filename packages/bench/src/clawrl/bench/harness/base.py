@@ -46,6 +46,7 @@ __all__ = [
     "ProgressFn",
     "WireAPI",
     "exit_code_outcome",
+    "failed_exit_outcome",
     "json_or_empty",
 ]
 
@@ -136,9 +137,22 @@ def exit_code_outcome(exit_code: int, ok_reason: str = "exited", what: str = "")
     ``exit_code_<n>`` with the reason ``"<what> exit code <n>"``."""
     if exit_code == 0:
         return HarnessOutcome(ok=True, end_reason=ok_reason)
+    return failed_exit_outcome(exit_code, what=what)
+
+
+def failed_exit_outcome(
+    exit_code: int, end: str = "", *, what: str = "", turns: int | None = None
+) -> HarnessOutcome:
+    """The verdict on a harness that failed with ``exit_code``: end reason ``end`` (the
+    harness's own word for how it ended, if any) or ``exit_code_<n>``, reason
+    ``"<what> exit code <n> (<end>)"``."""
     prefix = f"{what} " if what else ""
+    detail = f" ({end})" if end else ""
     return HarnessOutcome(
-        ok=False, end_reason=f"exit_code_{exit_code}", reason=f"{prefix}exit code {exit_code}"
+        ok=False,
+        end_reason=end or f"exit_code_{exit_code}",
+        reason=f"{prefix}exit code {exit_code}{detail}",
+        turns=turns,
     )
 
 

@@ -47,6 +47,7 @@ from clawrl.bench.harness.base import (
     ProgressFn,
     WireAPI,
     exit_code_outcome,
+    failed_exit_outcome,
 )
 from clawrl.bench.harness.install import CachedHarness, harness_cache_dir, run_streamed
 from clawrl.bench.harness.oracle import oracle_shell_command
@@ -265,12 +266,7 @@ class ClaudeCodeHarness(NodeHarness):
             return HarnessOutcome(ok=True, end_reason="turn_limit", turns=turns)
         if exit_code == 0:
             return HarnessOutcome(ok=True, end_reason=sub or "exited", turns=turns)
-        return HarnessOutcome(
-            ok=False,
-            end_reason=sub or f"exit_code_{exit_code}",
-            reason=f"exit code {exit_code}" + (f" ({sub})" if sub else ""),
-            turns=turns,
-        )
+        return failed_exit_outcome(exit_code, sub, turns=turns)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "lean": self.lean}

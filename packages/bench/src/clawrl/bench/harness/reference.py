@@ -13,6 +13,7 @@ from clawrl.bench.harness.base import (
     HarnessLaunch,
     HarnessOutcome,
     WireAPI,
+    failed_exit_outcome,
     json_or_empty,
 )
 from clawrl.bench.task import Task
@@ -125,12 +126,7 @@ class ReferenceHarness(HarnessAdapter):
         if exit_code == 2:
             err = str(transcript.get("error") or "model endpoint failed")
             return HarnessOutcome(ok=False, end_reason="model_error", reason=err, turns=turns)
-        return HarnessOutcome(
-            ok=False,
-            end_reason=end or f"exit_code_{exit_code}",
-            reason=f"exit code {exit_code}" + (f" ({end})" if end else ""),
-            turns=turns,
-        )
+        return failed_exit_outcome(exit_code, end, turns=turns)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "python": self.python, "bash_timeout_s": self.bash_timeout_s}

@@ -9,12 +9,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from clawrl.sandbox import (
     Limits,
     PoolClosedError,
+    PoolMetrics,
     PoolTimeoutError,
     SandboxPool,
     SandboxSpec,
@@ -28,6 +30,14 @@ SMALL = SandboxSpec(limits=Limits(memory="128m", cpus=0.5))
 
 def _run_id(tag: str) -> str:
     return f"t-{tag}-{uuid.uuid4().hex[:6]}"
+
+
+async def _wait_for_metrics(pool: SandboxPool, done: Callable[[PoolMetrics], bool]) -> None:
+    """Poll the pool's metrics (up to 20 s) until ``done`` holds; the caller asserts after."""
+    for _ in range(200):
+        if done(pool.metrics()):
+            return
+        await asyncio.sleep(0.1)
 
 
 async def test_pool_reuse_resets_sandbox() -> None:
@@ -54,10 +64,7 @@ async def test_pool_default_replaces_released_sandboxes_and_warm_acquire_is_fast
     async with SandboxPool(
         max_sandboxes=4, warm=[(SMALL, 2)], run_id=run, gc_on_start=False
     ) as pool:
-        for _ in range(200):
-            if pool.metrics().idle == 2:
-                break
-            await asyncio.sleep(0.1)
+        await _wait_for_metrics(pool, lambda m: m.idle == 2)
         assert pool.metrics().idle == 2
         t0 = time.monotonic()
         sb = await pool.acquire(SMALL)
@@ -66,11 +73,8 @@ async def test_pool_default_replaces_released_sandboxes_and_warm_acquire_is_fast
         assert pool.metrics().created == 2
         first = sb.id
         await pool.release(sb)
-        for _ in range(200):  # released -> destroyed; warm topped up again with a fresh one
-            m = pool.metrics()
-            if m.destroyed == 1 and m.idle == 2:
-                break
-            await asyncio.sleep(0.1)
+        # released -> destroyed; warm topped up again with a fresh one
+        await _wait_for_metrics(pool, lambda m: m.destroyed == 1 and m.idle == 2)
         m = pool.metrics()
         assert (m.destroyed, m.idle, m.in_use, m.reused) == (1, 2, 0, 0)
         assert first not in {s.id for q in pool._idle.values() for s in q}
@@ -114,10 +118,7 @@ async def test_pool_cap_evicts_idle_of_other_spec() -> None:
     async with SandboxPool(
         max_sandboxes=1, warm=[(other, 1)], run_id=run, gc_on_start=False
     ) as pool:
-        for _ in range(200):
-            if pool.metrics().idle == 1:
-                break
-            await asyncio.sleep(0.1)
+        await _wait_for_metrics(pool, lambda m: m.idle == 1)
         sb = await pool.acquire(SMALL, timeout=60)
         assert sb.spec == SMALL and len(containers_of_run(run)) == 1
         await pool.release(sb)

@@ -200,36 +200,8 @@ def test_simulate_cli_usage_errors(tmp_path: Path) -> None:
     assert main(["simulate", "--intents", str(tmp_path / "none.jsonl"), "-o", str(tmp_path)]) == 2
     intents = tmp_path / "i.jsonl"
     intents.write_bytes(orjson.dumps(_intent().to_dict()) + b"\n")
+    out = str(tmp_path / "o")
     # the scripted test agent only follows the scripted simulator
-    assert (
-        main(
-            [
-                "simulate",
-                "--intents",
-                str(intents),
-                "-o",
-                str(tmp_path / "o"),
-                "--agent",
-                "scripted",
-                "--simulator",
-                "llm",
-            ]
-        )
-        == 2
-    )
-    assert (
-        main(
-            [
-                "simulate",
-                "--intents",
-                str(intents),
-                "-o",
-                str(tmp_path / "o"),
-                "--agent",
-                "proxy",
-                "--simulator",
-                "scripted",
-            ]
-        )
-        == 2
-    )
+    for agent, simulator in [("scripted", "llm"), ("proxy", "scripted")]:
+        argv = ["simulate", "--intents", str(intents), "-o", out]
+        assert main([*argv, "--agent", agent, "--simulator", simulator]) == 2, (agent, simulator)

@@ -56,16 +56,18 @@ async def test_scripted_pipeline_writes_20_trajectories_with_real_tool_calls(
             session.session_id, scripted_agent_completions(simulator.queries_for(intent))
         )
 
+    config = SessionConfig(max_user_turns=20, agent_max_turns=10, memory_mb=256)
     async with serve(backend, model_dir) as endpoint:
+        stats = {"generated": 21, "unique": 21, "vendi": 1.0, "embedding": "tfidf"}
         run = await synthesize(
             intents[:20],
             simulator,
             endpoint,
             tmp_path / "out",
-            SessionConfig(max_user_turns=20, agent_max_turns=10, memory_mb=256),
+            config,
             concurrency=4,
             agent_hook=script,
-            intent_stats={"generated": 21, "unique": 21, "vendi": 1.0, "embedding": "tfidf"},
+            intent_stats=stats,
         )
         # resumable: a second call skips the 20 done and runs only the new one
         again = await synthesize(
@@ -73,7 +75,7 @@ async def test_scripted_pipeline_writes_20_trajectories_with_real_tool_calls(
             simulator,
             endpoint,
             tmp_path / "out",
-            SessionConfig(max_user_turns=20, agent_max_turns=10, memory_mb=256),
+            config,
             concurrency=1,
             agent_hook=script,
         )

@@ -31,8 +31,15 @@ from clawrl.rl_core.checkpoint import load_checkpoint, save_checkpoint
 from clawrl.rl_core.config import Aggregation, TrainerConfig
 from clawrl.rl_core.errors import ConfigError, MinibatchCapWarning
 from clawrl.rl_core.forward import TreeModel
-from clawrl.rl_core.packing import TreeBatch, split_by_token_budget
-from clawrl.rl_core.step import loss_backward, old_pass, prepare_rl, prepare_sft
+from clawrl.rl_core.packing import TreeBatch, TreePiece, split_by_token_budget
+from clawrl.rl_core.step import (
+    OldPass,
+    PreparedRL,
+    loss_backward,
+    old_pass,
+    prepare_rl,
+    prepare_sft,
+)
 from clawrl.rl_core.value import Critic, ValueHead
 from torch import nn
 from transformers import get_scheduler
@@ -214,27 +221,60 @@ class Trainer:
             groups=groups,
             current_version=self.policy_version,
         )
-        train_policy = not (cfg.algorithm == "ppo" and self.step < cfg.ppo.value_warmup_steps)
-        n_mb = min(cfg.num_minibatches, len(pieces))
-        if n_mb < cfg.num_minibatches:
-            warnings.warn(
-                f"step {self.step}: {len(pieces)} token-budget pieces for num_minibatches="
-                f"{cfg.num_minibatches}; running {n_mb} minibatches (lower token_budget)",
-                MinibatchCapWarning,
-                stacklevel=2,
-            )
+        n_mb = self._minibatch_count(len(pieces))
         lr = float(self.scheduler.get_last_lr()[0])
+        stats, norms = self._update_epochs(batch, pieces, prepared, old, n_mb)
+        self.step += 1
+        self.policy_version += 1
+        stats.update(
+            grad_norm=norms[0],
+            grad_norm_last=norms[-1],
+            optimizer_steps=float(len(norms)),
+            lr=lr,
+            num_tokens=float(batch.num_tokens),
+            num_memberships=float(batch.num_memberships),
+            num_pieces=float(len(pieces)),
+            num_minibatches=float(n_mb),
+            minibatches_capped=float(n_mb < cfg.num_minibatches),
+        )
+        return {**stats, **prepared.metrics}
+
+    def _minibatch_count(self, n_pieces: int) -> int:
+        """``config.num_minibatches``, capped at the number of pieces (with a warning)."""
+        want = self.config.num_minibatches
+        n_mb = min(want, n_pieces)
+        if n_mb < want:
+            warnings.warn(
+                f"step {self.step}: {n_pieces} token-budget pieces for num_minibatches="
+                f"{want}; running {n_mb} minibatches (lower token_budget)",
+                MinibatchCapWarning,
+                stacklevel=3,
+            )
+        return n_mb
+
+    def _update_epochs(
+        self,
+        batch: TreeBatch,
+        pieces: Sequence[TreePiece],
+        prepared: PreparedRL,
+        old: OldPass,
+        n_mb: int,
+    ) -> tuple[dict[str, float], list[float]]:
+        """``config.update_epochs`` passes over seeded-shuffled minibatches of ``pieces``,
+        one optimiser step each (the policy frozen during PPO's value warm-up). Returns the
+        first pass's summed loss statistics and every step's gradient norm."""
+        cfg = self.config
+        train_policy = not (cfg.algorithm == "ppo" and self.step < cfg.ppo.value_warmup_steps)
         stats: dict[str, float] = {}
         norms = []
         for epoch in range(cfg.update_epochs):
             parts = minibatch_indices(len(pieces), n_mb, seed=cfg.seed, step=self.step, epoch=epoch)
             for idx in parts:
-                mb = [pieces[i] for i in idx]
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_stats = loss_backward(
                     self.model,
                     batch,
-                    mb,
+                    [pieces[i] for i in idx],
                     prepared,
                     old,
                     loss_cfg=cfg.loss,
@@ -248,18 +288,7 @@ class Trainer:
                 if epoch == 0:  # report the first pass over the batch
                     for k, v in mb_stats.items():
                         stats[k] = stats.get(k, 0.0) + v
-        self.step += 1
-        self.policy_version += 1
-        stats["grad_norm"] = norms[0]
-        stats["grad_norm_last"] = norms[-1]
-        stats["optimizer_steps"] = float(len(norms))
-        stats["lr"] = lr
-        stats["num_tokens"] = float(batch.num_tokens)
-        stats["num_memberships"] = float(batch.num_memberships)
-        stats["num_pieces"] = float(len(pieces))
-        stats["num_minibatches"] = float(n_mb)
-        stats["minibatches_capped"] = float(n_mb < cfg.num_minibatches)
-        return {**stats, **prepared.metrics}
+        return stats, norms
 
     def sft_step(
         self, trees: Sequence[PackedTree], *, aggregation: Aggregation = "unique_token_mean"

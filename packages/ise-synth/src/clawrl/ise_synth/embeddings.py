@@ -246,29 +246,39 @@ def load_embedder(kind: str = "auto", batch_size: int = 64) -> Embedder:
     if kind not in ("auto", "mpnet", "minilm", "tfidf"):
         raise EmbeddingError(f"unknown embedding {kind!r} (auto, mpnet, minilm, tfidf)")
     fallbacks: list[str] = []
-    if kind in ("auto", "mpnet"):
-        cached = default_mpnet_dir()
-        source = os.environ.get("CLAWRL_MPNET_DIR") or (
-            str(cached) if (cached / "modules.json").exists() else MPNET
-        )
+    for name, label, build in _SENTENCE_TRANSFORMERS:
+        if kind not in ("auto", name):
+            continue
         try:
-            emb: Embedder = SentenceTransformerEmbedder(source, "all-mpnet-base-v2", batch_size)
-            emb.fallbacks = fallbacks
-            return emb
+            emb: Embedder = build(batch_size)
         except EmbeddingError as exc:
-            if kind == "mpnet":
+            if kind == name:
                 raise
-            fallbacks.append(f"all-mpnet-base-v2 unavailable ({str(exc)[:200]})")
-    if kind in ("auto", "minilm"):
-        try:
-            path, package = _minilm_dir()
-            emb = SentenceTransformerEmbedder(path, f"all-MiniLM-L6-v2 ({package})", batch_size)
-            emb.fallbacks = fallbacks
-            return emb
-        except EmbeddingError as exc:
-            if kind == "minilm":
-                raise
-            fallbacks.append(f"all-MiniLM-L6-v2 unavailable ({str(exc)[:200]})")
+            fallbacks.append(f"{label} unavailable ({str(exc)[:200]})")
+            continue
+        emb.fallbacks = fallbacks
+        return emb
     emb = TfidfEmbedder()
     emb.fallbacks = fallbacks
     return emb
+
+
+def _mpnet_embedder(batch_size: int) -> Embedder:
+    cached = default_mpnet_dir()
+    source = os.environ.get("CLAWRL_MPNET_DIR") or (
+        str(cached) if (cached / "modules.json").exists() else MPNET
+    )
+    return SentenceTransformerEmbedder(source, "all-mpnet-base-v2", batch_size)
+
+
+def _minilm_embedder(batch_size: int) -> Embedder:
+    path, package = _minilm_dir()
+    return SentenceTransformerEmbedder(path, f"all-MiniLM-L6-v2 ({package})", batch_size)
+
+
+# The sentence-transformer models in fallback order: kind, name in the fallback notes, loader
+# (raising EmbeddingError when the model is not available).
+_SENTENCE_TRANSFORMERS: tuple[tuple[str, str, Callable[[int], Embedder]], ...] = (
+    ("mpnet", "all-mpnet-base-v2", _mpnet_embedder),
+    ("minilm", "all-MiniLM-L6-v2", _minilm_embedder),
+)

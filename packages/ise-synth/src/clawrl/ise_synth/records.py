@@ -92,13 +92,7 @@ class IntentRecord:
             raise IseSynthError(f"intent record lacks {missing}")
         known = {*names, "renderer", "seed", "index"}
         return cls(
-            id=d["id"],
-            intent=d["intent"],
-            persona=d["persona"],
-            domains=d["domains"],
-            tools=d["tools"],
-            skills=d["skills"],
-            complexity=d["complexity"],
+            **{k: d[k] for k in names},
             renderer=d.get("renderer", "unknown"),
             seed=int(d.get("seed", 0)),
             index=int(d.get("index", 0)),

@@ -13,6 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from clawrl.rl_core.train.loop import TrainLoop
+    from rich.console import Console
 
 __all__ = ["main"]
 
@@ -37,11 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    from clawrl.rl_core.errors import RLCoreError
-    from clawrl.rl_core.train.config import load_config
-
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` values, then the named flags as ``section.key=value`` overrides."""
     overrides = list(args.overrides)
     for flag, key in (
         (args.algo, "algo.name"),
@@ -51,16 +53,61 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if flag is not None:
             overrides.append(f"{key}={flag!r}" if isinstance(flag, str) else f"{key}={flag}")
-    config_path = args.config
-    if config_path is None and args.resume and args.out:
+    return overrides
+
+
+def _config_path(args: argparse.Namespace) -> str | None:
+    """``--config``; or, on ``--resume`` without it, the run's saved ``config.json``."""
+    if args.config is None and args.resume and args.out:
         saved = Path(args.out) / "config.json"
         if saved.exists():
-            config_path = str(saved)
+            return str(saved)
+    return args.config
+
+
+def _run_with_progress(loop: TrainLoop, console: Console) -> dict[str, Any]:
+    """Run ``loop`` under a rich progress bar of the current batch's rollouts."""
+    import asyncio
+
+    from clawrl.bench import RolloutEvent
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        bar = progress.add_task("rollouts", total=0)
+
+        def on_event(ev: object) -> None:
+            if isinstance(ev, RolloutEvent) and ev.kind in ("started", "finished"):
+                progress.update(bar, total=ev.total, completed=ev.done)
+            elif isinstance(ev, RolloutEvent) and ev.kind == "message":
+                console.log(ev.message)
+
+        loop.progress = on_event
+        return asyncio.run(loop.run())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``train`` command; returns the exit status (0 done, 1 the run failed with an
+    rl-core error, 2 a configuration error)."""
+    args = _parser().parse_args(argv)
+    from clawrl.rl_core.errors import RLCoreError
+    from clawrl.rl_core.train.config import load_config
+
     try:
-        cfg = load_config(config_path, overrides)
+        cfg = load_config(_config_path(args), _overrides(args))
     except RLCoreError as exc:
         print(f"train: config error: {exc}", file=sys.stderr)
         return 2
+    import asyncio
+    import json
+
+    from clawrl.rl_core.train.loop import TrainLoop
     from rich.console import Console
 
     console = Console(stderr=False, highlight=False)
@@ -72,51 +119,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             console.log(line)
 
-    import asyncio
-    import json
-
-    from clawrl.rl_core.train.loop import TrainLoop
-
     loop = TrainLoop(cfg, resume=args.resume, say=say)
-    if cfg.logging.progress and not args.no_progress:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
-            bar = progress.add_task("rollouts", total=0)
-
-            def on_event(ev: object) -> None:
-                from clawrl.bench import RolloutEvent
-
-                if isinstance(ev, RolloutEvent) and ev.kind in ("started", "finished"):
-                    progress.update(bar, total=ev.total, completed=ev.done)
-                elif isinstance(ev, RolloutEvent) and ev.kind == "message":
-                    console.log(ev.message)
-
-            loop.progress = on_event
-            try:
-                summary = asyncio.run(loop.run())
-            except RLCoreError as exc:
-                console.log(f"train: error: {exc}")
-                return 1
-    else:
-        try:
-            summary = asyncio.run(loop.run())
-        except RLCoreError as exc:
+    try:
+        summary = asyncio.run(loop.run()) if plain else _run_with_progress(loop, console)
+    except RLCoreError as exc:
+        if plain:
             print(f"train: error: {exc}", file=sys.stderr)
-            return 1
+        else:
+            console.log(f"train: error: {exc}")
+        return 1
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -10,6 +10,7 @@ comms/social, multimedia, agent memory, system infrastructure), each with tools 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -34,15 +35,8 @@ class Persona:
     work_context: str
 
     def to_dict(self) -> dict[str, str]:
-        return {
-            "name": self.name,
-            "role": self.role,
-            "industry": self.industry,
-            "expertise": self.expertise,
-            "experience_level": self.experience_level,
-            "communication_style": self.communication_style,
-            "work_context": self.work_context,
-        }
+        """Every field by name, in declaration order."""
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

@@ -302,14 +302,22 @@ def _plan(kind: str, body: Any) -> Plan:
     return ("tool", name, _shell_args(schema, command), step)
 
 
+async def _model_request(
+    request: Request, api: str, kind: str
+) -> tuple[int, Plan, dict[str, Any], Any]:
+    """Record a model request (as ``api``) and plan its answer (for ``kind``): the record's
+    index, the plan, the body if it is a JSON object (else ``{}``) and the model it names."""
+    index, body = await _record(request, api)
+    plan = _plan(kind, body)
+    body = body if isinstance(body, dict) else {}
+    return index, plan, body, body.get("model", MODEL)
+
+
 # ----------------------------------------------------------------------------- chat completions
 
 
 async def chat_completions(request: Request) -> Response:
-    index, body = await _record(request, "chat-completions")
-    plan = _plan("chat", body)
-    body = body if isinstance(body, dict) else {}
-    model = body.get("model", MODEL)
+    index, plan, body, model = await _model_request(request, "chat-completions", "chat")
     cid, created = f"chatcmpl-{uuid.uuid4().hex[:12]}", int(time.time())
     usage = {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020}
     if plan[0] == "tool":
@@ -405,10 +413,7 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def anthropic_messages(request: Request) -> Response:
-    index, body = await _record(request, "messages")
-    plan = _plan("messages", body)
-    body = body if isinstance(body, dict) else {}
-    model = body.get("model", MODEL)
+    index, plan, body, model = await _model_request(request, "messages", "messages")
     mid = f"msg_{uuid.uuid4().hex[:20]}"
     blocks: list[dict[str, Any]] = []
     if plan[0] == "tool":
@@ -521,10 +526,7 @@ async def anthropic_count_tokens(request: Request) -> Response:
 
 
 async def responses(request: Request) -> Response:
-    index, body = await _record(request, "responses")
-    plan = _plan("responses", body)
-    body = body if isinstance(body, dict) else {}
-    model = body.get("model", MODEL)
+    index, plan, body, model = await _model_request(request, "responses", "responses")
     rid, created = f"resp_{uuid.uuid4().hex[:20]}", int(time.time())
     items: list[dict[str, Any]] = []
     if plan[0] == "tool":

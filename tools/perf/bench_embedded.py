@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from clawrl.proxy.backends.base import (
+from clawrl.proxy import (
+    EmbeddedBackend,
     GenerationRequest,
     GenerationResult,
     SamplingParams,
     TokenDelta,
+    build_default_model,
 )
-from clawrl.proxy.backends.embedded import EmbeddedBackend
-from clawrl.proxy.model_kit import build_default_model
 
 
 async def one_case(

@@ -35,9 +35,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from clawrl.proxy import AdminClient, ChatRenderer, NullBackend
-from clawrl.proxy.backends.base import GenerationRequest, SamplingParams
-from clawrl.proxy.model_kit import build_default_model
+from clawrl.proxy import (
+    AdminClient,
+    ChatRenderer,
+    GenerationRequest,
+    NullBackend,
+    SamplingParams,
+    build_default_model,
+)
 
 RESULTS = Path(__file__).parent / "results" / "proxy.json"
 

@@ -26,9 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from clawrl.bench import RolloutOptions, RolloutRunner, RolloutSpec, get_harness
-from clawrl.bench.cli import select_tasks
-from clawrl.bench.config import BenchConfig
+from clawrl.bench import (
+    BenchConfig,
+    RolloutOptions,
+    RolloutRunner,
+    RolloutSpec,
+    get_harness,
+    select_tasks,
+)
 from clawrl.proxy import BackendConfig, build_default_model, make_backend, serve
 
 ROOT = Path(__file__).resolve().parents[2]

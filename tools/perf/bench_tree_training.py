@@ -126,8 +126,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         prepare_rl,
         split_by_token_budget,
         tree_attention_mask,
+        tree_block_mask,
     )
-    from clawrl.rl_core.flex import tree_block_mask
 
     torch.set_num_threads(args.threads)
     gpu = args.gpu
@@ -293,8 +293,7 @@ def main() -> None:
     # the O(N) BlockMask construction for the full ENVIRONMENT.md workload (27,200 tokens),
     # timed here on this machine's CPU (the GPU builds it from the same tensor ops)
     import torch
-    from clawrl.rl_core import pack_token_sequences
-    from clawrl.rl_core.flex import tree_block_mask
+    from clawrl.rl_core import pack_token_sequences, tree_block_mask
 
     torch.set_num_threads(args.threads)
     ise = pack_token_sequences(build_sequences(68, 240, 160, 1000, 0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clawrl.bench.cli import select_tasks
+from clawrl.bench import select_tasks
 from clawrl.bench.config import BenchConfig, ConfigError, load_config
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -24,6 +24,7 @@ import clawrl.bench.sandbox_executor as _sandbox_executor
 import clawrl.bench.task as _task
 import clawrl.bench.verify as _verify
 import clawrl.bench.workspace_diff as _workspace_diff
+from clawrl.bench.config import BenchConfig, select_tasks
 from clawrl.bench.errors import *  # noqa: F403
 from clawrl.bench.executors import *  # noqa: F403
 from clawrl.bench.harness import (
@@ -64,6 +65,7 @@ from clawrl.bench.workspace_diff import *  # noqa: F403
 __version__ = "0.1.0"
 
 __all__ = [
+    "BenchConfig",
     "ClaudeCodeHarness",
     "CodexHarness",
     "DEFAULT_MAX_TURNS",
@@ -89,6 +91,7 @@ __all__ = [
     "oracle_shell_command",
     "reference_agent_path",
     "scripted_oracle",
+    "select_tasks",
     *_errors.__all__,
     *_executors.__all__,
     *_learnable.__all__,

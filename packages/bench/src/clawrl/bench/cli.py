@@ -29,10 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from clawrl.bench.config import BenchConfig, ConfigError, load_config
+from clawrl.bench.config import BenchConfig, ConfigError, load_config, select_tasks
 from clawrl.bench.errors import BenchError
 from clawrl.bench.harness import HarnessAdapter, get_harness, harness_names, oracle_completions
-from clawrl.bench.loaders import load_builtin_suite, load_suite, load_task
 from clawrl.bench.report import summarize, write_results
 from clawrl.bench.runner import (
     ModelEndpoint,
@@ -44,13 +43,13 @@ from clawrl.bench.runner import (
     RolloutStatus,
     plan_rollouts,
 )
-from clawrl.bench.task import CATEGORIES, DIFFICULTIES, Task
+from clawrl.bench.task import Task
 from clawrl.proxy import ProxyStartError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-__all__ = ["main", "select_tasks"]
+__all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -92,44 +91,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-html", dest="html", action="store_false", default=None)
     p.add_argument("--list", action="store_true", help="list the selected tasks and exit")
     return p
-
-
-def _default_slice(tasks: Sequence[Task]) -> list[Task]:
-    """One task per category: the easiest, then the first id."""
-    rank = {d: i for i, d in enumerate(DIFFICULTIES)}
-    best: dict[str, Task] = {}
-    for t in sorted(tasks, key=lambda t: (rank.get(t.difficulty or "", 9), t.id)):
-        best.setdefault(t.category or "uncategorised", t)
-    order = list(CATEGORIES)
-    return sorted(
-        best.values(), key=lambda t: (order.index(t.category) if t.category in order else 99, t.id)
-    )
-
-
-def select_tasks(cfg: BenchConfig) -> list[Task]:
-    """The tasks a configuration selects: every suite (sliced unless ``task_ids`` are
-    given) plus the explicit task directories, filtered by ``task_ids``.
-
-    Raises:
-        TaskLoadError: a task directory cannot be loaded.
-        ConfigError: a requested task id is not found, or nothing is selected.
-    """
-    selected: list[Task] = []
-    for suite in cfg.suites:
-        loaded = load_builtin_suite() if suite == "builtin" else load_suite(Path(suite))
-        if not cfg.task_ids and cfg.slice == "default":
-            loaded = _default_slice(loaded)
-        selected += loaded
-    selected += [load_task(Path(p)) for p in cfg.tasks]
-    if cfg.task_ids:
-        by_id = {t.id: t for t in selected}
-        missing = [i for i in cfg.task_ids if i not in by_id]
-        if missing:
-            raise ConfigError(f"task ids not found: {', '.join(missing)}")
-        selected = [by_id[i] for i in cfg.task_ids]
-    if not selected:
-        raise ConfigError("no task selected")
-    return selected
 
 
 @contextlib.asynccontextmanager

@@ -29,14 +29,17 @@ Example ``bench.toml`` (all keys optional; these are the defaults)::
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from clawrl.bench.errors import BenchError
+from clawrl.bench.loaders import load_builtin_suite, load_suite, load_task
 from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
+from clawrl.bench.task import CATEGORIES, DIFFICULTIES, Task
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["BenchConfig", "ConfigError", "load_config"]
+__all__ = ["BenchConfig", "ConfigError", "load_config", "select_tasks"]
 
 
 class ConfigError(BenchError):
@@ -94,3 +97,41 @@ def load_config(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
         raise ConfigError(f"invalid configuration: {problems}") from None
+
+
+def _default_slice(tasks: Sequence[Task]) -> list[Task]:
+    """One task per category: the easiest, then the first id."""
+    rank = {d: i for i, d in enumerate(DIFFICULTIES)}
+    best: dict[str, Task] = {}
+    for t in sorted(tasks, key=lambda t: (rank.get(t.difficulty or "", 9), t.id)):
+        best.setdefault(t.category or "uncategorised", t)
+    order = list(CATEGORIES)
+    return sorted(
+        best.values(), key=lambda t: (order.index(t.category) if t.category in order else 99, t.id)
+    )
+
+
+def select_tasks(cfg: BenchConfig) -> list[Task]:
+    """The tasks a configuration selects: every suite (sliced unless ``task_ids`` are
+    given) plus the explicit task directories, filtered by ``task_ids``.
+
+    Raises:
+        TaskLoadError: a task directory cannot be loaded.
+        ConfigError: a requested task id is not found, or nothing is selected.
+    """
+    selected: list[Task] = []
+    for suite in cfg.suites:
+        loaded = load_builtin_suite() if suite == "builtin" else load_suite(Path(suite))
+        if not cfg.task_ids and cfg.slice == "default":
+            loaded = _default_slice(loaded)
+        selected += loaded
+    selected += [load_task(Path(p)) for p in cfg.tasks]
+    if cfg.task_ids:
+        by_id = {t.id: t for t in selected}
+        missing = [i for i in cfg.task_ids if i not in by_id]
+        if missing:
+            raise ConfigError(f"task ids not found: {', '.join(missing)}")
+        selected = [by_id[i] for i in cfg.task_ids]
+    if not selected:
+        raise ConfigError("no task selected")
+    return selected

@@ -31,6 +31,7 @@ from clawrl.rl_core.errors import (
     SFTDataError,
     TokenBudgetError,
 )
+from clawrl.rl_core.flex import tree_block_mask
 from clawrl.rl_core.forward import (
     TreeForwardOutput,
     TreeModel,
@@ -130,6 +131,7 @@ __all__ = [
     "sft_loss",
     "split_by_token_budget",
     "tree_attention_mask",
+    "tree_block_mask",
     "tree_forward",
     "truncated_importance_weights",
     "validate_packed_tree",

@@ -421,57 +421,27 @@ def scripted_agent_completions(queries: Sequence[str]) -> list[str]:
     """
     from clawrl.proxy import format_assistant_text as fmt
 
+    def call(name: str, args: dict[str, Any], reasoning: str | None = None) -> str:
+        return fmt(reasoning=reasoning, tool_calls=[(name, args)])
+
+    notes = "notes/context.md"
     out: list[str] = []
     n = len(queries)
     for k, query in enumerate(queries, 1):
         if k == 1:
-            out.append(
-                fmt(
-                    reasoning="Check the notes first.",
-                    tool_calls=[("read_file", {"path": "notes/context.md"})],
-                )
-            )
-            out.append(
-                fmt(
-                    reasoning="No notes yet; create them.",
-                    tool_calls=[
-                        (
-                            "write_file",
-                            {"path": "notes/context.md", "content": f"# Context\n{query[:200]}\n"},
-                        )
-                    ],
-                )
-            )
-            out.append(fmt(tool_calls=[("read_file", {"path": "notes/context.md"})]))
+            out.append(call("read_file", {"path": notes}, "Check the notes first."))
+            create = {"path": notes, "content": f"# Context\n{query[:200]}\n"}
+            out.append(call("write_file", create, "No notes yet; create them."))
+            out.append(call("read_file", {"path": notes}))
         if k == n and n > 1:
-            out.append(
-                fmt(
-                    reasoning="Final check of every step file.",
-                    tool_calls=[("bash", {"command": "wc -l work/*.md && ls -R"})],
-                )
-            )
-            out.append(
-                fmt(
-                    reasoning="Everything is there.",
-                    content=f"Checked {n - 1} step files; all present.",
-                )
-            )
+            check = "wc -l work/*.md && ls -R"
+            out.append(call("bash", {"command": check}, "Final check of every step file."))
+            done = f"Checked {n - 1} step files; all present."
+            out.append(fmt(reasoning="Everything is there.", content=done))
             continue
-        out.append(
-            fmt(
-                reasoning=f"Record step {k}.",
-                tool_calls=[
-                    (
-                        "write_file",
-                        {"path": f"work/step{k}.md", "content": f"# Step {k}\n{query[:300]}\n"},
-                    )
-                ],
-            )
-        )
-        out.append(
-            fmt(tool_calls=[("bash", {"command": f"ls work && grep -c Step work/step{k}.md"})])
-        )
-        out.append(
-            fmt(reasoning="Summarise.", content=f"Done with step {k}: wrote work/step{k}.md.")
-        )
+        step = f"work/step{k}.md"
+        content = f"# Step {k}\n{query[:300]}\n"
+        out.append(call("write_file", {"path": step, "content": content}, f"Record step {k}."))
+        out.append(call("bash", {"command": f"ls work && grep -c Step {step}"}))
+        out.append(fmt(reasoning="Summarise.", content=f"Done with step {k}: wrote {step}."))
     return out

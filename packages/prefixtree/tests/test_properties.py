@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 from clawrl.prefixtree import (
+    MEMBERSHIP_ARRAYS,
+    TOKEN_ARRAYS,
     Call,
     PackedTree,
     PrefixTree,
@@ -288,17 +290,7 @@ def test_serialization_round_trips(calls: list[tuple[str, Call]]) -> None:
     for _, c in calls:
         assert back.get_call(c.call_id) == c
     p, q = tree.pack(), back.pack()
-    for name in (
-        "input_ids",
-        "position_ids",
-        "parent_index",
-        "subtree_end",
-        "trainable",
-        "mem_token",
-        "mem_traj",
-        "mem_logprob",
-        "mem_policy_version",
-    ):
+    for name in (*TOKEN_ARRAYS, *MEMBERSHIP_ARRAYS):
         assert np.array_equal(getattr(p, name), getattr(q, name)), name
     assert p.trajectories == q.trajectories
 

@@ -31,7 +31,14 @@ from clawrl.prefixtree.filters import (
     remove_dead_leaves,
     tag_side_paths,
 )
-from clawrl.prefixtree.pack import PackedTree, TrajectoryInfo, pack_tree
+from clawrl.prefixtree.pack import (
+    MEMBERSHIP_ARRAYS,
+    TOKEN_ARRAYS,
+    PackedSizes,
+    PackedTree,
+    TrajectoryInfo,
+    pack_tree,
+)
 from clawrl.prefixtree.serialize import FORMAT_VERSION, dumps, loads
 from clawrl.prefixtree.tree import (
     InvariantError,
@@ -48,8 +55,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FORMAT_VERSION",
+    "MEMBERSHIP_ARRAYS",
     "OVER_BRANCHED_FLAG",
     "SIDE_PATH_FLAG",
+    "TOKEN_ARRAYS",
     "UNTRAINABLE_FINISH_REASONS",
     "Call",
     "DuplicateCallError",
@@ -60,6 +69,7 @@ __all__ = [
     "MergeConflictError",
     "Node",
     "Observation",
+    "PackedSizes",
     "PackedTree",
     "PrefixTree",
     "PrefixTreeError",

@@ -33,7 +33,44 @@ from clawrl.prefixtree.errors import MaskTooLargeError, PrefixTreeError
 if TYPE_CHECKING:
     from clawrl.prefixtree.tree import PrefixTree
 
-__all__ = ["PackedTree", "TrajectoryInfo", "pack_tree"]
+__all__ = [
+    "MEMBERSHIP_ARRAYS",
+    "TOKEN_ARRAYS",
+    "PackedSizes",
+    "PackedTree",
+    "TrajectoryInfo",
+    "pack_tree",
+]
+
+#: the packed layout's per-token arrays (length N, DFS order), see :class:`PackedTree`
+TOKEN_ARRAYS = ("input_ids", "position_ids", "parent_index", "subtree_end", "trainable")
+#: the packed layout's per-membership arrays (length M), see :class:`PackedTree`
+MEMBERSHIP_ARRAYS = ("mem_token", "mem_traj", "mem_logprob", "mem_policy_version")
+
+
+class PackedSizes:
+    """N, M and T of a packed layout: :class:`PackedTree`, or a forest of them (rl-core's
+    ``TreeBatch``). A base for classes with ``input_ids`` [N], ``mem_token`` [M] and
+    ``trajectories`` (T entries)."""
+
+    input_ids: np.ndarray
+    mem_token: np.ndarray
+    trajectories: tuple[TrajectoryInfo, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        """N, the number of packed (unique) tokens."""
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_memberships(self) -> int:
+        """M, the number of (trainable token, trajectory) memberships."""
+        return int(self.mem_token.shape[0])
+
+    @property
+    def num_trajectories(self) -> int:
+        """T, the number of trajectories."""
+        return len(self.trajectories)
 
 
 @dataclass(frozen=True)
@@ -71,7 +108,7 @@ class TrajectoryInfo:
 
 
 @dataclass(frozen=True)
-class PackedTree:
+class PackedTree(PackedSizes):
     """A prefix tree laid out in DFS order for one forward pass with tree attention.
 
     N = number of unique tokens in the tree; M = number of (token, trajectory) memberships of
@@ -121,23 +158,6 @@ class PackedTree:
     logprob_spread: np.ndarray | None = None
     mem_call: np.ndarray | None = None
     call_ids: tuple[str, ...] = ()
-
-    # ------------------------------------------------------------------ sizes
-
-    @property
-    def num_tokens(self) -> int:
-        """N, the number of packed (unique) tokens."""
-        return int(self.input_ids.shape[0])
-
-    @property
-    def num_memberships(self) -> int:
-        """M, the number of (trainable token, trajectory) memberships."""
-        return int(self.mem_token.shape[0])
-
-    @property
-    def num_trajectories(self) -> int:
-        """T, the number of trajectories."""
-        return len(self.trajectories)
 
     # ------------------------------------------------------------------ paths
 

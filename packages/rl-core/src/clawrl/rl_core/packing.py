@@ -26,8 +26,11 @@ from typing import Any
 
 import numpy as np
 from clawrl.prefixtree import (
+    MEMBERSHIP_ARRAYS,
     SIDE_PATH_FLAG,
+    TOKEN_ARRAYS,
     Call,
+    PackedSizes,
     PackedTree,
     PrefixTree,
     PrefixTreeError,
@@ -234,7 +237,7 @@ def validate_packed_tree(tree: PackedTree) -> None:
 
 
 @dataclass(frozen=True)
-class TreeBatch:
+class TreeBatch(PackedSizes):
     """Several packed trees concatenated into one forest (global token/trajectory indices).
 
     Token arrays have length N (sum over trees), membership arrays length M; ``trajectories``
@@ -254,18 +257,6 @@ class TreeBatch:
     trajectories: tuple[TrajectoryInfo, ...]
     tree_of_traj: np.ndarray
 
-    @property
-    def num_tokens(self) -> int:
-        return int(self.input_ids.shape[0])
-
-    @property
-    def num_memberships(self) -> int:
-        return int(self.mem_token.shape[0])
-
-    @property
-    def num_trajectories(self) -> int:
-        return len(self.trajectories)
-
     @classmethod
     def from_trees(cls, trees: Sequence[PackedTree], validate: bool = True) -> TreeBatch:
         """Concatenate ``trees`` (validated with :func:`validate_packed_tree` unless
@@ -279,19 +270,7 @@ class TreeBatch:
         tok_off = 0
         trj_off = 0
         parts: dict[str, list[np.ndarray]] = {
-            k: []
-            for k in (
-                "input_ids",
-                "position_ids",
-                "parent_index",
-                "subtree_end",
-                "trainable",
-                "mem_token",
-                "mem_traj",
-                "mem_logprob",
-                "mem_policy_version",
-                "tree_of_traj",
-            )
+            k: [] for k in (*TOKEN_ARRAYS, *MEMBERSHIP_ARRAYS, "tree_of_traj")
         }
         trajs: list[TrajectoryInfo] = []
         for t_i, tree in enumerate(trees):
@@ -309,19 +288,12 @@ class TreeBatch:
             parts["mem_logprob"].append(np.asarray(tree.mem_logprob, dtype=np.float64))
             parts["mem_policy_version"].append(np.asarray(tree.mem_policy_version, dtype=np.int64))
             parts["tree_of_traj"].append(np.full(len(tree.trajectories), t_i, dtype=np.int64))
-            for tr in tree.trajectories:
-                trajs.append(
-                    TrajectoryInfo(
-                        index=tr.index + trj_off,
-                        rollout_id=tr.rollout_id,
-                        leaf_call_id=tr.leaf_call_id,
-                        leaf_token=tr.leaf_token + tok_off,
-                        length=tr.length,
-                        n_trainable=tr.n_trainable,
-                        side_path=tr.side_path,
-                        metadata=tr.metadata,
-                    )
+            trajs += [
+                dataclasses.replace(
+                    tr, index=tr.index + trj_off, leaf_token=tr.leaf_token + tok_off
                 )
+                for tr in tree.trajectories
+            ]
             tok_off += n
             trj_off += len(tree.trajectories)
         arrays = {k: np.concatenate(v) for k, v in parts.items()}

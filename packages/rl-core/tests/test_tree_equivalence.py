@@ -109,6 +109,34 @@ def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
     return out
 
 
+def _case(
+    tiny_model_factory: Callable[..., Any],
+    seq_factory: Callable[..., Any],
+    mode: str,
+    seed: int,
+    n_seq: int,
+    budget: int | None,
+) -> tuple[random.Random, Any, ValueHead | None, list[Any], TreeBatch, list[Any]] | None:
+    """One property case: the rng (after drawing the sequences), a tiny model, a value head
+    for PPO, the sequences packed into a batch and its token-budget pieces; None when the
+    batch has no membership."""
+    rng = random.Random(seed)
+    model = tiny_model_factory(seed=seed % 3)
+    head = None
+    if mode == "ppo":
+        head = ValueHead(model.config.hidden_size).double()
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            head.linear.weight.normal_(0, 0.3)
+    seqs = seq_factory(rng, n_seq, side_prob=0.2)
+    batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
+    if batch.num_memberships == 0:
+        return None
+    max_len = int(batch.position_ids.max()) + 1
+    pieces = split_by_token_budget(batch, None if budget is None else max(budget, max_len))
+    return rng, model, head, seqs, batch, pieces
+
+
 @pytest.mark.parametrize("mode", ["ppo", "grpo", "sft"])
 @SETTINGS
 @given(
@@ -129,21 +157,10 @@ def test_tree_loss_and_grads_equal_flat(
     aggregation: str,
     budget: int | None,
 ) -> None:
-    rng = random.Random(seed)
-    model = tiny_model_factory(seed=seed % 3)
-    head = None
-    if mode == "ppo":
-        head = ValueHead(model.config.hidden_size).double()
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            head.linear.weight.normal_(0, 0.3)
-    seqs = seq_factory(rng, n_seq, side_prob=0.2)
-    tree = pack_token_sequences(seqs)
-    batch = TreeBatch.from_trees([tree])
-    if batch.num_memberships == 0:
+    case = _case(tiny_model_factory, seq_factory, mode, seed, n_seq, budget)
+    if case is None:
         return
-    max_len = int(batch.position_ids.max()) + 1
-    pieces = split_by_token_budget(batch, None if budget is None else max(budget, max_len))
+    rng, model, head, seqs, batch, pieces = case
     cfg = LossConfig(clip_eps_low=0.1, clip_eps_high=0.3, aggregation=aggregation)  # type: ignore[arg-type]
     ppo = PPOConfig(gamma=0.9, lam=0.8, value_coef=0.7, value_clip=0.05)
     old = old_pass(model, batch, pieces, value_head=head)
@@ -237,21 +254,11 @@ def test_tree_loss_and_grads_equal_flat_with_kl_and_entropy(
     """The KL (k3 to a reference model) and entropy terms on: tree loss and gradients equal
     the flat per-trajectory computation, whose reference logprobs come from its own
     per-path forward of the reference model (not from the old pass)."""
-    rng = random.Random(seed)
-    model = tiny_model_factory(seed=seed % 3)
-    ref_model = tiny_model_factory(seed=seed % 3 + 10)  # another policy: KL well above 0
-    head = None
-    if mode == "ppo":
-        head = ValueHead(model.config.hidden_size).double()
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            head.linear.weight.normal_(0, 0.3)
-    seqs = seq_factory(rng, n_seq, side_prob=0.2)
-    batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
-    if batch.num_memberships == 0:
+    case = _case(tiny_model_factory, seq_factory, mode, seed, n_seq, budget)
+    if case is None:
         return
-    max_len = int(batch.position_ids.max()) + 1
-    pieces = split_by_token_budget(batch, None if budget is None else max(budget, max_len))
+    rng, model, head, seqs, batch, pieces = case
+    ref_model = tiny_model_factory(seed=seed % 3 + 10)  # another policy: KL well above 0
     cfg = LossConfig(
         clip_eps_low=0.1,
         clip_eps_high=0.3,

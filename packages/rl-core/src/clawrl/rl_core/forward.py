@@ -173,6 +173,38 @@ def _attention_mask_for(model: nn.Module, subtree_end: Tensor, dtype: torch.dtyp
     )
 
 
+def _sliding_window(model: nn.Module) -> int | None:
+    """The window of the model's ``sliding_attention`` layers (Qwen2 / Qwen3 configs with
+    ``use_sliding_window``), or None when every layer attends fully (Llama, Qwen2.5)."""
+    cfg = model.config
+    if "sliding_attention" not in (getattr(cfg, "layer_types", None) or ()):
+        return None
+    window = getattr(cfg, "sliding_window", None)
+    return int(window) if window else None
+
+
+def _tree_masks(
+    model: nn.Module, subtree_end: Tensor, position_ids: Tensor, dtype: torch.dtype
+) -> object:
+    """The attention mask argument: one tree mask, or, for a model with sliding-window layers,
+    ``{"full_attention": tree, "sliding_attention": tree and depth(i) - depth(j) < window}``
+    (a single 4-D mask would be applied to the sliding layers too, silently unwindowed)."""
+    window = _sliding_window(model)
+    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    if window is None or impl not in ("sdpa", "eager"):
+        if window is not None:
+            raise ConfigError(f"sliding-window attention is supported with sdpa/eager, not {impl}")
+        return _attention_mask_for(model, subtree_end, dtype)
+    allowed = tree_attention_mask(subtree_end)
+    near = (position_ids[:, None] - position_ids[None, :]) < window
+    masks = {"full_attention": allowed, "sliding_attention": allowed & near[None, None]}
+    if impl == "sdpa":
+        return masks
+    zero = torch.zeros((), dtype=dtype, device=subtree_end.device)
+    neg = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=subtree_end.device)
+    return {k: torch.where(m, zero, neg) for k, m in masks.items()}
+
+
 def _decoder(model: nn.Module) -> nn.Module:
     get = getattr(model, "get_decoder", None)
     dec = get() if callable(get) else None
@@ -221,6 +253,10 @@ def tree_forward(
     Raises:
         PackingError: a target is a root token or arrays have mismatched shapes.
         ConfigError: the model's attention implementation cannot take a tree mask.
+
+    Families: Llama (tied or untied embeddings), Qwen2 and Qwen3 run unchanged; a config with
+    sliding-window layers (``layer_types`` with ``sliding_attention``) gets a windowed tree
+    mask for those layers (window counted in depth, i.e. along each token's own path).
     """
     n = input_ids.shape[0]
     for name, t in (
@@ -236,7 +272,7 @@ def tree_forward(
     dec = _decoder(model)
     lm_head = model.get_output_embeddings()  # type: ignore[operator]
     dtype = lm_head.weight.dtype
-    mask = _attention_mask_for(model, subtree_end, dtype)
+    mask = _tree_masks(model, subtree_end, position_ids, dtype)
     with torch.set_grad_enabled(torch.is_grad_enabled() and policy_grad):
         out = dec(
             input_ids=input_ids[None],

@@ -1,0 +1,159 @@
+"""Model families (issue 19): tree forward, loss and gradients equal the flat per-path
+computation for tiny random Llama (tied embeddings, as SmolLM2) and Qwen2 configs (float64).
+
+Qwen2's special case is its sliding-window layers: with ``use_sliding_window`` the tree forward
+passes a per-layer-type mask (``forward._tree_masks``); a single tree mask would leave the
+sliding layers unwindowed and the logprobs would differ from the path forward.
+"""
+
+from __future__ import annotations
+
+import random
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from clawrl.rl_core import (
+    CorrectionConfig,
+    LossConfig,
+    OldPass,
+    PPOConfig,
+    TreeBatch,
+    loss_backward,
+    old_pass,
+    pack_token_sequences,
+    prepare_rl,
+    split_by_token_budget,
+    tree_forward,
+)
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+VOCAB = 24
+
+
+def _rmsnorm_f64(self: Any, hidden: torch.Tensor) -> torch.Tensor:
+    var = hidden.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden * torch.rsqrt(var + self.variance_epsilon))
+
+
+def make_family_model(family: str, seed: int = 0) -> Any:
+    """A tiny random model of ``family`` ("llama" tied like SmolLM2; "qwen2"; "qwen2-sliding"
+    with a 3-token window on its second layer), float64."""
+    common: dict[str, Any] = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(seed)
+    if family == "llama":
+        model: Any = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=True, **common))
+    elif family == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(tie_word_embeddings=False, **common))
+    else:
+        cfg = Qwen2Config(use_sliding_window=True, sliding_window=3, max_window_layers=1, **common)
+        model = Qwen2ForCausalLM(cfg)
+    model = model.double()
+    for mod in model.modules():
+        if type(mod).__name__.endswith("RMSNorm"):
+            mod.forward = types.MethodType(_rmsnorm_f64, mod)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+FAMILIES = ["llama", "qwen2", "qwen2-sliding"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_family_tree_logprobs_equal_per_path(
+    family: str, seed: int, seq_factory: Callable[..., Any], path_logprobs: Callable[..., Any]
+) -> None:
+    model = make_family_model(family, seed)
+    if family == "llama":
+        assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    batch = TreeBatch.from_trees([pack_token_sequences(seq_factory(random.Random(seed), 7))])
+    assert int(batch.position_ids.max()) >= 4  # deeper than the sliding window
+    tg = np.nonzero(batch.parent_index >= 0)[0]
+    out = tree_forward(
+        model,
+        *(
+            torch.as_tensor(a)
+            for a in (batch.input_ids, batch.position_ids, batch.parent_index, batch.subtree_end)
+        ),
+        torch.as_tensor(tg),
+        temperature=0.7,
+        chunk_size=5,
+    )
+    per = np.full(batch.num_tokens, np.nan)
+    per[tg] = out.logprobs.detach().numpy()
+    for k in range(batch.num_trajectories):
+        path = batch.path(k)
+        ref = path_logprobs(model, batch.input_ids[path], 0.7).detach().numpy()
+        np.testing.assert_allclose(per[path[1:]], ref[1:], rtol=0, atol=1e-10)
+
+
+def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    out = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params]
+    for p in params:
+        p.grad = None
+    return out
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("mode", ["grpo", "ppo"])
+def test_family_tree_loss_and_grads_equal_flat(
+    family: str, mode: str, seq_factory: Callable[..., Any], flat_loss: Callable[..., Any]
+) -> None:
+    from clawrl.rl_core import ValueHead
+
+    seed = 3
+    rng = random.Random(seed)
+    model = make_family_model(family, seed)
+    head = None
+    if mode == "ppo":
+        head = ValueHead(model.config.hidden_size).double()
+        with torch.no_grad():
+            head.linear.weight.normal_(0, 0.3)
+    seqs = seq_factory(rng, 6)
+    batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
+    pieces = split_by_token_budget(batch, None)
+    cfg = LossConfig(clip_eps_low=0.1, clip_eps_high=0.3, aggregation="token_mean")
+    ppo = PPOConfig(gamma=0.9, lam=0.8, value_coef=0.7, value_clip=0.05)
+    old = old_pass(model, batch, pieces, value_head=head)
+    noise = np.random.default_rng(seed).normal(0, 0.3, batch.num_tokens)
+    old = OldPass(logprobs=old.logprobs + noise, values=old.values)
+    rewards = {s.rollout_id: rng.random() for s in seqs}
+    corr = CorrectionConfig(tis_cap=1.5, mask_low=0.05, mask_high=20.0)
+    prepared = prepare_rl(
+        batch, old, rewards, algorithm=mode, loss_cfg=cfg, ppo_cfg=ppo, corr_cfg=corr
+    )
+    params = list(model.parameters()) + (list(head.parameters()) if head else [])
+    stats = loss_backward(
+        model,
+        batch,
+        pieces,
+        prepared,
+        old,
+        loss_cfg=cfg,
+        ppo_cfg=ppo,
+        value_head=head,
+        chunk_size=4,
+    )
+    g_tree = _grads(params)
+    flat = flat_loss(model, batch, prepared, old, mode, cfg, ppo, head)
+    flat.backward()
+    g_flat = _grads(params)
+    assert stats["loss"] == pytest.approx(float(flat.detach()), rel=1e-6, abs=1e-12)
+    scale = max(float(g.abs().max()) for g in g_flat) or 1.0
+    for gt, gf in zip(g_tree, g_flat, strict=True):
+        torch.testing.assert_close(gt, gf, rtol=1e-6, atol=1e-9 * scale)

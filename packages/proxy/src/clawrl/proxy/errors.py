@@ -30,9 +30,15 @@ __all__ = [
 class ProxyError(Exception):
     """Base of every error raised by clawrl-proxy.
 
+    A subclass states its mapping in its class statement, e.g.
+    ``class NotFoundError(ProxyError, status=404, error_type="not_found_error",
+    code="not_found")``; what it leaves out it inherits, and ``anthropic_type`` follows
+    ``error_type`` unless given.
+
     Attributes:
         status: HTTP status code sent to the client.
-        error_type: the error ``type`` of the OpenAI / Anthropic error object.
+        error_type: the error ``type`` of the OpenAI error object.
+        anthropic_type: the error ``type`` of the Anthropic error object.
         code: a short machine-readable code (OpenAI's ``code`` field).
         param: the request field at fault, when known.
     """
@@ -42,6 +48,25 @@ class ProxyError(Exception):
     anthropic_type: str = "api_error"
     code: str = "internal_error"
 
+    def __init_subclass__(
+        cls,
+        *,
+        status: int | None = None,
+        error_type: str | None = None,
+        anthropic_type: str | None = None,
+        code: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
+        if error_type is not None:
+            cls.error_type = cls.anthropic_type = error_type
+        if anthropic_type is not None:
+            cls.anthropic_type = anthropic_type
+        if code is not None:
+            cls.code = code
+
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
         self.message = message
@@ -50,76 +75,58 @@ class ProxyError(Exception):
             self.code = code
 
 
-class ProxyRequestError(ProxyError):
+class ProxyRequestError(
+    ProxyError, status=400, error_type="invalid_request_error", code="invalid_request"
+):
     """The request is malformed or asks for something the proxy cannot do (HTTP 400)."""
 
-    status = 400
-    error_type = "invalid_request_error"
-    anthropic_type = "invalid_request_error"
-    code = "invalid_request"
 
-
-class UnsupportedParameterError(ProxyRequestError):
+class UnsupportedParameterError(ProxyRequestError, code="unsupported_parameter"):
     """A well-formed parameter whose value the proxy does not support (e.g. ``n`` > 1)."""
 
-    code = "unsupported_parameter"
 
-
-class ContextLengthExceededError(ProxyRequestError):
+class ContextLengthExceededError(ProxyRequestError, code="context_length_exceeded"):
     """The rendered prompt leaves no room for a single completion token."""
 
-    code = "context_length_exceeded"
 
-
-class AuthenticationError(ProxyError):
+class AuthenticationError(
+    ProxyError, status=401, error_type="authentication_error", code="invalid_api_key"
+):
     """Missing or wrong API key for the session (HTTP 401)."""
 
-    status = 401
-    error_type = "authentication_error"
-    anthropic_type = "authentication_error"
-    code = "invalid_api_key"
 
-
-class NotFoundError(ProxyError):
+class NotFoundError(ProxyError, status=404, error_type="not_found_error", code="not_found"):
     """Unknown route (HTTP 404)."""
 
-    status = 404
-    error_type = "not_found_error"
-    anthropic_type = "not_found_error"
-    code = "not_found"
 
-
-class SessionNotFoundError(NotFoundError):
+class SessionNotFoundError(NotFoundError, code="session_not_found"):
     """No session with this id (HTTP 404)."""
 
-    code = "session_not_found"
 
-
-class SessionClosedError(ProxyError):
+class SessionClosedError(
+    ProxyError, status=410, error_type="invalid_request_error", code="session_closed"
+):
     """The session was closed by the admin API (HTTP 410)."""
 
-    status = 410
-    error_type = "invalid_request_error"
-    anthropic_type = "invalid_request_error"
-    code = "session_closed"
 
-
-class PayloadTooLargeError(ProxyError):
+class PayloadTooLargeError(
+    ProxyError,
+    status=413,
+    error_type="invalid_request_error",
+    anthropic_type="request_too_large",
+    code="request_too_large",
+):
     """The request body exceeds the configured limit (HTTP 413)."""
 
-    status = 413
-    error_type = "invalid_request_error"
-    anthropic_type = "request_too_large"
-    code = "request_too_large"
 
-
-class BackendUnavailableError(ProxyError):
+class BackendUnavailableError(
+    ProxyError,
+    status=503,
+    error_type="server_error",
+    anthropic_type="overloaded_error",
+    code="backend_unavailable",
+):
     """The inference backend is down or failed this generation (HTTP 503)."""
-
-    status = 503
-    error_type = "server_error"
-    anthropic_type = "overloaded_error"
-    code = "backend_unavailable"
 
 
 class CaptureError(ProxyError):

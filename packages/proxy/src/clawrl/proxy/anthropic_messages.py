@@ -14,6 +14,7 @@ unknown field. Images and documents are rejected with a typed 400.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -24,13 +25,11 @@ from clawrl.proxy.errors import (
     UnsupportedParameterError,
     anthropic_error_body,
 )
+from clawrl.proxy.request_fields import call_fields, function_tool, tool_call, tool_list
 from clawrl.proxy.validation import (
-    opt_bool,
     opt_int,
     opt_kind,
-    opt_number,
     opt_str,
-    opt_top_k,
     req_list,
     req_obj,
     req_str,
@@ -53,12 +52,17 @@ def _system_text(v: Any, param: str) -> str:
     return text_of_parts(v, param, _system_part, sep="\n")
 
 
+def _bad_block(kind: str | None, q: str) -> ProxyRequestError:
+    """The error for a block of type ``kind`` (at ``q``) a message cannot hold."""
+    if kind in _UNSUPPORTED_BLOCKS:
+        return UnsupportedParameterError(f"{q}: {kind} blocks are not supported", param=q)
+    return ProxyRequestError(f"{q}: unknown block type {kind!r}", param=q + ".type")
+
+
 def _result_part(b: dict[str, Any], kind: str | None, q: str) -> str:
     if kind == "text":
         return req_str(b.get("text"), q + ".text")
-    if kind in _UNSUPPORTED_BLOCKS:
-        raise UnsupportedParameterError(f"{q}: {kind} blocks are not supported", param=q)
-    raise ProxyRequestError(f"{q}: unknown block type {kind!r}", param=q + ".type")
+    raise _bad_block(kind, q)
 
 
 def _result_text(v: Any, param: str) -> str:
@@ -69,6 +73,70 @@ def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     return [req_obj(b, f"{param}[{i}]") for i, b in enumerate(req_list(content, param))]
+
+
+def _typed(
+    blocks: list[dict[str, Any]], param: str
+) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
+    """Each block with its param and its ``type``, read as the walk reaches it."""
+    for j, b in enumerate(blocks):
+        q = f"{param}[{j}]"
+        yield q, opt_kind(b.get("type"), q + ".type"), b
+
+
+def _assistant_message(blocks: list[dict[str, Any]], param: str) -> dict[str, Any]:
+    reasoning: list[str] = []
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for q, kind, b in _typed(blocks, param):
+        if kind == "text":
+            texts.append(req_str(b.get("text"), q + ".text"))
+        elif kind == "thinking":
+            reasoning.append(req_str(b.get("thinking"), q + ".thinking"))
+        elif kind == "redacted_thinking":
+            continue
+        elif kind == "tool_use":
+            args = b.get("input")
+            calls.append(
+                tool_call(
+                    opt_str(b.get("id"), q + ".id") or "",
+                    req_str(b.get("name"), q + ".name"),
+                    req_obj(args, q + ".input") if args is not None else {},
+                )
+            )
+        else:
+            raise _bad_block(kind, q)
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if reasoning:
+        msg["reasoning_content"] = "\n".join(reasoning)
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _user_messages(blocks: list[dict[str, Any]], param: str) -> list[dict[str, Any]]:
+    """A user turn: its text blocks as user messages, each ``tool_result`` as a tool turn."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+    for q, kind, b in _typed(blocks, param):
+        if kind == "text":
+            pending.append(req_str(b.get("text"), q + ".text"))
+        elif kind == "tool_result":
+            if pending:
+                out.append({"role": "user", "content": "\n".join(pending)})
+                pending = []
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": opt_str(b.get("tool_use_id"), q + ".tool_use_id") or "",
+                    "content": _result_text(b.get("content"), q + ".content"),
+                }
+            )
+        else:
+            raise _bad_block(kind, q)
+    if pending or not blocks:
+        out.append({"role": "user", "content": "\n".join(pending)})
+    return out
 
 
 def _convert_messages(msgs: list[Any]) -> list[dict[str, Any]]:
@@ -88,86 +156,16 @@ def _convert_messages(msgs: list[Any]) -> list[dict[str, Any]]:
             continue
         blocks = _blocks(m.get("content"), p + ".content")
         if role == "assistant":
-            reasoning: list[str] = []
-            texts: list[str] = []
-            calls: list[dict[str, Any]] = []
-            for j, b in enumerate(blocks):
-                q = f"{p}.content[{j}]"
-                kind = opt_kind(b.get("type"), q + ".type")
-                if kind == "text":
-                    texts.append(req_str(b.get("text"), q + ".text"))
-                elif kind == "thinking":
-                    reasoning.append(req_str(b.get("thinking"), q + ".thinking"))
-                elif kind == "redacted_thinking":
-                    continue
-                elif kind == "tool_use":
-                    args = b.get("input")
-                    calls.append(
-                        {
-                            "id": opt_str(b.get("id"), q + ".id") or "",
-                            "type": "function",
-                            "function": {
-                                "name": req_str(b.get("name"), q + ".name"),
-                                "arguments": req_obj(args, q + ".input")
-                                if args is not None
-                                else {},
-                            },
-                        }
-                    )
-                elif kind in _UNSUPPORTED_BLOCKS:
-                    raise UnsupportedParameterError(
-                        f"{q}: {kind} blocks are not supported", param=q
-                    )
-                else:
-                    raise ProxyRequestError(f"{q}: unknown block type {kind!r}", param=q + ".type")
-            msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
-            if reasoning:
-                msg["reasoning_content"] = "\n".join(reasoning)
-            if calls:
-                msg["tool_calls"] = calls
-            out.append(msg)
-            continue
-        pending: list[str] = []
-        for j, b in enumerate(blocks):
-            q = f"{p}.content[{j}]"
-            kind = opt_kind(b.get("type"), q + ".type")
-            if kind == "text":
-                pending.append(req_str(b.get("text"), q + ".text"))
-            elif kind == "tool_result":
-                if pending:
-                    out.append({"role": "user", "content": "\n".join(pending)})
-                    pending = []
-                out.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": opt_str(b.get("tool_use_id"), q + ".tool_use_id") or "",
-                        "content": _result_text(b.get("content"), q + ".content"),
-                    }
-                )
-            elif kind in _UNSUPPORTED_BLOCKS:
-                raise UnsupportedParameterError(f"{q}: {kind} blocks are not supported", param=q)
-            else:
-                raise ProxyRequestError(f"{q}: unknown block type {kind!r}", param=q + ".type")
-        if pending or not blocks:
-            out.append({"role": "user", "content": "\n".join(pending)})
+            out.append(_assistant_message(blocks, p + ".content"))
+        else:
+            out.extend(_user_messages(blocks, p + ".content"))
     return out
 
 
-def _tools(v: Any) -> list[dict[str, Any]] | None:
-    if v is None:
-        return None
-    tools: list[dict[str, Any]] = []
-    for i, t in enumerate(req_list(v, "tools")):
-        p = f"tools[{i}]"
-        t = req_obj(t, p)
-        if opt_kind(t.get("type"), p + ".type") not in (None, "custom"):
-            continue  # server tools (web_search_..., bash_...): not rendered for this model
-        spec: dict[str, Any] = {"name": req_str(t.get("name"), p + ".name")}
-        if t.get("description") is not None:
-            spec["description"] = req_str(t.get("description"), p + ".description")
-        spec["parameters"] = req_obj(t.get("input_schema", {}), p + ".input_schema")
-        tools.append({"type": "function", "function": spec})
-    return tools or None
+def _tool(t: dict[str, Any], p: str) -> dict[str, Any] | None:
+    if opt_kind(t.get("type"), p + ".type") not in (None, "custom"):
+        return None  # server tools (web_search_..., bash_...): not rendered for this model
+    return function_tool(t, p, "input_schema", schema_default=True)
 
 
 def _messages_and_tools(
@@ -180,7 +178,7 @@ def _messages_and_tools(
     system = _system_text(body.get("system"), "system")
     if body.get("system") is not None:
         messages.insert(0, {"role": "system", "content": system})
-    return messages, _tools(body.get("tools"))
+    return messages, tool_list(body.get("tools"), _tool)
 
 
 def parse_request(body: Any) -> ChatCall:
@@ -199,21 +197,13 @@ def parse_request(body: Any) -> ChatCall:
             raise ProxyRequestError(
                 "tool_choice.type must be auto, any, tool or none", param="tool_choice.type"
             )
-    top_p = opt_number(body.get("top_p"), "top_p", minimum=0, maximum=1)
-    if top_p == 0:
-        raise ProxyRequestError("top_p must be > 0", param="top_p")
+    max_tokens = opt_int(body.get("max_tokens"), "max_tokens", minimum=1)
     return ChatCall(
         api="anthropic.messages",
-        model=opt_str(body.get("model"), "model") or "",
         messages=messages,
         tools=tools,
         parse_tool_calls=choice_type != "none",
-        max_tokens=opt_int(body.get("max_tokens"), "max_tokens", minimum=1),
-        temperature=opt_number(body.get("temperature"), "temperature", minimum=0, maximum=1),
-        top_p=top_p,
-        top_k=opt_top_k(body.get("top_k")),
-        stream=bool(opt_bool(body.get("stream"), "stream")),
-        body=body,
+        **call_fields(body, max_tokens, temperature_max=1, seed=False),
     )
 
 

@@ -27,14 +27,18 @@ from clawrl.proxy.errors import (
     UnsupportedParameterError,
     openai_error_body,
 )
+from clawrl.proxy.request_fields import (
+    call_fields,
+    function_tool,
+    openai_tool_choice,
+    tool_call,
+    tool_list,
+)
 from clawrl.proxy.validation import (
     opt_bool,
     opt_int,
     opt_kind,
-    opt_number,
-    opt_seed,
     opt_str,
-    opt_top_k,
     req_list,
     req_obj,
     req_str,
@@ -96,40 +100,21 @@ def _message(m: Any, i: int) -> dict[str, Any]:
             tc = req_obj(tc, q)
             fn = req_obj(tc.get("function"), q + ".function")
             tcs.append(
-                {
-                    "id": opt_str(tc.get("id"), q + ".id") or "",
-                    "type": "function",
-                    "function": {
-                        "name": req_str(fn.get("name"), q + ".function.name"),
-                        "arguments": tool_call_arguments(
-                            fn.get("arguments"), q + ".function.arguments"
-                        ),
-                    },
-                }
+                tool_call(
+                    opt_str(tc.get("id"), q + ".id") or "",
+                    req_str(fn.get("name"), q + ".function.name"),
+                    tool_call_arguments(fn.get("arguments"), q + ".function.arguments"),
+                )
             )
         if tcs:
             out["tool_calls"] = tcs
     return out
 
 
-def _tools(v: Any) -> list[dict[str, Any]] | None:
-    if v is None:
-        return None
-    tools: list[dict[str, Any]] = []
-    for i, t in enumerate(req_list(v, "tools")):
-        p = f"tools[{i}]"
-        t = req_obj(t, p)
-        if opt_kind(t.get("type"), p + ".type") not in (None, "function"):
-            continue  # custom / built-in tool types: nothing the template can render
-        fn = req_obj(t.get("function"), p + ".function")
-        name = req_str(fn.get("name"), p + ".function.name")
-        spec: dict[str, Any] = {"name": name}
-        if fn.get("description") is not None:
-            spec["description"] = req_str(fn.get("description"), p + ".function.description")
-        if fn.get("parameters") is not None:
-            spec["parameters"] = req_obj(fn.get("parameters"), p + ".function.parameters")
-        tools.append({"type": "function", "function": spec})
-    return tools or None
+def _tool(t: dict[str, Any], p: str) -> dict[str, Any] | None:
+    if opt_kind(t.get("type"), p + ".type") not in (None, "function"):
+        return None  # custom / built-in tool types: nothing the template can render
+    return function_tool(req_obj(t.get("function"), p + ".function"), p + ".function")
 
 
 def parse_request(body: Any) -> tuple[ChatCall, bool]:
@@ -142,7 +127,6 @@ def parse_request(body: Any) -> tuple[ChatCall, bool]:
         ProxyRequestError: a field is malformed; UnsupportedParameterError: n > 1, images.
     """
     body = req_obj(body, "body")
-    model = opt_str(body.get("model"), "model") or ""
     msgs = req_list(body.get("messages"), "messages")
     if not msgs:
         raise ProxyRequestError("messages must not be empty", param="messages")
@@ -150,19 +134,12 @@ def parse_request(body: Any) -> tuple[ChatCall, bool]:
     n = opt_int(body.get("n"), "n", minimum=1)
     if n is not None and n != 1:
         raise UnsupportedParameterError("only n = 1 is supported", param="n")
-    tools = _tools(body.get("tools"))
-    tool_choice = body.get("tool_choice")
-    if tool_choice is not None and not (
-        tool_choice in ("none", "auto", "required") or isinstance(tool_choice, dict)
-    ):
-        raise ProxyRequestError(
-            "tool_choice must be 'none', 'auto', 'required' or an object", param="tool_choice"
-        )
+    tools = tool_list(body.get("tools"), _tool)
+    parse_tool_calls = openai_tool_choice(body)
     max_tokens = opt_int(body.get("max_completion_tokens"), "max_completion_tokens", minimum=1)
     legacy = opt_int(body.get("max_tokens"), "max_tokens", minimum=1)
     if max_tokens is None:
         max_tokens = legacy
-    stream = bool(opt_bool(body.get("stream"), "stream"))
     include_usage = False
     so = body.get("stream_options")
     if so is not None:
@@ -175,22 +152,13 @@ def parse_request(body: Any) -> tuple[ChatCall, bool]:
     top_logprobs = opt_int(body.get("top_logprobs"), "top_logprobs", minimum=0, maximum=20)
     call = ChatCall(
         api="openai.chat",
-        model=model,
         messages=messages,
         tools=tools,
-        parse_tool_calls=tool_choice != "none",
-        max_tokens=max_tokens,
-        temperature=opt_number(body.get("temperature"), "temperature", minimum=0, maximum=2),
-        top_p=opt_number(body.get("top_p"), "top_p", minimum=0, maximum=1),
-        top_k=opt_top_k(body.get("top_k")),
-        seed=opt_seed(body.get("seed")),
-        stream=stream,
-        body=body,
+        parse_tool_calls=parse_tool_calls,
         logprobs=want_logprobs,
         top_logprobs=top_logprobs or 0,
+        **call_fields(body, max_tokens),
     )
-    if call.top_p == 0:
-        raise ProxyRequestError("top_p must be > 0", param="top_p")
     return call, include_usage
 
 

@@ -54,14 +54,18 @@ from clawrl.proxy.errors import (
     UnsupportedParameterError,
     openai_error_body,
 )
+from clawrl.proxy.request_fields import (
+    call_fields,
+    function_tool,
+    openai_tool_choice,
+    tool_call,
+    tool_list,
+)
 from clawrl.proxy.validation import (
     opt_bool,
     opt_int,
     opt_kind,
-    opt_number,
-    opt_seed,
     opt_str,
-    opt_top_k,
     req_list,
     req_obj,
     req_str,
@@ -202,14 +206,11 @@ def _convert_input(items: list[Any]) -> list[dict[str, Any]]:
         elif kind == "function_call":
             t = assistant()
             t.setdefault("tool_calls", []).append(
-                {
-                    "id": opt_str(item.get("call_id"), p + ".call_id") or "",
-                    "type": "function",
-                    "function": {
-                        "name": req_str(item.get("name"), p + ".name"),
-                        "arguments": tool_call_arguments(item.get("arguments"), p + ".arguments"),
-                    },
-                }
+                tool_call(
+                    opt_str(item.get("call_id"), p + ".call_id") or "",
+                    req_str(item.get("name"), p + ".name"),
+                    tool_call_arguments(item.get("arguments"), p + ".arguments"),
+                )
             )
         elif kind == "function_call_output":
             flush()
@@ -228,25 +229,13 @@ def _convert_input(items: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(v: Any) -> list[dict[str, Any]] | None:
-    if v is None:
-        return None
-    tools: list[dict[str, Any]] = []
-    for i, t in enumerate(req_list(v, "tools")):
-        p = f"tools[{i}]"
-        t = req_obj(t, p)
-        kind = t.get("type")
-        if not isinstance(kind, str):
-            raise ProxyRequestError(f"{p}.type must be a string", param=p + ".type")
-        if kind != "function":
-            continue  # built-in, custom and namespace tools: not offered (module docstring)
-        spec: dict[str, Any] = {"name": req_str(t.get("name"), p + ".name")}
-        if t.get("description") is not None:
-            spec["description"] = req_str(t.get("description"), p + ".description")
-        if t.get("parameters") is not None:
-            spec["parameters"] = req_obj(t.get("parameters"), p + ".parameters")
-        tools.append({"type": "function", "function": spec})
-    return tools or None
+def _tool(t: dict[str, Any], p: str) -> dict[str, Any] | None:
+    kind = t.get("type")
+    if not isinstance(kind, str):
+        raise ProxyRequestError(f"{p}.type must be a string", param=p + ".type")
+    if kind != "function":
+        return None  # built-in, custom and namespace tools: not offered (module docstring)
+    return function_tool(t, p)
 
 
 def parse_request(body: Any) -> ChatCall:
@@ -268,16 +257,10 @@ def parse_request(body: Any) -> ChatCall:
         messages.insert(0, {"role": "system", "content": instructions})
     if not messages:
         raise ProxyRequestError("input must not be empty", param="input")
-    tool_choice = body.get("tool_choice")
-    if tool_choice is not None and not (
-        tool_choice in ("none", "auto", "required") or isinstance(tool_choice, dict)
-    ):
-        raise ProxyRequestError(
-            "tool_choice must be 'none', 'auto', 'required' or an object", param="tool_choice"
-        )
-    top_p = opt_number(body.get("top_p"), "top_p", minimum=0, maximum=1)
-    if top_p == 0:
-        raise ProxyRequestError("top_p must be > 0", param="top_p")
+    parse_tool_calls = openai_tool_choice(body)
+    fields = call_fields(
+        body, opt_int(body.get("max_output_tokens"), "max_output_tokens", minimum=1)
+    )
     for name in ("store", "parallel_tool_calls", "background"):
         opt_bool(body.get(name), name)
     if opt_bool(body.get("background"), "background"):
@@ -290,17 +273,10 @@ def parse_request(body: Any) -> ChatCall:
             req_str(x, f"include[{i}]")
     return ChatCall(
         api="openai.responses",
-        model=opt_str(body.get("model"), "model") or "",
         messages=messages,
-        tools=_tools(body.get("tools")),
-        parse_tool_calls=tool_choice != "none",
-        max_tokens=opt_int(body.get("max_output_tokens"), "max_output_tokens", minimum=1),
-        temperature=opt_number(body.get("temperature"), "temperature", minimum=0, maximum=2),
-        top_p=top_p,
-        top_k=opt_top_k(body.get("top_k")),
-        seed=opt_seed(body.get("seed")),
-        stream=bool(opt_bool(body.get("stream"), "stream")),
-        body=body,
+        tools=tool_list(body.get("tools"), _tool),
+        parse_tool_calls=parse_tool_calls,
+        **fields,
     )
 
 

@@ -431,6 +431,8 @@ class ProxyCore:
             finish_reason=result.finish_reason,
             stop_texts=tuple(self.renderer.decode([t]) for t in self.renderer.stop_token_ids),
             parse_tool_calls=call.parse_tool_calls,
+            json_calls=self.renderer.json_tool_calls,
+            tool_names=[str(t.get("function", t).get("name")) for t in call.tools or []],
         )
         if parsed.tool_calls and result.finish_reason == "stop":
             finish = "tool_calls"

@@ -118,4 +118,6 @@ def _probe_chat_template(root: Path) -> tuple[Any, bool]:
         with_tools = renderer.render_text(chat, [probe_tool], add_generation_prompt=True)
     except Exception as exc:
         raise InvalidModelDirError(f"{root}: the chat template does not render: {exc}") from exc
-    return renderer, "clawrl_probe_tool_x7" in with_tools and with_tools != plain
+    # the template's own tool support (the proxy injects a tool prompt where it has none)
+    own = getattr(renderer, "template_has_tools", True)
+    return renderer, own and "clawrl_probe_tool_x7" in with_tools and with_tools != plain

@@ -15,12 +15,28 @@ Rules (REFERENCE.md failure classes 8 and 9):
   completed;
 - an unterminated ``<think>`` block (length limit) is all reasoning.
 
+**JSON calls** (``json_calls=True``: the Qwen2 and Llama families, see
+:mod:`clawrl.proxy.tool_prompt`; never for Qwen3). When the text has no ``<tool_call>`` tag,
+tool calls are also read from JSON objects, under a strict rule so that prose never becomes a
+call. A *call object* is a JSON object whose keys are exactly ``name`` and ``arguments`` (or
+``parameters``), ``name`` one of the request's declared tool names (``tool_names``; with no
+declared tools nothing is a JSON call) and ``arguments`` an object. Accepted placements:
+
+- a fenced block (```` ```json ```` or a bare ```` ``` ````, fence lines on their own) whose
+  whole body is one call object or a JSON list of call objects; text outside such blocks
+  stays content;
+- the whole reply (stripped) being one or more call objects separated only by whitespace.
+
+Anything else — an object inside a sentence, an unknown tool name, extra keys, a fenced block
+holding other JSON — is content, unflagged.
+
 The parser is a linear scan (``str.find``), so no input makes it loop or backtrack.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,12 +102,76 @@ def _parse_tool_body(body: str) -> ParsedToolCall | None:
     return ParsedToolCall(name=name, arguments=args)
 
 
+def _json_call(obj: Any, names: frozenset[str]) -> ParsedToolCall | None:
+    if not isinstance(obj, dict) or len(obj) != 2 or "name" not in obj:
+        return None
+    if not ({"arguments", "parameters"} & obj.keys()) or obj.get("name") not in names:
+        return None
+    return _parse_tool_body(json.dumps(obj))
+
+
+def _bare_calls(text: str, names: frozenset[str]) -> list[ParsedToolCall] | None:
+    dec = json.JSONDecoder()
+    calls: list[ParsedToolCall] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        try:
+            obj, pos = dec.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return None
+        call = _json_call(obj, names)
+        if call is None:
+            return None
+        calls.append(call)
+        while pos < n and text[pos].isspace():
+            pos += 1
+    return calls or None
+
+
+def _fenced_calls(text: str, names: frozenset[str]) -> tuple[str, list[ParsedToolCall]]:
+    calls: list[ParsedToolCall] = []
+    kept: list[str] = []
+    pos = 0
+    while True:
+        start = text.find("```", pos)
+        if start < 0 or (start > 0 and text[start - 1] != "\n"):
+            break
+        head_end = text.find("\n", start)
+        end = text.find("\n```", head_end) if head_end >= 0 else -1
+        if end < 0 or text[start + 3 : head_end].strip() not in ("", "json"):
+            break
+        try:
+            obj = json.loads(text[head_end + 1 : end])
+        except (ValueError, RecursionError):
+            obj = None
+        found = [_json_call(o, names) for o in (obj if isinstance(obj, list) else [obj])]
+        close = end + 4
+        if found and all(c is not None for c in found):
+            kept.append(text[pos:start])
+            calls.extend(c for c in found if c is not None)
+        else:
+            kept.append(text[pos:close])
+        pos = close
+    kept.append(text[pos:])
+    return "\n".join(t.strip() for t in kept if t.strip()), calls
+
+
+def _json_calls(text: str, names: frozenset[str]) -> tuple[str, list[ParsedToolCall]]:
+    """(content, calls) under the JSON-call rule of the module docstring."""
+    bare = _bare_calls(text.strip(), names)
+    if bare:
+        return "", bare
+    return _fenced_calls(text, names)
+
+
 def parse_completion(
     text: str,
     *,
     finish_reason: str,
     stop_texts: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>"),
     parse_tool_calls: bool = True,
+    json_calls: bool = False,
+    tool_names: Collection[str] = (),
 ) -> ParsedCompletion:
     """Split generated ``text`` into reasoning, content and tool calls.
 
@@ -102,6 +182,8 @@ def parse_completion(
         stop_texts: turn-terminator texts removed from the end.
         parse_tool_calls: False returns tool-call markup as plain content (``tool_choice:
             none``).
+        json_calls: also read fenced / bare JSON calls (module docstring, "JSON calls").
+        tool_names: the request's declared tool names (JSON calls must name one).
     """
     text = _strip_stop(text, stop_texts)
     reasoning: str | None = None
@@ -114,7 +196,13 @@ def parse_completion(
             return ParsedCompletion(reasoning=body.strip("\n"), content="")
         reasoning = body[:end].strip("\n")
         rest = body[end + len(THINK_CLOSE) :]
-    if not parse_tool_calls or TOOL_OPEN not in rest:
+    if not parse_tool_calls:
+        return ParsedCompletion(reasoning=reasoning, content=rest.strip())
+    if TOOL_OPEN not in rest:
+        if json_calls and tool_names and "{" in rest:
+            content, found = _json_calls(rest, frozenset(tool_names))
+            if found:
+                return ParsedCompletion(reasoning=reasoning, content=content, tool_calls=found)
         return ParsedCompletion(reasoning=reasoning, content=rest.strip())
     calls: list[ParsedToolCall] = []
     texts: list[str] = []

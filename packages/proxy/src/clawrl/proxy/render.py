@@ -41,6 +41,7 @@ from typing import Any
 import jinja2
 import orjson
 from clawrl.proxy.errors import ProxyRequestError
+from clawrl.proxy.tool_prompt import JSON_CALL_FAMILIES, adapt_messages, template_ignores_tools
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 __all__ = ["ChatRenderer", "RenderUnit"]
@@ -98,9 +99,23 @@ class ChatRenderer:
         chat_template: the Jinja chat template.
         stop_token_ids: ids that end a generated turn (from ``generation_config.json``
             ``eos_token_id``); the first is the turn terminator the template writes.
+        family: the model family (``config.json`` ``model_type``: ``qwen3``, ``qwen2``,
+            ``llama``, ...). Families other than ``qwen3`` get their messages adapted to
+            their template and read JSON tool calls (:mod:`clawrl.proxy.tool_prompt`); such
+            a family's template that ignores tools gets the injected tool prompt.
+
+    Raises:
+        ValueError: no chat template, no stop ids, or a template whose generation prompt is
+            not a suffix of its render.
     """
 
-    def __init__(self, tokenizer: Any, chat_template: str, stop_token_ids: Sequence[int]):
+    def __init__(
+        self,
+        tokenizer: Any,
+        chat_template: str,
+        stop_token_ids: Sequence[int],
+        family: str = "qwen3",
+    ):
         if not isinstance(chat_template, str) or not chat_template:
             raise ValueError("no chat template")
         if not stop_token_ids:
@@ -112,6 +127,16 @@ class ChatRenderer:
         self.vocab_size: int = int(self._backend.get_vocab_size(with_added_tokens=True))
         #: Text of the turn terminator token (e.g. "<|im_end|>").
         self.turn_end_text: str = self.decode([self.stop_token_ids[0]])
+        self.family = str(family)
+        #: The template itself puts tools in the prompt (else the tool prompt is injected).
+        self.template_has_tools: bool = not template_ignores_tools(
+            lambda m, t: self._render_raw(m, t, add_generation_prompt=True)
+        )
+        self._inject = self.family != "qwen3" and not self.template_has_tools
+        self._adapt = self._inject or self.family != "qwen3"
+        #: The parser also reads fenced / bare JSON tool calls (``parse_completion``'s
+        #: ``json_calls``): families in ``JSON_CALL_FAMILIES`` and injected tool prompts.
+        self.json_tool_calls: bool = self._inject or self.family in JSON_CALL_FAMILIES
         probe = [{"role": "user", "content": "x"}]
         with_gp = self.render_text(probe, None, add_generation_prompt=True)
         without = self.render_text(probe, None, add_generation_prompt=False)
@@ -192,7 +217,11 @@ class ChatRenderer:
             if tid is None:
                 raise ValueError(f"{path}: no eos token id")
             stop = [int(tid)]
-        return cls(tokenizer, template, stop)
+        family = "qwen3"
+        if (path / "config.json").exists():
+            model_cfg = json.loads((path / "config.json").read_text())
+            family = str(model_cfg.get("text_config", model_cfg).get("model_type") or family)
+        return cls(tokenizer, template, stop, family=family)
 
     # -- text <-> ids -------------------------------------------------------------------------
 
@@ -300,11 +329,23 @@ class ChatRenderer:
         *,
         add_generation_prompt: bool,
     ) -> str:
-        """Render ``messages`` with the chat template.
+        """Render ``messages`` with the chat template (adapted to the family first, with the
+        tool prompt injected where the template ignores tools: :mod:`clawrl.proxy.tool_prompt`).
 
         Raises:
             ProxyRequestError: the template rejects the conversation.
         """
+        if self._adapt:
+            messages, tools = adapt_messages(messages, tools, inject=self._inject)
+        return self._render_raw(messages, tools, add_generation_prompt=add_generation_prompt)
+
+    def _render_raw(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        add_generation_prompt: bool,
+    ) -> str:
         try:
             return str(
                 self._template.render(
@@ -347,8 +388,11 @@ class ChatRenderer:
             units = self._unit_pieces(messages, tools, cache=True)
             return [u for u in units if u.text]
         full = self.render_text(messages, tools, add_generation_prompt=True)
-        units = self._unit_pieces(messages, tools, cache=False)
-        if "".join(u.text for u in units) == full:
+        try:
+            units = self._unit_pieces(messages, tools, cache=False)
+        except ProxyRequestError:  # a unit alone is not renderable (e.g. Qwen2.5's messages[0])
+            units = []
+        if units and "".join(u.text for u in units) == full:
             return [u for u in units if u.text]
         # Slow path: differences of prefix renders.
         units = []

@@ -2,26 +2,23 @@
 
 from typing import TYPE_CHECKING
 
-from clawrl.proxy.app import ProxyApp
-from clawrl.proxy.backends.base import (
-    BackendError,
-    GenerationRequest,
-    GenerationResult,
-    InferenceBackend,
-    SamplingParams,
-    TokenDelta,
-)
-from clawrl.proxy.backends.null import NullBackend
-from clawrl.proxy.backends.scripted import ScriptedBackend, ScriptedCompletion
+# A module whose whole public set (its ``__all__``) is public here is star-imported and its
+# ``__all__`` spliced into ours, so each name is listed once, where it is defined; from the
+# other modules only the names below are re-exported.
+from clawrl.proxy import app as _app
+from clawrl.proxy import backends as _backends
+from clawrl.proxy import capture as _capture
+from clawrl.proxy import client as _client
+from clawrl.proxy import parse as _parse
+from clawrl.proxy import record as _record
+from clawrl.proxy import server as _server
+from clawrl.proxy import serving as _serving
+from clawrl.proxy import session as _session
+from clawrl.proxy.app import *  # noqa: F403
+from clawrl.proxy.backends import *  # noqa: F403
 from clawrl.proxy.backends.sglang import SGLangBackend
-from clawrl.proxy.capture import (
-    CaptureWriter,
-    SkippedLines,
-    iter_records,
-    read_records,
-    session_capture_path,
-)
-from clawrl.proxy.client import AdminClient, AsyncAdminClient, SessionInfo
+from clawrl.proxy.capture import *  # noqa: F403
+from clawrl.proxy.client import *  # noqa: F403
 from clawrl.proxy.core import ChatCall, ProxyCore, TrainingSampling
 from clawrl.proxy.errors import (
     AuthenticationError,
@@ -45,30 +42,12 @@ from clawrl.proxy.model_fetch import (
     resolve_model,
 )
 from clawrl.proxy.model_kit import ModelKitError, build_default_model
-from clawrl.proxy.parse import (
-    ParsedCompletion,
-    ParsedToolCall,
-    format_assistant_text,
-    parse_completion,
-)
-from clawrl.proxy.record import (
-    FINISH_REASONS,
-    CallRecord,
-    CallTiming,
-    CallUsage,
-    ParsedCall,
-    PromptRelation,
-)
+from clawrl.proxy.parse import *  # noqa: F403
+from clawrl.proxy.record import *  # noqa: F403
 from clawrl.proxy.render import ChatRenderer
-from clawrl.proxy.server import ProxyServer, ServerConfig, build_proxy_app
-from clawrl.proxy.serving import (
-    BackendConfig,
-    ModelEndpoint,
-    ProxyStartError,
-    make_backend,
-    serve,
-)
-from clawrl.proxy.session import Session, SessionManager, call_seed
+from clawrl.proxy.server import *  # noqa: F403
+from clawrl.proxy.serving import *  # noqa: F403
+from clawrl.proxy.session import *  # noqa: F403
 from clawrl.proxy.sglang_launcher import SGLangServer, launch_sglang
 
 if TYPE_CHECKING:  # at run time loaded lazily by __getattr__ (it imports torch)
@@ -87,71 +66,41 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "FINISH_REASONS",
     "KNOWN_MODELS",
-    "AdminClient",
-    "AsyncAdminClient",
     "AuthenticationError",
-    "BackendConfig",
-    "BackendError",
     "BackendUnavailableError",
-    "CallRecord",
-    "CallTiming",
-    "CallUsage",
     "CaptureError",
-    "CaptureWriter",
     "ChatCall",
     "ChatRenderer",
     "ContextLengthExceededError",
     "EmbeddedBackend",
-    "GenerationRequest",
-    "GenerationResult",
-    "InferenceBackend",
-    "ModelEndpoint",
     "ModelKitError",
     "NotFoundError",
-    "NullBackend",
-    "ParsedCall",
-    "ParsedCompletion",
-    "ParsedToolCall",
     "PayloadTooLargeError",
-    "PromptRelation",
     "ProxyAdminError",
-    "ProxyApp",
     "ProxyCore",
     "ProxyError",
     "ProxyRequestError",
-    "ProxyServer",
-    "ProxyStartError",
     "SGLangBackend",
     "SGLangServer",
-    "SamplingParams",
-    "ScriptedBackend",
-    "ScriptedCompletion",
-    "ServerConfig",
-    "Session",
     "SessionClosedError",
-    "SessionInfo",
-    "SessionManager",
     "SessionNotFoundError",
-    "SkippedLines",
-    "TokenDelta",
     "TrainingSampling",
     "UnsupportedParameterError",
     "__version__",
     "build_default_model",
-    "build_proxy_app",
-    "call_seed",
     "check_model_dir",
     "fetch_model",
-    "format_assistant_text",
-    "iter_records",
     "launch_sglang",
     "list_models",
-    "make_backend",
-    "parse_completion",
-    "read_records",
     "resolve_model",
-    "serve",
-    "session_capture_path",
+    *_app.__all__,
+    *_backends.__all__,
+    *_capture.__all__,
+    *_client.__all__,
+    *_parse.__all__,
+    *_record.__all__,
+    *_server.__all__,
+    *_serving.__all__,
+    *_session.__all__,
 ]

@@ -229,3 +229,38 @@ def test_engine_logprobs_match_trainer_per_family(
         want = lp.gather(1, torch.tensor(res.completion_ids)[:, None])[:, 0]
         diff = (torch.tensor(res.completion_logprobs) - want).abs().max().item()
         assert diff <= 1e-5, (family, diff)
+
+
+def test_engine_refuses_sliding_window_shorter_than_context(tmp_path: Path) -> None:
+    """Qwen2 with ``use_sliding_window``: the engine's cache mask attends fully, so it refuses
+    a context longer than the window (else its logprobs would silently differ from the
+    model's) and serves, matching the trainer, when the context fits in the window."""
+    from clawrl.proxy.backends.base import BackendError
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        use_sliding_window=True,
+        sliding_window=16,
+        max_window_layers=1,
+    )
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(cfg).save_pretrained(tmp_path)
+
+    async def run(max_context: int) -> Any:
+        backend = EmbeddedBackend(tmp_path, max_context=max_context, seed=0)
+        try:
+            req = GenerationRequest("r", [1, 2, 3], SamplingParams(max_tokens=4, temperature=1.0))
+            return [item async for item in backend.generate(req)][-1]
+        finally:
+            await backend.close()
+
+    with pytest.raises(BackendError, match="sliding-window"):
+        asyncio.run(run(64))
+    assert len(asyncio.run(run(16)).completion_ids) == 4

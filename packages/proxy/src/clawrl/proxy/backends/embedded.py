@@ -358,7 +358,7 @@ class EmbeddedBackend(InferenceBackend):
 
     def _load_model(self) -> None:
         model, cache_kwarg = load_model(
-            self.model_dir, self.dtype, self.attn_implementation, self.device
+            self.model_dir, self.dtype, self.attn_implementation, self.device, self._max_context
         )
         if model.config.vocab_size != self._vocab_size:
             raise BackendError("config.json and the model disagree on vocab_size")

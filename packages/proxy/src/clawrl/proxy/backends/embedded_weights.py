@@ -70,10 +70,21 @@ def _load_into(model: Any, state: dict[str, torch.Tensor]) -> None:
 
 
 def load_model(
-    model_dir: Path, dtype: torch.dtype, attn_implementation: str, device: torch.device
+    model_dir: Path,
+    dtype: torch.dtype,
+    attn_implementation: str,
+    device: torch.device,
+    max_context: int | None = None,
 ) -> tuple[Any, str]:
     """The HF causal LM of ``model_dir`` on ``device``, in eval mode without gradients, and
-    the name of its forward's cache argument (``"cache"`` or ``"past_key_values"``)."""
+    the name of its forward's cache argument (``"cache"`` or ``"past_key_values"``).
+
+    Raises:
+        WeightLoadError: the model has sliding-window layers (Qwen2/Qwen3
+            ``use_sliding_window``) whose window is shorter than ``max_context``: the engine's
+            cache mask attends fully, so its logprobs would not be the model's (the trainer's
+            tree forward windows them); serve with ``max_context`` <= the window.
+    """
     import inspect
 
     from transformers import AutoModelForCausalLM
@@ -88,6 +99,14 @@ def load_model(
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+    cfg = model.config
+    window = getattr(cfg, "sliding_window", None)
+    sliding = "sliding_attention" in (getattr(cfg, "layer_types", None) or ())
+    if sliding and window and (max_context is None or max_context > int(window)):
+        raise WeightLoadError(
+            f"sliding-window layers (window {window}) are not windowed by the embedded "
+            f"engine; use max_context <= {window}"
+        )
     model.to(device)
     model.eval()
     model.requires_grad_(False)

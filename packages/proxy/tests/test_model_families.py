@@ -264,3 +264,39 @@ def test_engine_refuses_sliding_window_shorter_than_context(tmp_path: Path) -> N
     with pytest.raises(BackendError, match="sliding-window"):
         asyncio.run(run(64))
     assert len(asyncio.run(run(16)).completion_ids) == 4
+
+
+def test_smollm2_bare_json_call_through_the_proxy(smollm2_dir: Path, tmp_path: Path) -> None:
+    """OpenAI chat through the proxy with SmolLM2's renderer (scripted completions in the
+    injected format): the bare JSON reply comes back as a tool call, and the next request,
+    echoing it with a tool result, extends the first call's exact ids."""
+    from clawrl.proxy import ScriptedBackend, ServerConfig, build_proxy_app
+    from starlette.testclient import TestClient
+
+    app = build_proxy_app(
+        _renderer(smollm2_dir),
+        ScriptedBackend.from_model_dir(smollm2_dir),
+        ServerConfig(socket="unused", admin_socket="unused", capture_dir=str(tmp_path / "cap")),
+    )
+    with TestClient(app.admin_app) as admin, TestClient(app.model_app) as model:
+        s = admin.post("/sessions", json={"run_id": "fam"}).json()
+        app.core.backend.script(s["session_id"], [BARE, "It says: ship it."])
+        url, hdr = (
+            f"/s/{s['session_id']}/v1/chat/completions",
+            {"authorization": "Bearer " + s["api_key"]},
+        )
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": "Read notes/meeting.md"}]
+        r1 = model.post(url, json={"model": "m", "messages": msgs, "tools": TOOLS}, headers=hdr)
+        choice = r1.json()["choices"][0]
+        assert choice["finish_reason"] == "tool_calls", r1.text
+        call = choice["message"]["tool_calls"][0]
+        assert call["function"]["name"] == "read_file"
+        assert json.loads(call["function"]["arguments"]) == {"path": "notes/meeting.md"}
+        msgs += [
+            choice["message"],
+            {"role": "tool", "tool_call_id": call["id"], "content": "- ship it"},
+        ]
+        r2 = model.post(url, json={"model": "m", "messages": msgs, "tools": TOOLS}, headers=hdr)
+        assert r2.json()["choices"][0]["message"]["content"] == "It says: ship it."
+        records = admin.get(f"/sessions/{s['session_id']}/records").json()["records"]
+    assert records[1]["prompt_relation"]["kind"] in ("extends", "spliced")

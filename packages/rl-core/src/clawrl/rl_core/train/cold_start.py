@@ -120,11 +120,9 @@ async def _eval_after(
 ) -> bool:
     """The held-out eval after SFT step ``step``; whether the cold start may stop."""
     cs = loop.cfg.cold_start
-    row = await loop.evaluate(endpoint, held, harnesses, f"coldstart-{step}")
-    row.update(step=0, sft_step=step)
-    assert loop.log is not None
-    loop.log.write(row)
-    loop.state.evals.append(row)
+    row = await loop.record_eval(
+        endpoint, held, harnesses, f"coldstart-{step}", step=0, sft_step=step
+    )
     loop.say(f"cold start: held-out eval reward {row['eval_reward']:.3f} after {step} SFT steps")
     if row["eval_reward"] >= cs.stop_at_reward:
         loop.say(f"cold start: stopped (eval reward >= {cs.stop_at_reward})")

@@ -232,18 +232,22 @@ class TrainLoop:
         row["time/eval"] = time.time() - t0
         return row
 
-    # ------------------------------------------------------------------ cold start
-    async def cold_start(
+    async def record_eval(
         self,
         endpoint: ModelEndpoint,
-        backend: Any,
-        train: Sequence[Task],
-        held: Sequence[Task],
+        tasks: Sequence[Task],
         harnesses: Sequence[HarnessAdapter],
-    ) -> None:
-        """SFT on scripted-policy trajectories captured through the harness path
-        (:func:`~clawrl.rl_core.train.cold_start.run_cold_start`)."""
-        await run_cold_start(self, endpoint, backend, train, held, harnesses)
+        tag: str,
+        **fields: int,
+    ) -> dict[str, Any]:
+        """:meth:`evaluate`, with ``fields`` (``step``, ``sft_step``) added, written to the
+        metrics log and kept in the loop state's evals (checkpointed)."""
+        row = await self.evaluate(endpoint, tasks, harnesses, tag)
+        row.update(fields)
+        assert self.log is not None
+        self.log.write(row)
+        self.state.evals.append(row)
+        return row
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
@@ -271,7 +275,7 @@ class TrainLoop:
                 temperature=r.temperature, top_p=1.0, top_k=-1, max_tokens=r.max_tokens
             )
             if self.cfg.cold_start.enabled and not self.state.cold_start_done:
-                await self.cold_start(endpoint, backend, train, held, harnesses)
+                await run_cold_start(self, endpoint, backend, train, held, harnesses)
             await self._start_rl(endpoint, backend, latest)
             await self._eval_before_rl(endpoint, held, harnesses)
             await self._rl_steps(endpoint, backend, train, held, harnesses)
@@ -377,11 +381,7 @@ class TrainLoop:
             return
         if cfg.cold_start.enabled and self.state.evals:
             return
-        row = await self.evaluate(endpoint, held, harnesses, "step-0")
-        row["step"] = 0
-        assert self.log is not None
-        self.log.write(row)
-        self.state.evals.append(row)
+        row = await self.record_eval(endpoint, held, harnesses, "step-0", step=0)
         self.say(f"eval before RL: held-out reward {row['eval_reward']:.3f}")
 
     def serve_backend(
@@ -472,10 +472,9 @@ class TrainLoop:
                     (cfg.eval.every and (step + 1) % cfg.eval.every == 0)
                     or step + 1 == cfg.run.steps
                 ):
-                    ev = await self.evaluate(endpoint, held, harnesses, f"step-{step + 1}")
-                    ev["step"] = step + 1
-                    self.log.write(ev)
-                    self.state.evals.append(ev)
+                    ev = await self.record_eval(
+                        endpoint, held, harnesses, f"step-{step + 1}", step=step + 1
+                    )
                     row["time/eval"] = ev["time/eval"]
                     self.say(f"eval after step {step + 1}: held-out reward {ev['eval_reward']:.3f}")
                 t_ck = time.time()

@@ -406,3 +406,19 @@ def test_fetch_smollm2_for_real(monkeypatch: pytest.MonkeyPatch) -> None:
     renderer = ChatRenderer.from_model_dir(path)
     assert renderer.stop_token_ids[0] == tok.convert_tokens_to_ids("<|im_end|>")
     assert os.path.getsize(path / "model.safetensors") == manifest["weights_bytes"]
+
+
+def test_pip_lookup_leaves_setuptools_distutils_hack_alone() -> None:
+    """Finding pip must not run importlib.util.find_spec("pip") in this process: setuptools'
+    _distutils_hack then clears distutils and disables itself, and a later import of
+    setuptools (torch inductor's CPU flex_attention does one) fails on the stdlib copy."""
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings; warnings.simplefilter('error'); "
+        "from clawrl.proxy.model_download import pip_command; pip_command(); "
+        "import setuptools, distutils.core; assert '_distutils' in distutils.core.__file__"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -9,12 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-# torch's inductor (the CPU flex_attention tests) imports setuptools through
-# torch.utils.cpp_extension; setuptools then insists that ``distutils`` is its own copy, and
-# in a full fresh-clone run the stdlib one could already be loaded by then (the
-# AssertionError in _distutils_hack). Imported here, at collection, before any test runs.
-import setuptools  # noqa: F401
 import torch
 from clawrl.rl_core import TokenSequence
 from transformers import Qwen3Config, Qwen3ForCausalLM

@@ -5,7 +5,6 @@ concatenated in order while hashing, the size and SHA-256 checked against the pi
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import os
 import re
@@ -41,7 +40,10 @@ def pip_command() -> list[str]:
     env = os.environ.get("CLAWRL_PIP")
     if env:
         return shlex.split(env)
-    if importlib.util.find_spec("pip") is not None:
+    # asked of a subprocess, not importlib.util.find_spec("pip"): in this process that lookup
+    # runs setuptools' _distutils_hack.spec_for_pip, which clears distutils and turns the
+    # hack off for good (a later import of setuptools, e.g. by torch inductor, then fails)
+    if _has_pip(sys.executable):
         return [sys.executable, "-m", "pip"]
     python3 = shutil.which("python3")
     if python3 is not None and _has_pip(python3):

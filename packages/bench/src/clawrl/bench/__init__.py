@@ -22,6 +22,7 @@ import clawrl.bench.metrics as _metrics
 import clawrl.bench.runner as _runner
 import clawrl.bench.sandbox_executor as _sandbox_executor
 import clawrl.bench.task as _task
+import clawrl.bench.verifier_diagnosis as _verifier_diagnosis
 import clawrl.bench.verify as _verify
 import clawrl.bench.workspace_diff as _workspace_diff
 from clawrl.bench.config import BenchConfig, select_tasks
@@ -59,6 +60,7 @@ from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
 from clawrl.bench.runner import *  # noqa: F403
 from clawrl.bench.sandbox_executor import *  # noqa: F403
 from clawrl.bench.task import *  # noqa: F403
+from clawrl.bench.verifier_diagnosis import *  # noqa: F403
 from clawrl.bench.verify import *  # noqa: F403
 from clawrl.bench.workspace_diff import *  # noqa: F403
 
@@ -100,6 +102,7 @@ __all__ = [
     *_runner.__all__,
     *_sandbox_executor.__all__,
     *_task.__all__,
+    *_verifier_diagnosis.__all__,
     *_verify.__all__,
     *_workspace_diff.__all__,
 ]

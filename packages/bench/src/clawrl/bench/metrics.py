@@ -3,7 +3,9 @@
 Infrastructure failures (status ``infra-error``) say nothing about the agent: they are
 excluded from every score and counted apart. Every other status (``timeout``,
 ``harness-error``, ``verifier-error``) is scored with the reward it got (0 for a failed
-verification).
+verification); verifier errors are also counted apart (``n_verifier_error``), since a
+verifier that could not run says little about the agent (an agent that breaks its
+verifier must not escape a zero, so they stay scored).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = ["AggregateReport", "GroupStats", "ScoredRollout", "aggregate", "pass_at_k"]
 
 INFRA_ERROR = "infra-error"
+VERIFIER_ERROR = "verifier-error"
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -61,6 +64,7 @@ class GroupStats(BaseModel):
         n_tasks: tasks with at least one scored rollout.
         n_scored: rollouts scored (infrastructure failures excluded).
         n_infra_error: rollouts excluded as infrastructure failures.
+        n_verifier_error: scored rollouts (reward 0) whose verifier failed or could not run.
         mean_score: macro mean: the mean over tasks of each task's mean reward.
         pass_at_k: k -> mean over tasks (with ≥ k scored samples) of the unbiased pass@k;
             ``None`` when no task has k samples.
@@ -70,6 +74,7 @@ class GroupStats(BaseModel):
     n_tasks: int
     n_scored: int
     n_infra_error: int
+    n_verifier_error: int = 0
     mean_score: float | None
     pass_at_k: dict[int, float | None]
     status_counts: dict[str, int]
@@ -113,6 +118,7 @@ def _group(
         n_tasks=len(means),
         n_scored=n_scored,
         n_infra_error=n_infra,
+        n_verifier_error=counts.get(VERIFIER_ERROR, 0),
         mean_score=sum(means) / len(means) if means else None,
         pass_at_k={k: (sum(v) / len(v) if v else None) for k, v in passes.items()},
         status_counts=dict(counts),

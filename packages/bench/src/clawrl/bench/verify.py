@@ -22,7 +22,9 @@ Verification never trusts the agent's workspace beyond its plain files:
    ``verifier-error`` and one still running at its timeout a ``verifier-timeout``, whatever
    reward it wrote (code the verifier ran may have written a reward, then killed it); a
    missing, unparsable, non-finite or out-of-range reward or sub-score is a
-   ``verifier-error`` too — never a pass;
+   ``verifier-error`` too — never a pass; so is a reward below 1 from a verifier whose
+   output shows it could not run (its command not found, its test runner's module
+   missing, no DNS: :mod:`clawrl.bench.verifier_diagnosis`), with that cause as reason;
 5. a verifier that executes workspace code (:attr:`Task.verifier_executes_workspace_code`)
    never runs on the host: :func:`verify` refuses a :class:`LocalExecutor` for it
    (:class:`~clawrl.bench.HostVerificationError`) unless that executor was built with
@@ -51,6 +53,7 @@ from clawrl.bench.executors import (
     make_private,
 )
 from clawrl.bench.task import REWARD_MOUNT, Task
+from clawrl.bench.verifier_diagnosis import cannot_run_reason, exit_reason
 from clawrl.sandbox import Sandbox, SandboxCopyLimitError, SandboxError, owned_tempdir
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -233,18 +236,35 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
                 VerifierStatus.TIMEOUT,
                 f"verifier exceeded {task.timeouts.verifier_s:g} s",
             )
+        cause = cannot_run_reason(result.stdout, result.stderr, task.verifier.mount_path)
         if result.exit_code != 0:
-            how = (
-                "did not exit (killed)"
-                if result.exit_code is None
-                else f"exited with status {result.exit_code}"
-            )
+            why = f" ({cause})" if cause else ""
             return _failure(
-                result, VerifierStatus.ERROR, f"verifier {how}; its reward is not trusted"
+                result,
+                VerifierStatus.ERROR,
+                f"verifier {exit_reason(result.exit_code)}{why}; its reward is not trusted",
             )
         if task.verifier.reward_channel == "stdout":
-            return _from_stdout(result)
-        return _from_reward_dir(result, reward_dir)
+            verdict = _from_stdout(result)
+        else:
+            verdict = _from_reward_dir(result, reward_dir)
+        return _distrust(verdict, result, cause)
+
+
+def _distrust(verdict: VerifierResult, result: ExecResult, cause: str | None) -> VerifierResult:
+    """A verdict below full marks whose verifier could not run (``cause``) is a
+    ``verifier-error``; a failed verdict gets the cause added to its reason."""
+    if cause is None:
+        return verdict
+    if verdict.ok and verdict.reward < 1.0:
+        return _failure(
+            result,
+            VerifierStatus.ERROR,
+            f"the verifier could not run: {cause}; its reward {verdict.reward:g} is not trusted",
+        )
+    if not verdict.ok:
+        return verdict.model_copy(update={"reason": f"{verdict.reason} ({cause})"})
+    return verdict
 
 
 def _stage(task: Task, source: Path, scratch: Path) -> tuple[Path, Path]:

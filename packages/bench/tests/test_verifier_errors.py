@@ -1,0 +1,149 @@
+"""Honest verifier failures: a verifier that cannot run is a ``verifier-error`` with the
+reason, never ``ok`` with reward 0 — checked with real Harbor-style ``test.sh`` verifiers
+in podman sandboxes (the default root: the host's ``/usr``, no ``uvx``, no pytest for
+Debian's python3, ``--network none``)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+from clawrl.bench import (
+    RolloutStatus,
+    SandboxExecutor,
+    Task,
+    VerifierStatus,
+    aggregate,
+    cannot_run_reason,
+    load_task,
+    run_rollouts,
+    verify,
+)
+
+pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+
+# writes 0 whenever its test command fails, whatever the cause (a common Harbor pattern)
+_ZERO_ON_FAILURE = """
+{command}
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def harbor_task(
+    root: Path, test_sh: str, test_py: str = "def test_ok():\n    assert True\n"
+) -> Task:
+    """A minimal Harbor task whose verifier is ``test_sh`` (with ``tests/test_outputs.py``)."""
+    (root / "tests").mkdir(parents=True)
+    (root / "environment").mkdir()
+    (root / "tests" / "test.sh").write_text("#!/bin/bash\n" + textwrap.dedent(test_sh))
+    (root / "tests" / "test_outputs.py").write_text(test_py)
+    (root / "environment" / "Dockerfile").write_text("FROM python:3.11-slim\nWORKDIR /app\n")
+    (root / "instruction.md").write_text("Do nothing.\n")
+    (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n')
+    return load_task(root)
+
+
+@pytest.fixture(scope="module")
+def executor() -> SandboxExecutor:
+    return SandboxExecutor()
+
+
+CANNOT_RUN = {
+    "uvx-missing": (
+        _ZERO_ON_FAILURE.format(command="uvx pytest /tests/test_outputs.py"),
+        "command not found: uvx",
+    ),
+    "pytest-module-missing": (
+        _ZERO_ON_FAILURE.format(command="python3 -m pytest /tests/test_outputs.py"),
+        "missing Python module: pytest",
+    ),
+    "pytest-import-missing": (
+        _ZERO_ON_FAILURE.format(command="python3 -c 'import pytest'"),
+        "missing Python module: pytest",
+    ),
+    "dns-failure": (
+        _ZERO_ON_FAILURE.format(command="curl -sS -o /dev/null https://pypi.org/simple/"),
+        "Could not resolve host",
+    ),
+    "exit-127": ("set -e\nuvx pytest /tests/test_outputs.py\n", "status 127"),
+    "no-reward": ("echo tests ran\n", "wrote no reward"),
+    "nonzero-exit": ("echo 1 > /logs/verifier/reward.txt\nexit 2\n", "status 2"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CANNOT_RUN))
+def test_verifier_that_cannot_run_is_an_error(
+    tmp_path: Path, executor: SandboxExecutor, case: str
+) -> None:
+    script, reason = CANNOT_RUN[case]
+    task = harbor_task(tmp_path / "task", script)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    r = verify(task, ws, executor)
+    assert r.status is VerifierStatus.ERROR and r.reward == 0.0, r
+    assert reason in r.reason, r.reason
+
+
+AGENT_FAILURES = {
+    # the agent did not write the module the tests import: its failure, scored 0
+    "agent-module-missing": "import solution\n\ndef test_it():\n    assert solution.answer == 42\n",
+    # the agent's program prints a command-not-found of its own: not the verifier's
+    "agent-command-missing": (
+        "import subprocess\n\ndef test_it():\n"
+        "    r = subprocess.run(['bash', '-c', 'frobnicate'], capture_output=True, text=True)\n"
+        "    print(r.stderr)\n    assert r.returncode == 0\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AGENT_FAILURES))
+def test_agent_failure_stays_a_zero(tmp_path: Path, executor: SandboxExecutor, case: str) -> None:
+    """A verifier that ran and failed the agent's work is ``ok`` with reward 0."""
+    runner = (
+        "cd /tests && python3 -c 'import sys, test_outputs as t; "
+        '[f() for n, f in vars(t).items() if n.startswith("test_")]\' 2>&1'
+    )
+    task = harbor_task(
+        tmp_path / "task", _ZERO_ON_FAILURE.format(command=runner), AGENT_FAILURES[case]
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    r = verify(task, ws, executor)
+    assert r.status is VerifierStatus.OK and r.reward == 0.0, r
+
+
+def test_full_marks_despite_a_missing_tool_stay_ok(
+    tmp_path: Path, executor: SandboxExecutor
+) -> None:
+    """A verifier that tried an optional tool and still gave full marks is trusted."""
+    task = harbor_task(
+        tmp_path / "task", "uvx --version || true\necho 1 > /logs/verifier/reward.txt\n"
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    r = verify(task, ws, executor)
+    assert r.status is VerifierStatus.OK and r.reward == 1.0, r
+
+
+def test_command_not_found_outside_the_verifier_is_not_a_sign() -> None:
+    assert cannot_run_reason("", "bash: line 1: frobnicate: command not found", "/tests") is None
+    assert cannot_run_reason("", "/app/run.sh: line 2: foo: command not found", "/tests") is None
+    assert cannot_run_reason("", "/tests/test.sh: 4: uvx: not found", "/tests") is not None
+
+
+def test_rollout_and_report_count_verifier_errors(tmp_path: Path) -> None:
+    """Through the runner (noop harness): the rollout is ``verifier-error`` with the reason,
+    and the aggregate counts it apart."""
+    task = harbor_task(
+        tmp_path / "task", _ZERO_ON_FAILURE.format(command="uvx pytest /tests/test_outputs.py")
+    )
+    results = asyncio.run(run_rollouts([task], ["noop"], concurrency=1))
+    (r,) = results
+    assert r.status is RolloutStatus.VERIFIER_ERROR and r.reward == 0.0, r
+    assert "command not found: uvx" in r.reason
+    report = aggregate([r.scored()])
+    assert report.by_harness["noop"].n_verifier_error == 1
+    assert report.by_harness["noop"].status_counts == {"verifier-error": 1}

@@ -4,6 +4,9 @@
                                             # category) × {reference harness, oracle}, the
                                             # embedded tiny model; results in runs/bench-<time>/
     bench --slice all --harness reference --samples 4 --k 1 2 4
+    bench --suite path/to/suite --harness noop  # every task of an external suite; lists the
+                                            # tasks that score without work
+    bench --suite path/to/suite --slice 20 --slice-seed 1   # a seeded sample of 20 tasks
     bench --task path/to/harbor_task --harness oracle reference
     bench --model scripted                  # ScriptedBackend: the reference harness is fed each
                                             # task's oracle as tool calls (a pipeline check)
@@ -32,7 +35,7 @@ from typing import Any
 from clawrl.bench.config import BenchConfig, ConfigError, load_config, select_tasks
 from clawrl.bench.errors import BenchError
 from clawrl.bench.harness import HarnessAdapter, get_harness, harness_names, oracle_completions
-from clawrl.bench.report import summarize, write_results
+from clawrl.bench.report import scores_without_work, summarize, write_results
 from clawrl.bench.runner import (
     ModelEndpoint,
     RolloutEvent,
@@ -64,8 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--task", dest="tasks", nargs="+", help="task directories (any layout)")
     p.add_argument("--task-id", dest="task_ids", nargs="+", help="keep only these task ids")
     p.add_argument(
-        "--slice", choices=["default", "all"], help="default: one easy task per category"
+        "--slice",
+        help="auto (default: built-in 'default', an external suite all its tasks), default "
+        "(one easy task per category), all, N tasks or a fraction (e.g. 0.25) sampled per suite",
     )
+    p.add_argument("--slice-seed", type=int, help="seed of a sampled --slice (default 0)")
     p.add_argument(
         "--harness", dest="harnesses", nargs="+", help=f"of {', '.join(harness_names())}"
     )
@@ -197,6 +203,13 @@ def _print_tables(console: Console, results: Sequence[RolloutResult], cfg: Bench
         )
     console.print(rows)
     console.print(t)
+    without = scores_without_work(results)
+    if without:
+        console.print(
+            f"[yellow]{len(without)} task(s) score without work (noop harness, reward > 0): "
+            + ", ".join(f"{w['task_id']} ({w['reward']:.2f})" for w in without)
+            + "[/yellow]"
+        )
 
 
 async def _run(

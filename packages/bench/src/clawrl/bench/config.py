@@ -6,7 +6,11 @@ Example ``bench.toml`` (all keys optional; these are the defaults)::
     suites = ["builtin"]          # "builtin" or suite directories (each task a sub-directory)
     tasks = []                    # single task directories (any layout)
     task_ids = []                 # keep only these ids ([] = the slice below)
-    slice = "default"             # "default": one easy task per category; "all"
+    slice = "auto"                # "auto": the built-in suite's "default" slice, every task
+                                  # of an external suite; "default": one easy task per
+                                  # category; "all"; N (an integer: N tasks per suite) or a
+                                  # fraction in (0, 1): a sample, seeded by slice_seed
+    slice_seed = 0
     harnesses = ["reference", "oracle"]
     model = "embedded"            # embedded | scripted | sglang
     tokenizer = "byte"            # the default tiny model's tokenizer: byte | qwen3
@@ -28,6 +32,9 @@ Example ``bench.toml`` (all keys optional; these are the defaults)::
 
 from __future__ import annotations
 
+import math
+import random
+import re
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +44,7 @@ from clawrl.bench.errors import BenchError
 from clawrl.bench.loaders import load_builtin_suite, load_suite, load_task
 from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
 from clawrl.bench.task import CATEGORIES, DIFFICULTIES, Task
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 __all__ = ["BenchConfig", "ConfigError", "load_config", "select_tasks"]
 
@@ -54,7 +61,8 @@ class BenchConfig(BaseModel):
     suites: list[str] = Field(default_factory=lambda: ["builtin"])
     tasks: list[str] = Field(default_factory=list)
     task_ids: list[str] = Field(default_factory=list)
-    slice: Literal["default", "all"] = "default"
+    slice: str = "auto"
+    slice_seed: int = 0
     harnesses: list[str] = Field(default_factory=lambda: ["reference", "oracle"])
     model: Literal["embedded", "scripted", "sglang"] = "embedded"
     tokenizer: Literal["byte", "qwen3"] = "byte"
@@ -72,6 +80,31 @@ class BenchConfig(BaseModel):
     output_dir: str = ""
     run_id: str = ""
     html: bool = True
+
+    @field_validator("slice", mode="before")
+    @classmethod
+    def _check_slice(cls, raw: Any) -> str:
+        if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+            raise ValueError(f"slice must be a string or a number, got {raw!r}")
+        value = str(raw).strip()
+        if value in ("auto", "default", "all"):
+            return value
+        if _slice_size(value) is None:
+            raise ValueError(
+                f"slice must be auto, default, all, a count >= 1 or a fraction in (0, 1), "
+                f"got {value!r}"
+            )
+        return value
+
+
+def _slice_size(value: str) -> int | float | None:
+    """A count (int >= 1) or a fraction (float in (0, 1)) from a slice value, else None."""
+    if re.fullmatch(r"\d+", value):
+        return int(value) if int(value) >= 1 else None
+    if re.fullmatch(r"0?\.\d+", value):
+        frac = float(value)
+        return frac if 0.0 < frac < 1.0 else None
+    return None
 
 
 def load_config(
@@ -111,9 +144,33 @@ def _default_slice(tasks: Sequence[Task]) -> list[Task]:
     )
 
 
+def _sample(tasks: list[Task], size: int | float, seed: int, suite: str) -> list[Task]:
+    """``size`` tasks (a count, or a fraction rounded up) drawn with ``seed``, by id."""
+    n = size if isinstance(size, int) else max(1, math.ceil(size * len(tasks)))
+    rng = random.Random(f"{seed}|{suite}")
+    return sorted(rng.sample(tasks, min(n, len(tasks))), key=lambda t: t.id)
+
+
+def slice_suite(tasks: list[Task], cfg: BenchConfig, *, builtin: bool, suite: str) -> list[Task]:
+    """The part of one suite that ``cfg.slice`` selects (see the module docstring):
+    ``auto`` is ``default`` for the built-in suite and ``all`` for an external one; a
+    count or fraction samples with ``cfg.slice_seed`` (the same seed, suite and tasks give
+    the same sample)."""
+    kind = cfg.slice
+    if kind == "auto":
+        kind = "default" if builtin else "all"
+    if kind == "all":
+        return tasks
+    if kind == "default":
+        return _default_slice(tasks)
+    size = _slice_size(kind)
+    assert size is not None  # checked by BenchConfig
+    return _sample(tasks, size, cfg.slice_seed, suite)
+
+
 def select_tasks(cfg: BenchConfig) -> list[Task]:
-    """The tasks a configuration selects: every suite (sliced unless ``task_ids`` are
-    given) plus the explicit task directories, filtered by ``task_ids``.
+    """The tasks a configuration selects: every suite (sliced by :func:`slice_suite` unless
+    ``task_ids`` are given) plus the explicit task directories, filtered by ``task_ids``.
 
     Raises:
         TaskLoadError: a task directory cannot be loaded.
@@ -121,9 +178,10 @@ def select_tasks(cfg: BenchConfig) -> list[Task]:
     """
     selected: list[Task] = []
     for suite in cfg.suites:
-        loaded = load_builtin_suite() if suite == "builtin" else load_suite(Path(suite))
-        if not cfg.task_ids and cfg.slice == "default":
-            loaded = _default_slice(loaded)
+        builtin = suite == "builtin"
+        loaded = load_builtin_suite() if builtin else load_suite(Path(suite))
+        if not cfg.task_ids:
+            loaded = slice_suite(loaded, cfg, builtin=builtin, suite=suite)
         selected += loaded
     selected += [load_task(Path(p)) for p in cfg.tasks]
     if cfg.task_ids:

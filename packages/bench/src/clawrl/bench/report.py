@@ -17,10 +17,17 @@ from typing import Any
 
 import orjson
 from clawrl.bench.metrics import AggregateReport, aggregate
-from clawrl.bench.runner import RolloutResult
+from clawrl.bench.runner import RolloutResult, RolloutStatus
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-__all__ = ["call_tree", "render_html", "summarize", "transcript_messages", "write_results"]
+__all__ = [
+    "call_tree",
+    "render_html",
+    "scores_without_work",
+    "summarize",
+    "transcript_messages",
+    "write_results",
+]
 
 Decode = Callable[[Sequence[int]], str]
 _PREVIEW = 160
@@ -38,6 +45,22 @@ def summarize(
     """:func:`~clawrl.bench.aggregate` over the results (ks larger than the number of
     samples give ``None``)."""
     return aggregate([r.scored() for r in results], ks, pass_threshold)
+
+
+def scores_without_work(results: Sequence[RolloutResult]) -> list[dict[str, Any]]:
+    """The tasks that score without work: a ``noop``-harness rollout (the workspace as the
+    task built it) with status ``ok`` and a reward above 0 — a broken task or verifier.
+    One ``{"task_id", "reward", "subscores"}`` per task (its best such rollout), by id."""
+    best: dict[str, RolloutResult] = {}
+    for r in results:
+        if r.harness != "noop" or r.status is not RolloutStatus.OK or r.reward <= 0.0:
+            continue
+        if r.task_id not in best or r.reward > best[r.task_id].reward:
+            best[r.task_id] = r
+    return [
+        {"task_id": t, "reward": r.reward, "subscores": dict(r.subscores)}
+        for t, r in sorted(best.items())
+    ]
 
 
 def call_tree(records: Sequence[dict[str, Any]], decode: Decode | None = None) -> dict[str, Any]:
@@ -125,8 +148,13 @@ def write_results(
     decode: Decode | None = None,
     html: bool = True,
 ) -> dict[str, Path]:
-    """Write ``results.json``, ``config.json`` (the resolved configuration) and
-    ``report.html`` into ``out_dir``; returns their paths by name."""
+    """Write ``results.json`` (meta, config, summary, :func:`scores_without_work`, every
+    rollout), ``config.json`` (the resolved configuration) and ``report.html`` into
+    ``out_dir``; returns their paths by name.
+
+    Raises:
+        OSError: ``out_dir`` cannot be created or written.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(results, ks, pass_threshold)
@@ -134,6 +162,7 @@ def write_results(
         "meta": meta,
         "config": config,
         "summary": summary.model_dump(mode="json"),
+        "scores_without_work": scores_without_work(results),
         "rollouts": [r.model_dump(mode="json") for r in results],
     }
     paths = {"results": out / "results.json", "config": out / "config.json"}
@@ -176,6 +205,7 @@ def render_html(
     return env.get_template("report.html.j2").render(
         rows=rows,
         summary=summary,
+        without_work=scores_without_work(results),
         config_json=json.dumps(config, indent=2, default=str),
         meta=meta,
     )

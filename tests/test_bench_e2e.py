@@ -31,13 +31,8 @@ from clawrl.bench import (
     plan_rollouts,
     run_rollouts,
 )
-from clawrl.proxy import (
-    ScriptedBackend,
-    SessionInfo,
-    build_default_model,
-    format_assistant_text,
-    serve,
-)
+from clawrl.proxy import SessionInfo, build_default_model, format_assistant_text, serve
+from clawrl.proxy.testing import ScriptedBackend
 
 pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
 

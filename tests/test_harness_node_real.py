@@ -30,7 +30,8 @@ from clawrl.bench import (
     plan_rollouts,
 )
 from clawrl.bench.harness import NodeHarness, get_harness, scripted_oracle
-from clawrl.proxy import ScriptedBackend, SessionInfo, build_default_model, serve
+from clawrl.proxy import SessionInfo, build_default_model, serve
+from clawrl.proxy.testing import ScriptedBackend
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman"),

@@ -19,17 +19,17 @@ from clawrl.ise_synth import (
     IntentRecord,
     IntentSampler,
     ProxySimulatorFactory,
-    ScriptedUserSimulator,
     SessionConfig,
     TemplateRenderer,
     generate_intents,
     load_taxonomy,
     read_jsonl,
-    scripted_agent_completions,
     synthesize,
     validate_trajectory,
 )
-from clawrl.proxy import EmbeddedBackend, ScriptedBackend, SessionInfo, build_default_model, serve
+from clawrl.ise_synth.testing import ScriptedUserSimulator, scripted_agent_completions
+from clawrl.proxy import EmbeddedBackend, SessionInfo, build_default_model, serve
+from clawrl.proxy.testing import ScriptedBackend
 
 pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
 

@@ -22,15 +22,15 @@ import torch
 from clawrl.ise_synth import (
     IntentRecord,
     IntentSampler,
-    ScriptedUserSimulator,
     SessionConfig,
     TemplateRenderer,
     generate_intents,
     load_taxonomy,
-    scripted_agent_completions,
     synthesize,
 )
-from clawrl.proxy import ScriptedBackend, SessionInfo, build_default_model, serve
+from clawrl.ise_synth.testing import ScriptedUserSimulator, scripted_agent_completions
+from clawrl.proxy import SessionInfo, build_default_model, serve
+from clawrl.proxy.testing import ScriptedBackend
 from clawrl.rl_core import (
     LossConfig,
     OptimConfig,

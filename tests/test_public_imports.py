@@ -16,8 +16,14 @@ PACKAGES = {
     "ise-synth": "ise_synth",
     "bench": "bench",
 }
-#: public subpackages, documented in their package README
-PUBLIC_SUBPACKAGES = {"clawrl.bench.harness", "clawrl.rl_core.train"}
+#: public subpackages and modules, documented in their package README (``testing``: the
+#: stand-ins a package offers its users' tests, named as such)
+PUBLIC_SUBPACKAGES = {
+    "clawrl.bench.harness",
+    "clawrl.rl_core.train",
+    "clawrl.proxy.testing",
+    "clawrl.ise_synth.testing",
+}
 
 
 def _imports(path: Path) -> list[str]:

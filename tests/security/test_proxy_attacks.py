@@ -28,15 +28,14 @@ import pytest
 from clawrl.proxy import (
     AdminClient,
     ChatRenderer,
-    NullBackend,
     ProxyAdminError,
     ProxyServer,
-    ScriptedBackend,
     ServerConfig,
     build_default_model,
     build_proxy_app,
     format_assistant_text,
 )
+from clawrl.proxy.testing import NullBackend, ScriptedBackend
 
 
 class Live:

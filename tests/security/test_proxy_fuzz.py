@@ -28,13 +28,13 @@ import pytest
 from clawrl.proxy import (
     AdminClient,
     ChatRenderer,
-    NullBackend,
     ProxyServer,
     ServerConfig,
     build_default_model,
     build_proxy_app,
     format_assistant_text,
 )
+from clawrl.proxy.testing import NullBackend
 
 N_REQUESTS = 10_000
 SEED = 18

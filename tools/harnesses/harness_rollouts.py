@@ -31,7 +31,8 @@ from clawrl.bench import (
 )
 from clawrl.bench.harness import get_harness, scripted_oracle
 from clawrl.prefixtree import Call, PrefixTree, merge_trees
-from clawrl.proxy import BackendConfig, ScriptedBackend, build_default_model, make_backend, serve
+from clawrl.proxy import BackendConfig, build_default_model, make_backend, serve
+from clawrl.proxy.testing import ScriptedBackend
 
 
 def tree_stats(results: list[RolloutResult]) -> dict[str, Any]:

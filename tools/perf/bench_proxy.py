@@ -39,10 +39,10 @@ from clawrl.proxy import (
     AdminClient,
     ChatRenderer,
     GenerationRequest,
-    NullBackend,
     SamplingParams,
     build_default_model,
 )
+from clawrl.proxy.testing import NullBackend
 
 RESULTS = Path(__file__).parent / "results" / "proxy.json"
 

@@ -13,16 +13,15 @@ from clawrl.ise_synth import (
     IntentRecord,
     IntentSampler,
     LLMUserSimulator,
-    ScriptedUserSimulator,
     SimulatorDriftError,
     SimulatorError,
     TemplateRenderer,
     detect_drift,
     load_taxonomy,
     parse_reply,
-    scripted_queries,
     simulator_messages,
 )
+from clawrl.ise_synth.testing import ScriptedUserSimulator, scripted_queries
 from hypothesis import given
 from hypothesis import strategies as st
 

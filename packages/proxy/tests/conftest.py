@@ -25,7 +25,7 @@ def renderer(model_dir: Path) -> Any:
 
 @pytest.fixture
 def scripted(model_dir: Path) -> Any:
-    from clawrl.proxy import ScriptedBackend
+    from clawrl.proxy.testing import ScriptedBackend
 
     return ScriptedBackend.from_model_dir(model_dir)
 

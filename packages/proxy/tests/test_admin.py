@@ -185,7 +185,7 @@ def test_close_returns_once_every_call_is_committed(
     the records read after close are final and nothing is appended later (what the trainer's
     settle loop used to poll for). Revert tried: close without waiting -> the record is
     missing right after close and appears later."""
-    from clawrl.proxy import ScriptedBackend
+    from clawrl.proxy.testing import ScriptedBackend
 
     delay = 0.05 if not abandoned else 1.0  # 41 tokens: ~2 s, or ~41 s (> the 5 s grace)
     backend = ScriptedBackend.from_model_dir(model_dir, token_delay_s=delay)

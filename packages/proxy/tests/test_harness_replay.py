@@ -60,7 +60,8 @@ def _send(inproc: Any, sid: str, key: str, doc: dict[str, Any]) -> Any:
 def inproc(renderer: Any, model_dir: Path, tmp_path: Path) -> Iterator[Any]:
     """Scripted backend with a window wide enough for byte-tokenized harness prompts
     (Claude Code's ~11k-token prompt is ~52k bytes)."""
-    from clawrl.proxy import ScriptedBackend, ServerConfig, build_proxy_app
+    from clawrl.proxy import ServerConfig, build_proxy_app
+    from clawrl.proxy.testing import ScriptedBackend
 
     from .conftest import InProcess
 

@@ -270,7 +270,8 @@ def test_smollm2_bare_json_call_through_the_proxy(smollm2_dir: Path, tmp_path: P
     """OpenAI chat through the proxy with SmolLM2's renderer (scripted completions in the
     injected format): the bare JSON reply comes back as a tool call, and the next request,
     echoing it with a tool result, extends the first call's exact ids."""
-    from clawrl.proxy import ScriptedBackend, ServerConfig, build_proxy_app
+    from clawrl.proxy import ServerConfig, build_proxy_app
+    from clawrl.proxy.testing import ScriptedBackend
     from starlette.testclient import TestClient
 
     app = build_proxy_app(

@@ -28,7 +28,7 @@ def test_side_path_flag(inproc: Any) -> None:
 def test_stale_flag_when_weights_change_during_generation(
     live_factory: Any, model_dir: Any
 ) -> None:
-    from clawrl.proxy import ScriptedBackend
+    from clawrl.proxy.testing import ScriptedBackend
 
     backend = ScriptedBackend.from_model_dir(model_dir, token_delay_s=0.01)
     live = live_factory(backend)

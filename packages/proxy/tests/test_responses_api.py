@@ -11,8 +11,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from clawrl.proxy import ScriptedBackend, ServerConfig, build_proxy_app, format_assistant_text
+from clawrl.proxy import ServerConfig, build_proxy_app, format_assistant_text
 from clawrl.proxy.openai_responses import decode_reasoning_token, encode_reasoning_token
+from clawrl.proxy.testing import ScriptedBackend
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -19,13 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
-from clawrl.proxy import (
-    AdminClient,
-    ScriptedBackend,
-    ServerConfig,
-    build_proxy_app,
-    read_records,
-)
+from clawrl.proxy import AdminClient, ServerConfig, build_proxy_app, read_records
+from clawrl.proxy.testing import ScriptedBackend
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -12,15 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from clawrl.proxy import (
-    BackendConfig,
-    NullBackend,
-    ProxyStartError,
-    ScriptedBackend,
-    SGLangBackend,
-    make_backend,
-    serve,
-)
+from clawrl.proxy import BackendConfig, ProxyStartError, SGLangBackend, make_backend, serve
+from clawrl.proxy.testing import NullBackend, ScriptedBackend
 
 
 def test_make_backend_kinds(model_dir: Path) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from clawrl.proxy import GenerationRequest, GenerationResult, ScriptedBackend, TokenDelta
+from clawrl.proxy import GenerationRequest, GenerationResult, TokenDelta
+from clawrl.proxy.testing import ScriptedBackend
 
 
 @pytest.fixture

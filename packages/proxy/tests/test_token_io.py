@@ -8,7 +8,8 @@ import re
 from typing import Any
 
 import pytest
-from clawrl.proxy import ScriptedCompletion, format_assistant_text, parse_completion
+from clawrl.proxy import format_assistant_text, parse_completion
+from clawrl.proxy.testing import ScriptedCompletion
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

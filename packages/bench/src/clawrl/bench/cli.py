@@ -102,14 +102,8 @@ def _parser() -> argparse.ArgumentParser:
 @contextlib.asynccontextmanager
 async def _model(cfg: BenchConfig, console: Console) -> Any:
     """Yields (endpoint, scripted backend or None, model description, decode)."""
-    from clawrl.proxy import (
-        BackendConfig,
-        ChatRenderer,
-        ScriptedBackend,
-        build_default_model,
-        make_backend,
-        serve,
-    )
+    from clawrl.proxy import BackendConfig, ChatRenderer, build_default_model, make_backend, serve
+    from clawrl.proxy.testing import ScriptedBackend
     from clawrl.sandbox import owned_tempdir
 
     if cfg.model_dir:

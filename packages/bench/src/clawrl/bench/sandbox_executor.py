@@ -34,7 +34,6 @@ import threading
 import time
 from collections.abc import Coroutine
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 from clawrl.bench.errors import ExecutorError
@@ -136,12 +135,7 @@ class SandboxExecutor:
     def __enter__(self) -> SandboxExecutor:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # ------------------------------------------------------------------ internals

@@ -3,7 +3,7 @@
 Stage 1 (intents): :func:`load_taxonomy` → :class:`IntentSampler` → :class:`TemplateRenderer`
 or :class:`LLMRenderer` → :func:`dedup_intents` (exact + embedding near-duplicates, Vendi Score).
 Stage 2 (role-locked user simulator): :class:`LLMUserSimulator` (drift detection and
-regeneration), :class:`ScriptedUserSimulator` (a test simulator). Stage 3 (execution):
+regeneration); the test simulator and scripted test agent are in :mod:`clawrl.ise_synth.testing`. Stage 3 (execution):
 :func:`run_session` (one podman sandbox per session, the reference harness per user turn),
 :func:`synthesize` (resumable, bounded concurrency) → trajectories (:func:`build_trajectory`,
 :func:`validate_trajectory`) and :func:`synthesis_report`.
@@ -32,7 +32,6 @@ from clawrl.ise_synth.execute import (
     SessionConfig,
     SessionResult,
     run_session,
-    scripted_agent_completions,
     workspace_changes,
 )
 from clawrl.ise_synth.intents import IntentStats, dedup_intents, generate_intents
@@ -43,13 +42,11 @@ from clawrl.ise_synth.sampling import DomainSelection, IntentSampler, IntentSpec
 from clawrl.ise_synth.simulator import (
     AgentTurn,
     LLMUserSimulator,
-    ScriptedUserSimulator,
     SimulatorReply,
     SimulatorTurn,
     UserSimulator,
     detect_drift,
     parse_reply,
-    scripted_queries,
     simulator_messages,
 )
 from clawrl.ise_synth.taxonomy import (
@@ -94,7 +91,6 @@ __all__ = [
     "Persona",
     "ProxySimulatorFactory",
     "RenderError",
-    "ScriptedUserSimulator",
     "SentenceTransformerEmbedder",
     "SessionConfig",
     "SessionResult",
@@ -130,8 +126,6 @@ __all__ = [
     "read_jsonl",
     "report_table",
     "run_session",
-    "scripted_agent_completions",
-    "scripted_queries",
     "simulator_messages",
     "synthesis_report",
     "synthesize",

@@ -317,7 +317,8 @@ def _agent_backend(
 ) -> tuple[InferenceBackend | None, AgentHook | None]:
     """The agent's backend (``None``: embedded, or an already-running proxy) and, for the
     scripted agent, the hook that scripts each session from the scripted simulator."""
-    from clawrl.proxy import BackendConfig, ScriptedBackend, build_default_model, make_backend
+    from clawrl.proxy import BackendConfig, build_default_model, make_backend
+    from clawrl.proxy.testing import ScriptedBackend
 
     if args.agent != "scripted":
         return None, None

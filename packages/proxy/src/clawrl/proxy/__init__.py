@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 # ``__all__`` spliced into ours, so each name is listed once, where it is defined; from the
 # other modules only the names below are re-exported.
 from clawrl.proxy import app as _app
-from clawrl.proxy import backends as _backends
 from clawrl.proxy import capture as _capture
 from clawrl.proxy import client as _client
 from clawrl.proxy import parse as _parse
@@ -15,7 +14,8 @@ from clawrl.proxy import server as _server
 from clawrl.proxy import serving as _serving
 from clawrl.proxy import session as _session
 from clawrl.proxy.app import *  # noqa: F403
-from clawrl.proxy.backends import *  # noqa: F403
+from clawrl.proxy.backends import base as _backends
+from clawrl.proxy.backends.base import *  # noqa: F403
 from clawrl.proxy.backends.sglang import SGLangBackend
 from clawrl.proxy.capture import *  # noqa: F403
 from clawrl.proxy.client import *  # noqa: F403

@@ -8,7 +8,6 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from .errors import (
@@ -187,12 +186,7 @@ class SandboxPool:
     async def __aenter__(self) -> SandboxPool:
         return await self.start()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await asyncio.shield(self.close())
 
     # ------------------------------------------------------------------ public ops

@@ -17,7 +17,6 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Unpack
 
 from .errors import (
@@ -494,12 +493,7 @@ class Sandbox:
     async def __aenter__(self) -> Sandbox:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await asyncio.shield(self.destroy())
 
     def __repr__(self) -> str:

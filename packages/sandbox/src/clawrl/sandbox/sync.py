@@ -13,7 +13,6 @@ import asyncio
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 from .execute import ExecOptions
@@ -112,10 +111,5 @@ class SyncSandbox:
     def __enter__(self) -> SyncSandbox:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.destroy()

@@ -1,24 +1,3 @@
-"""Inference backends behind one interface (:class:`InferenceBackend`)."""
-
-from clawrl.proxy.backends.base import (
-    BackendError,
-    GenerationRequest,
-    GenerationResult,
-    InferenceBackend,
-    SamplingParams,
-    TokenDelta,
-)
-from clawrl.proxy.backends.null import NullBackend
-from clawrl.proxy.backends.scripted import ScriptedBackend, ScriptedCompletion
-
-__all__ = [
-    "BackendError",
-    "GenerationRequest",
-    "GenerationResult",
-    "InferenceBackend",
-    "NullBackend",
-    "SamplingParams",
-    "ScriptedBackend",
-    "ScriptedCompletion",
-    "TokenDelta",
-]
+"""Inference backends behind one interface (:class:`~clawrl.proxy.InferenceBackend`, in
+``base``); the package root re-exports the interface, :mod:`clawrl.proxy.testing` the
+stand-in backends (scripted, null)."""

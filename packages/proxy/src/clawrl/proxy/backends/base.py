@@ -1,9 +1,5 @@
-"""The inference-backend interface (contract between the proxy server and its backends).
-
-STUB written by the coordinator to fix the interface; names below are a contract used by the
-server and by every backend (embedded, sglang, scripted, null). Add members freely; do not
-rename these.
-"""
+"""The inference-backend interface: the contract between the proxy server and every backend
+(embedded, sglang, scripted, null)."""
 
 from __future__ import annotations
 
@@ -11,6 +7,15 @@ import abc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
+
+__all__ = [
+    "BackendError",
+    "GenerationRequest",
+    "GenerationResult",
+    "InferenceBackend",
+    "SamplingParams",
+    "TokenDelta",
+]
 
 #: The proxy's own finish vocabulary at the backend level ("tool_calls" is decided by the
 #: server after parsing, never by a backend).

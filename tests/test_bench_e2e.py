@@ -15,11 +15,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from clawrl.bench import (
-    HarnessAdapter,
-    HarnessContext,
-    HarnessLaunch,
     ModelEndpoint,
-    OracleHarness,
     RolloutOptions,
     RolloutRunner,
     RolloutSpec,
@@ -27,9 +23,15 @@ from clawrl.bench import (
     aggregate,
     load_builtin_suite,
     load_task,
-    oracle_completions,
     plan_rollouts,
     run_rollouts,
+)
+from clawrl.bench.harness import (
+    HarnessAdapter,
+    HarnessContext,
+    HarnessLaunch,
+    OracleHarness,
+    oracle_completions,
 )
 from clawrl.proxy import SessionInfo, build_default_model, format_assistant_text, serve
 from clawrl.proxy.testing import ScriptedBackend
@@ -217,7 +219,7 @@ async def test_timeout_and_infra_failures(
 
 
 def _reference() -> HarnessAdapter:
-    from clawrl.bench import ReferenceHarness
+    from clawrl.bench.harness import ReferenceHarness
 
     return ReferenceHarness()
 
@@ -228,7 +230,7 @@ async def test_mini_swe_agent_with_the_tiny_model(model_dir: Path) -> None:
     on first use, ~3 min, then cached) against the embedded tiny model: calls captured, the
     verifier ran, not an infrastructure failure. The random model never makes a tool call,
     so mini-swe-agent ends by itself (repeated format errors) or at its step limit."""
-    from clawrl.bench import MiniSweAgentHarness
+    from clawrl.bench.harness import MiniSweAgentHarness
     from clawrl.proxy import EmbeddedBackend
 
     harness = MiniSweAgentHarness()
@@ -256,7 +258,7 @@ async def test_mini_swe_agent_submits_scripted_tool_calls(
 ) -> None:
     """The ScriptedBackend answers mini-swe-agent in its tool-calling schema: it runs the
     bash call in the task's workspace, then submits and exits (`ok`, `submitted`)."""
-    from clawrl.bench import MiniSweAgentHarness
+    from clawrl.bench.harness import MiniSweAgentHarness
 
     harness = MiniSweAgentHarness()
     harness.prepare()  # cached by test_mini_swe_agent_with_the_tiny_model; run alone, it installs

@@ -24,10 +24,10 @@ from clawrl.bench import (
     RolloutStatus,
     Task,
     builtin_suite_dir,
-    get_harness,
     load_task,
     run_rollouts,
 )
+from clawrl.bench.harness import get_harness
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman"),

@@ -26,14 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from clawrl.bench import (
-    BenchConfig,
-    RolloutOptions,
-    RolloutRunner,
-    RolloutSpec,
-    get_harness,
-    select_tasks,
-)
+from clawrl.bench import BenchConfig, RolloutOptions, RolloutRunner, RolloutSpec, select_tasks
+from clawrl.bench.harness import get_harness
 from clawrl.proxy import BackendConfig, build_default_model, make_backend, serve
 
 ROOT = Path(__file__).resolve().parents[2]

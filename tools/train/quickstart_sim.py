@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from clawrl.bench import generate_learnable_tasks, prepare_workspace, reference_agent_path, verify
+from clawrl.bench import generate_learnable_tasks, prepare_workspace, verify
+from clawrl.bench.harness import reference_agent_path
 from clawrl.prefixtree import Call, PrefixTree, merge_trees
 from clawrl.proxy import ChatRenderer, build_default_model, format_assistant_text, parse_completion
 from clawrl.rl_core import (

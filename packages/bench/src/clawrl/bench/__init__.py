@@ -13,7 +13,8 @@ and reports (``bench`` CLI).
 
 # A module whose whole public set (its ``__all__``) is public here is star-imported and its
 # ``__all__`` spliced into ours, so each name is listed once, where it is defined; from the
-# others (the harness subpackage, rollout_types) only the names below are re-exported.
+# others (config, rollout_types) only the names below are re-exported. The harness adapters are
+# public in their own subpackage, :mod:`clawrl.bench.harness`, and only there.
 import clawrl.bench.errors as _errors
 import clawrl.bench.executors as _executors
 import clawrl.bench.learnable as _learnable
@@ -28,31 +29,6 @@ import clawrl.bench.workspace_diff as _workspace_diff
 from clawrl.bench.config import BenchConfig, select_tasks
 from clawrl.bench.errors import *  # noqa: F403
 from clawrl.bench.executors import *  # noqa: F403
-from clawrl.bench.harness import (
-    HARNESS_LOG_DIR,
-    NODE_HARNESS_VERSIONS,
-    ORACLE_COPY_DIR,
-    ClaudeCodeHarness,
-    CodexHarness,
-    HarnessAdapter,
-    HarnessContext,
-    HarnessInstallError,
-    HarnessLaunch,
-    HarnessOutcome,
-    MiniSweAgentHarness,
-    NodeHarness,
-    OpenClawHarness,
-    OracleHarness,
-    PiHarness,
-    ReferenceHarness,
-    get_harness,
-    harness_cache_dir,
-    harness_names,
-    oracle_completions,
-    oracle_shell_command,
-    reference_agent_path,
-    scripted_oracle,
-)
 from clawrl.bench.learnable import *  # noqa: F403
 from clawrl.bench.loaders import *  # noqa: F403
 from clawrl.bench.metrics import *  # noqa: F403
@@ -68,31 +44,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BenchConfig",
-    "ClaudeCodeHarness",
-    "CodexHarness",
     "DEFAULT_MAX_TURNS",
-    "HARNESS_LOG_DIR",
-    "HarnessAdapter",
-    "HarnessContext",
-    "HarnessInstallError",
-    "HarnessLaunch",
-    "HarnessOutcome",
-    "MiniSweAgentHarness",
-    "NODE_HARNESS_VERSIONS",
-    "NodeHarness",
-    "ORACLE_COPY_DIR",
-    "OpenClawHarness",
-    "OracleHarness",
-    "PiHarness",
-    "ReferenceHarness",
     "__version__",
-    "get_harness",
-    "harness_cache_dir",
-    "harness_names",
-    "oracle_completions",
-    "oracle_shell_command",
-    "reference_agent_path",
-    "scripted_oracle",
     "select_tasks",
     *_errors.__all__,
     *_executors.__all__,

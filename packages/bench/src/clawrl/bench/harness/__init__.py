@@ -22,71 +22,32 @@ turn a task's oracle into model turns. Modules depend on one another in one dire
 ``node`` ← ``registry``.
 """
 
-from clawrl.bench.harness.base import (
-    HARNESS_LOG_DIR,
-    HarnessAdapter,
-    HarnessContext,
-    HarnessInstallError,
-    HarnessLaunch,
-    HarnessOutcome,
-    ProgressFn,
-    WireAPI,
-)
-from clawrl.bench.harness.install import CachedHarness, harness_cache_dir, run_streamed
-from clawrl.bench.harness.mini_swe_agent import MiniSweAgentHarness
-from clawrl.bench.harness.node import (
-    NODE_HARNESS_NAMES,
-    NODE_HARNESS_VERSIONS,
-    ClaudeCodeHarness,
-    CodexHarness,
-    NodeHarness,
-    OpenClawHarness,
-    PiHarness,
-    scripted_oracle,
-)
-from clawrl.bench.harness.noop import NoopHarness
-from clawrl.bench.harness.oracle import (
-    ORACLE_COPY_DIR,
-    OracleHarness,
-    oracle_completions,
-    oracle_shell_command,
-)
-from clawrl.bench.harness.reference import (
-    REFERENCE_AGENT_MOUNT,
-    ReferenceHarness,
-    reference_agent_path,
-)
-from clawrl.bench.harness.registry import get_harness, harness_names
+# Each module's whole public set (its ``__all__``) is public here: star-imported, and its
+# ``__all__`` spliced into ours, so each name is listed once, where it is defined.
+from clawrl.bench.harness import base as _base
+from clawrl.bench.harness import install as _install
+from clawrl.bench.harness import mini_swe_agent as _mini_swe_agent
+from clawrl.bench.harness import node as _node
+from clawrl.bench.harness import noop as _noop
+from clawrl.bench.harness import oracle as _oracle
+from clawrl.bench.harness import reference as _reference
+from clawrl.bench.harness import registry as _registry
+from clawrl.bench.harness.base import *  # noqa: F403
+from clawrl.bench.harness.install import *  # noqa: F403
+from clawrl.bench.harness.mini_swe_agent import *  # noqa: F403
+from clawrl.bench.harness.node import *  # noqa: F403
+from clawrl.bench.harness.noop import *  # noqa: F403
+from clawrl.bench.harness.oracle import *  # noqa: F403
+from clawrl.bench.harness.reference import *  # noqa: F403
+from clawrl.bench.harness.registry import *  # noqa: F403
 
 __all__ = [
-    "HARNESS_LOG_DIR",
-    "NODE_HARNESS_NAMES",
-    "NODE_HARNESS_VERSIONS",
-    "ORACLE_COPY_DIR",
-    "REFERENCE_AGENT_MOUNT",
-    "CachedHarness",
-    "ClaudeCodeHarness",
-    "CodexHarness",
-    "HarnessAdapter",
-    "HarnessContext",
-    "HarnessInstallError",
-    "HarnessLaunch",
-    "HarnessOutcome",
-    "MiniSweAgentHarness",
-    "NodeHarness",
-    "NoopHarness",
-    "OpenClawHarness",
-    "OracleHarness",
-    "PiHarness",
-    "ProgressFn",
-    "ReferenceHarness",
-    "WireAPI",
-    "get_harness",
-    "harness_cache_dir",
-    "harness_names",
-    "oracle_completions",
-    "oracle_shell_command",
-    "reference_agent_path",
-    "run_streamed",
-    "scripted_oracle",
+    *_base.__all__,
+    *_install.__all__,
+    *_mini_swe_agent.__all__,
+    *_node.__all__,
+    *_noop.__all__,
+    *_oracle.__all__,
+    *_reference.__all__,
+    *_registry.__all__,
 ]

@@ -45,9 +45,6 @@ __all__ = [
     "HarnessOutcome",
     "ProgressFn",
     "WireAPI",
-    "exit_code_outcome",
-    "failed_exit_outcome",
-    "json_or_empty",
 ]
 
 #: In-sandbox directory where adapters make their harness write its own logs.

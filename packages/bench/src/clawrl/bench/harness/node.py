@@ -57,13 +57,11 @@ from clawrl.proxy import format_assistant_text
 __all__ = [
     "NODE_HARNESS_NAMES",
     "NODE_HARNESS_VERSIONS",
-    "SANDBOX_HOME",
     "ClaudeCodeHarness",
     "CodexHarness",
     "NodeHarness",
     "OpenClawHarness",
     "PiHarness",
-    "make_node_harness",
     "scripted_oracle",
 ]
 
@@ -493,7 +491,7 @@ def scripted_oracle(harness: NodeHarness, task: Task, final_text: str = "Done.")
 
 # ------------------------------------------------------------------------------ registry
 
-#: registry name -> constructor with the defaults (used by :func:`~clawrl.bench.get_harness`)
+#: registry name -> constructor with the defaults (used by :func:`~clawrl.bench.harness.get_harness`)
 NODE_HARNESS_FACTORIES: dict[str, Callable[[], NodeHarness]] = {
     "claude-code": ClaudeCodeHarness,
     "codex": CodexHarness,

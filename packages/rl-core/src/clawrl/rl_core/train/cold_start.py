@@ -12,14 +12,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from clawrl.bench import (
-    HarnessAdapter,
-    ModelEndpoint,
-    RolloutResult,
-    Task,
-    oracle_completions,
-    plan_rollouts,
-)
+from clawrl.bench import ModelEndpoint, RolloutResult, Task, plan_rollouts
+from clawrl.bench.harness import HarnessAdapter, oracle_completions
 from clawrl.prefixtree import Call, PrefixTree, merge_trees
 from clawrl.proxy import BackendConfig, format_assistant_text, make_backend
 from clawrl.rl_core.config import LossConfig, OptimConfig, TrainerConfig
@@ -38,7 +32,7 @@ def scripted_turns(task: Task) -> list[str]:
 
     For a learnable-family task (``metadata`` has ``file`` and ``word``): one
     ``write_file`` call creating the file — the skill the RL policy is trained on. For any
-    other task: bench's :func:`~clawrl.bench.oracle_completions` (the oracle as tool calls).
+    other task: bench's :func:`~clawrl.bench.harness.oracle_completions` (the oracle as tool calls).
     """
     meta = task.metadata
     if isinstance(meta.get("file"), str) and isinstance(meta.get("word"), str):

@@ -46,7 +46,6 @@ from typing import Any
 
 import torch
 from clawrl.bench import (
-    HarnessAdapter,
     HostVerificationError,
     LocalExecutor,
     ModelEndpoint,
@@ -58,11 +57,11 @@ from clawrl.bench import (
     Task,
     check_host_verification,
     generate_learnable_tasks,
-    get_harness,
     load_builtin_suite,
     load_suite,
     plan_rollouts,
 )
+from clawrl.bench.harness import HarnessAdapter, get_harness
 from clawrl.proxy import BackendConfig, InferenceBackend, make_backend, serve
 from clawrl.rl_core.errors import ConfigError
 from clawrl.rl_core.train.checkpoints import (

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
+from clawrl.proxy import validation as v
 from clawrl.proxy.core import CallOutcome, ChatCall
 from clawrl.proxy.errors import (
     ProxyError,
@@ -26,15 +27,6 @@ from clawrl.proxy.errors import (
     anthropic_error_body,
 )
 from clawrl.proxy.request_fields import call_fields, function_tool, tool_call, tool_list
-from clawrl.proxy.validation import (
-    opt_int,
-    opt_kind,
-    opt_str,
-    req_list,
-    req_obj,
-    req_str,
-    text_of_parts,
-)
 from clawrl.proxy.wire import CallWire, WireAPI
 
 __all__ = ["WIRE", "build_response", "parse_count_tokens", "parse_request", "stream_events"]
@@ -45,11 +37,11 @@ _UNSUPPORTED_BLOCKS = {"image", "document", "search_result", "container_upload"}
 def _system_part(b: dict[str, Any], kind: str | None, q: str) -> str:
     if kind not in (None, "text"):
         raise ProxyRequestError(f"{q} must be a text block", param=f"{q}.type")
-    return req_str(b.get("text"), f"{q}.text")
+    return v.req_str(b.get("text"), f"{q}.text")
 
 
-def _system_text(v: Any, param: str) -> str:
-    return text_of_parts(v, param, _system_part, sep="\n")
+def _system_text(content: Any, param: str) -> str:
+    return v.text_of_parts(content, param, _system_part, sep="\n")
 
 
 def _bad_block(kind: str | None, q: str) -> ProxyRequestError:
@@ -61,18 +53,18 @@ def _bad_block(kind: str | None, q: str) -> ProxyRequestError:
 
 def _result_part(b: dict[str, Any], kind: str | None, q: str) -> str:
     if kind == "text":
-        return req_str(b.get("text"), q + ".text")
+        return v.req_str(b.get("text"), q + ".text")
     raise _bad_block(kind, q)
 
 
-def _result_text(v: Any, param: str) -> str:
-    return text_of_parts(v, param, _result_part, sep="\n")
+def _result_text(content: Any, param: str) -> str:
+    return v.text_of_parts(content, param, _result_part, sep="\n")
 
 
 def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
-    return [req_obj(b, f"{param}[{i}]") for i, b in enumerate(req_list(content, param))]
+    return [v.req_obj(b, f"{param}[{i}]") for i, b in enumerate(v.req_list(content, param))]
 
 
 def _typed(
@@ -81,7 +73,7 @@ def _typed(
     """Each block with its param and its ``type``, read as the walk reaches it."""
     for j, b in enumerate(blocks):
         q = f"{param}[{j}]"
-        yield q, opt_kind(b.get("type"), q + ".type"), b
+        yield q, v.opt_kind(b.get("type"), q + ".type"), b
 
 
 def _assistant_message(blocks: list[dict[str, Any]], param: str) -> dict[str, Any]:
@@ -90,18 +82,18 @@ def _assistant_message(blocks: list[dict[str, Any]], param: str) -> dict[str, An
     calls: list[dict[str, Any]] = []
     for q, kind, b in _typed(blocks, param):
         if kind == "text":
-            texts.append(req_str(b.get("text"), q + ".text"))
+            texts.append(v.req_str(b.get("text"), q + ".text"))
         elif kind == "thinking":
-            reasoning.append(req_str(b.get("thinking"), q + ".thinking"))
+            reasoning.append(v.req_str(b.get("thinking"), q + ".thinking"))
         elif kind == "redacted_thinking":
             continue
         elif kind == "tool_use":
             args = b.get("input")
             calls.append(
                 tool_call(
-                    opt_str(b.get("id"), q + ".id") or "",
-                    req_str(b.get("name"), q + ".name"),
-                    req_obj(args, q + ".input") if args is not None else {},
+                    v.opt_str(b.get("id"), q + ".id") or "",
+                    v.req_str(b.get("name"), q + ".name"),
+                    v.req_obj(args, q + ".input") if args is not None else {},
                 )
             )
         else:
@@ -120,7 +112,7 @@ def _user_messages(blocks: list[dict[str, Any]], param: str) -> list[dict[str, A
     pending: list[str] = []
     for q, kind, b in _typed(blocks, param):
         if kind == "text":
-            pending.append(req_str(b.get("text"), q + ".text"))
+            pending.append(v.req_str(b.get("text"), q + ".text"))
         elif kind == "tool_result":
             if pending:
                 out.append({"role": "user", "content": "\n".join(pending)})
@@ -128,7 +120,7 @@ def _user_messages(blocks: list[dict[str, Any]], param: str) -> list[dict[str, A
             out.append(
                 {
                     "role": "tool",
-                    "tool_call_id": opt_str(b.get("tool_use_id"), q + ".tool_use_id") or "",
+                    "tool_call_id": v.opt_str(b.get("tool_use_id"), q + ".tool_use_id") or "",
                     "content": _result_text(b.get("content"), q + ".content"),
                 }
             )
@@ -143,8 +135,8 @@ def _convert_messages(msgs: list[Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, m in enumerate(msgs):
         p = f"messages[{i}]"
-        m = req_obj(m, p)
-        role = opt_kind(m.get("role"), p + ".role")
+        m = v.req_obj(m, p)
+        role = v.opt_kind(m.get("role"), p + ".role")
         if role not in ("user", "assistant", "system"):
             raise ProxyRequestError(
                 f"{p}.role must be user, assistant or system", param=p + ".role"
@@ -163,7 +155,7 @@ def _convert_messages(msgs: list[Any]) -> list[dict[str, Any]]:
 
 
 def _tool(t: dict[str, Any], p: str) -> dict[str, Any] | None:
-    if opt_kind(t.get("type"), p + ".type") not in (None, "custom"):
+    if v.opt_kind(t.get("type"), p + ".type") not in (None, "custom"):
         return None  # server tools (web_search_..., bash_...): not rendered for this model
     return function_tool(t, p, "input_schema", schema_default=True)
 
@@ -171,7 +163,7 @@ def _tool(t: dict[str, Any], p: str) -> dict[str, Any] | None:
 def _messages_and_tools(
     body: dict[str, Any],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-    msgs = req_list(body.get("messages"), "messages")
+    msgs = v.req_list(body.get("messages"), "messages")
     if not msgs:
         raise ProxyRequestError("messages must not be empty", param="messages")
     messages = _convert_messages(msgs)
@@ -187,17 +179,19 @@ def parse_request(body: Any) -> ChatCall:
     Raises:
         ProxyRequestError: a field is malformed; UnsupportedParameterError: images, documents.
     """
-    body = req_obj(body, "body")
+    body = v.req_obj(body, "body")
     messages, tools = _messages_and_tools(body)
     tool_choice = body.get("tool_choice")
     choice_type = None
     if tool_choice is not None:
-        choice_type = opt_kind(req_obj(tool_choice, "tool_choice").get("type"), "tool_choice.type")
+        choice_type = v.opt_kind(
+            v.req_obj(tool_choice, "tool_choice").get("type"), "tool_choice.type"
+        )
         if choice_type not in ("auto", "any", "tool", "none"):
             raise ProxyRequestError(
                 "tool_choice.type must be auto, any, tool or none", param="tool_choice.type"
             )
-    max_tokens = opt_int(body.get("max_tokens"), "max_tokens", minimum=1)
+    max_tokens = v.opt_int(body.get("max_tokens"), "max_tokens", minimum=1)
     return ChatCall(
         api="anthropic.messages",
         messages=messages,
@@ -209,11 +203,11 @@ def parse_request(body: Any) -> ChatCall:
 
 def parse_count_tokens(body: Any) -> ChatCall:
     """Validate a ``/v1/messages/count_tokens`` body (no ``max_tokens``)."""
-    body = req_obj(body, "body")
+    body = v.req_obj(body, "body")
     messages, tools = _messages_and_tools(body)
     return ChatCall(
         api="anthropic.messages",
-        model=opt_str(body.get("model"), "model") or "",
+        model=v.opt_str(body.get("model"), "model") or "",
         messages=messages,
         tools=tools,
         body=body,

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import orjson
+from clawrl.proxy import validation as v
 from clawrl.proxy.core import CallOutcome, ChatCall
 from clawrl.proxy.errors import (
     ProxyError,
@@ -34,17 +35,6 @@ from clawrl.proxy.request_fields import (
     tool_call,
     tool_list,
 )
-from clawrl.proxy.validation import (
-    opt_bool,
-    opt_int,
-    opt_kind,
-    opt_str,
-    req_list,
-    req_obj,
-    req_str,
-    text_of_parts,
-    tool_call_arguments,
-)
 from clawrl.proxy.wire import ErrorShape, TokenBytes, WireAPI, WireRequest
 
 __all__ = ["WIRE", "build_response", "parse_request", "stream_events"]
@@ -54,7 +44,7 @@ _ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 def _text_part(part: dict[str, Any], kind: str | None, p: str) -> str:
     if kind == "text":
-        return req_str(part.get("text"), p + ".text")
+        return v.req_str(part.get("text"), p + ".text")
     if kind in ("image_url", "input_audio", "file", "image", "input_image"):
         raise UnsupportedParameterError(
             f"{p}: content of type {kind!r} is not supported (text-only model)", param=p
@@ -64,13 +54,13 @@ def _text_part(part: dict[str, Any], kind: str | None, p: str) -> str:
 
 def _text(content: Any, param: str) -> str:
     """Text of a content field: a string, null, or a list of text parts."""
-    return text_of_parts(content, param, _text_part, bare_strings=True)
+    return v.text_of_parts(content, param, _text_part, bare_strings=True)
 
 
 def _message(m: Any, i: int) -> dict[str, Any]:
     p = f"messages[{i}]"
-    m = req_obj(m, p)
-    role = opt_kind(m.get("role"), p + ".role")
+    m = v.req_obj(m, p)
+    role = v.opt_kind(m.get("role"), p + ".role")
     if role not in _ROLES:
         if role == "function":
             raise UnsupportedParameterError(
@@ -95,15 +85,15 @@ def _message(m: Any, i: int) -> dict[str, Any]:
     calls = m.get("tool_calls")
     if calls is not None:
         tcs: list[dict[str, Any]] = []
-        for j, tc in enumerate(req_list(calls, p + ".tool_calls")):
+        for j, tc in enumerate(v.req_list(calls, p + ".tool_calls")):
             q = f"{p}.tool_calls[{j}]"
-            tc = req_obj(tc, q)
-            fn = req_obj(tc.get("function"), q + ".function")
+            tc = v.req_obj(tc, q)
+            fn = v.req_obj(tc.get("function"), q + ".function")
             tcs.append(
                 tool_call(
-                    opt_str(tc.get("id"), q + ".id") or "",
-                    req_str(fn.get("name"), q + ".function.name"),
-                    tool_call_arguments(fn.get("arguments"), q + ".function.arguments"),
+                    v.opt_str(tc.get("id"), q + ".id") or "",
+                    v.req_str(fn.get("name"), q + ".function.name"),
+                    v.tool_call_arguments(fn.get("arguments"), q + ".function.arguments"),
                 )
             )
         if tcs:
@@ -112,9 +102,9 @@ def _message(m: Any, i: int) -> dict[str, Any]:
 
 
 def _tool(t: dict[str, Any], p: str) -> dict[str, Any] | None:
-    if opt_kind(t.get("type"), p + ".type") not in (None, "function"):
+    if v.opt_kind(t.get("type"), p + ".type") not in (None, "function"):
         return None  # custom / built-in tool types: nothing the template can render
-    return function_tool(req_obj(t.get("function"), p + ".function"), p + ".function")
+    return function_tool(v.req_obj(t.get("function"), p + ".function"), p + ".function")
 
 
 def parse_request(body: Any) -> tuple[ChatCall, bool]:
@@ -126,30 +116,30 @@ def parse_request(body: Any) -> tuple[ChatCall, bool]:
     Raises:
         ProxyRequestError: a field is malformed; UnsupportedParameterError: n > 1, images.
     """
-    body = req_obj(body, "body")
-    msgs = req_list(body.get("messages"), "messages")
+    body = v.req_obj(body, "body")
+    msgs = v.req_list(body.get("messages"), "messages")
     if not msgs:
         raise ProxyRequestError("messages must not be empty", param="messages")
     messages = [_message(m, i) for i, m in enumerate(msgs)]
-    n = opt_int(body.get("n"), "n", minimum=1)
+    n = v.opt_int(body.get("n"), "n", minimum=1)
     if n is not None and n != 1:
         raise UnsupportedParameterError("only n = 1 is supported", param="n")
     tools = tool_list(body.get("tools"), _tool)
     parse_tool_calls = openai_tool_choice(body)
-    max_tokens = opt_int(body.get("max_completion_tokens"), "max_completion_tokens", minimum=1)
-    legacy = opt_int(body.get("max_tokens"), "max_tokens", minimum=1)
+    max_tokens = v.opt_int(body.get("max_completion_tokens"), "max_completion_tokens", minimum=1)
+    legacy = v.opt_int(body.get("max_tokens"), "max_tokens", minimum=1)
     if max_tokens is None:
         max_tokens = legacy
     include_usage = False
     so = body.get("stream_options")
     if so is not None:
         include_usage = bool(
-            opt_bool(
-                req_obj(so, "stream_options").get("include_usage"), "stream_options.include_usage"
+            v.opt_bool(
+                v.req_obj(so, "stream_options").get("include_usage"), "stream_options.include_usage"
             )
         )
-    want_logprobs = bool(opt_bool(body.get("logprobs"), "logprobs"))
-    top_logprobs = opt_int(body.get("top_logprobs"), "top_logprobs", minimum=0, maximum=20)
+    want_logprobs = bool(v.opt_bool(body.get("logprobs"), "logprobs"))
+    top_logprobs = v.opt_int(body.get("top_logprobs"), "top_logprobs", minimum=0, maximum=20)
     call = ChatCall(
         api="openai.chat",
         messages=messages,

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from clawrl.proxy import validation as v
 from clawrl.proxy.core import CallOutcome, ChatCall
 from clawrl.proxy.errors import (
     ProxyError,
@@ -60,17 +61,6 @@ from clawrl.proxy.request_fields import (
     openai_tool_choice,
     tool_call,
     tool_list,
-)
-from clawrl.proxy.validation import (
-    opt_bool,
-    opt_int,
-    opt_kind,
-    opt_str,
-    req_list,
-    req_obj,
-    req_str,
-    text_of_parts,
-    tool_call_arguments,
 )
 from clawrl.proxy.wire import CallWire, WireAPI
 
@@ -127,9 +117,9 @@ def decode_reasoning_token(token: str) -> tuple[str, str] | None:
 
 def _text_part(part: dict[str, Any], kind: str | None, p: str) -> str:
     if kind in _TEXT_PARTS:
-        return req_str(part.get("text"), p + ".text")
+        return v.req_str(part.get("text"), p + ".text")
     if kind == "refusal":
-        return req_str(part.get("refusal"), p + ".refusal")
+        return v.req_str(part.get("refusal"), p + ".refusal")
     if kind in _UNSUPPORTED_PARTS:
         raise UnsupportedParameterError(
             f"{p}: content of type {kind!r} is not supported (text-only model)", param=p
@@ -138,11 +128,11 @@ def _text_part(part: dict[str, Any], kind: str | None, p: str) -> str:
 
 
 def _text(content: Any, param: str) -> str:
-    return text_of_parts(content, param, _text_part)
+    return v.text_of_parts(content, param, _text_part)
 
 
 def _reasoning_text(item: dict[str, Any], p: str) -> str:
-    enc = opt_str(item.get("encrypted_content"), p + ".encrypted_content")
+    enc = v.opt_str(item.get("encrypted_content"), p + ".encrypted_content")
     if enc:
         decoded = decode_reasoning_token(enc)
         if decoded is not None:
@@ -152,9 +142,9 @@ def _reasoning_text(item: dict[str, Any], p: str) -> str:
     summary = item.get("summary")
     if summary is None:
         return ""
-    parts = req_list(summary, p + ".summary")
+    parts = v.req_list(summary, p + ".summary")
     return "\n\n".join(
-        _text([req_obj(s, f"{p}.summary[{i}]")], f"{p}.summary") for i, s in enumerate(parts)
+        _text([v.req_obj(s, f"{p}.summary[{i}]")], f"{p}.summary") for i, s in enumerate(parts)
     )
 
 
@@ -176,12 +166,12 @@ def _convert_input(items: list[Any]) -> list[dict[str, Any]]:
 
     for i, item in enumerate(items):
         p = f"input[{i}]"
-        item = req_obj(item, p)
-        kind = opt_kind(item.get("type"), p + ".type")
+        item = v.req_obj(item, p)
+        kind = v.opt_kind(item.get("type"), p + ".type")
         if kind is None and "role" in item:
             kind = "message"
         if kind == "message":
-            role = opt_kind(item.get("role"), p + ".role")
+            role = v.opt_kind(item.get("role"), p + ".role")
             if role not in ("system", "developer", "user", "assistant"):
                 raise ProxyRequestError(
                     f"{p}.role must be system, developer, user or assistant", param=p + ".role"
@@ -207,9 +197,9 @@ def _convert_input(items: list[Any]) -> list[dict[str, Any]]:
             t = assistant()
             t.setdefault("tool_calls", []).append(
                 tool_call(
-                    opt_str(item.get("call_id"), p + ".call_id") or "",
-                    req_str(item.get("name"), p + ".name"),
-                    tool_call_arguments(item.get("arguments"), p + ".arguments"),
+                    v.opt_str(item.get("call_id"), p + ".call_id") or "",
+                    v.req_str(item.get("name"), p + ".name"),
+                    v.tool_call_arguments(item.get("arguments"), p + ".arguments"),
                 )
             )
         elif kind == "function_call_output":
@@ -217,7 +207,7 @@ def _convert_input(items: list[Any]) -> list[dict[str, Any]]:
             out.append(
                 {
                     "role": "tool",
-                    "tool_call_id": opt_str(item.get("call_id"), p + ".call_id") or "",
+                    "tool_call_id": v.opt_str(item.get("call_id"), p + ".call_id") or "",
                     "content": _text(item.get("output"), p + ".output"),
                 }
             )
@@ -245,32 +235,32 @@ def parse_request(body: Any) -> ChatCall:
         ProxyRequestError: a field is malformed or the input is empty;
         UnsupportedParameterError: images, files, audio.
     """
-    body = req_obj(body, "body")
+    body = v.req_obj(body, "body")
     raw = body.get("input")
     if isinstance(raw, str):
         messages = [{"role": "user", "content": raw}]
     else:
-        items = req_list(raw, "input")
+        items = v.req_list(raw, "input")
         messages = _convert_input(items)
-    instructions = opt_str(body.get("instructions"), "instructions")
+    instructions = v.opt_str(body.get("instructions"), "instructions")
     if instructions:
         messages.insert(0, {"role": "system", "content": instructions})
     if not messages:
         raise ProxyRequestError("input must not be empty", param="input")
     parse_tool_calls = openai_tool_choice(body)
     fields = call_fields(
-        body, opt_int(body.get("max_output_tokens"), "max_output_tokens", minimum=1)
+        body, v.opt_int(body.get("max_output_tokens"), "max_output_tokens", minimum=1)
     )
     for name in ("store", "parallel_tool_calls", "background"):
-        opt_bool(body.get(name), name)
-    if opt_bool(body.get("background"), "background"):
+        v.opt_bool(body.get(name), name)
+    if v.opt_bool(body.get("background"), "background"):
         raise UnsupportedParameterError(
             "background responses are not supported", param="background"
         )
     include = body.get("include")
     if include is not None:
-        for i, x in enumerate(req_list(include, "include")):
-            req_str(x, f"include[{i}]")
+        for i, x in enumerate(v.req_list(include, "include")):
+            v.req_str(x, f"include[{i}]")
     return ChatCall(
         api="openai.responses",
         messages=messages,

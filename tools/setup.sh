@@ -27,6 +27,9 @@ command -v nm >/dev/null 2>&1 || need+=(binutils)
 [ -x /usr/bin/node ] || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v flock >/dev/null 2>&1 || need+=(util-linux)
+# bench's viewer tests (packages/bench/tests/test_view*.py) drive Debian's headless Chromium
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 # uv is installed with pip when missing
 command -v uv >/dev/null 2>&1 || python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ ${#need[@]} -gt 0 ]; then

@@ -287,6 +287,11 @@ async def _run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["view"]:  # `bench view RUN_DIR`: the offline viewer (clawrl.bench.view)
+        from clawrl.bench.view import view_main
+
+        return view_main(argv[1:])
     args = _parser().parse_args(argv)
     console = Console(stderr=False)
     overrides = {

@@ -34,6 +34,10 @@ def test_sessions_records_and_close(live_factory: Any, scripted: Any) -> None:
         assert tcp.openai_base_url == f"http://127.0.0.1:9999/s/{tcp.session_id}/v1"
         with pytest.raises(ProxyAdminError):
             admin.create_session(public_base_url="ftp://x")
+        with pytest.raises(TypeError, match="runid"):  # a misspelt option is not dropped
+            admin.create_session(runid="run-1")  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match="temp"):
+            admin.set_sampling(temp=0.5)  # type: ignore[call-arg]
         other = admin.create_session(run_id="run-1")
         assert other.session_id != s.session_id and other.api_key != s.api_key
         assert len(s.session_id) >= 32 and len(s.api_key) >= 40

@@ -14,13 +14,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import httpx
 from clawrl.proxy.errors import ProxyAdminError
 from clawrl.proxy.record import CallRecord
 
-__all__ = ["AdminClient", "AsyncAdminClient", "SessionInfo"]
+__all__ = ["AdminClient", "AsyncAdminClient", "SamplingRequest", "SessionInfo", "SessionRequest"]
 
 
 @dataclass(frozen=True)
@@ -110,42 +110,83 @@ def _check(r: httpx.Response) -> Any:
     return r.json()
 
 
-def _session_body(
-    run_id: str,
-    task_id: str | None,
-    harness: str | None,
-    group_id: str | None,
-    metadata: dict[str, Any] | None,
-    public_base_url: str | None = None,
-    sampling_seed: int | None = None,
-) -> dict[str, Any]:
-    return {
-        "public_base_url": public_base_url,
-        "sampling_seed": sampling_seed,
-        "run_id": run_id,
-        "task_id": task_id,
-        "harness": harness,
-        "group_id": group_id,
-        "metadata": metadata or {},
-    }
+class SessionRequest(TypedDict, total=False):
+    """The keyword arguments of ``create_session`` (all optional).
+
+    ``run_id`` (default ``"default"``) names the capture folder; ``task_id``, ``harness``,
+    ``group_id`` and ``metadata`` are recorded on the session and on each of its call
+    records. ``public_base_url`` overrides the base of the returned URLs for this session
+    (e.g. ``http://127.0.0.1:<port>`` for a harness on the host reaching the TCP listener;
+    default: the proxy's ``--public-base-url``, the in-sandbox forwarder address).
+    ``sampling_seed`` (an int in [-2**63, 2**63)) makes the session's calls that give no
+    ``seed`` draw from their own stream, seeded by ``(sampling_seed, call seq)``.
+    """
+
+    run_id: str
+    task_id: str | None
+    harness: str | None
+    group_id: str | None
+    metadata: dict[str, Any] | None
+    public_base_url: str | None
+    sampling_seed: int | None
 
 
-def _sampling_body(
-    temperature: float, top_p: float, top_k: int, max_tokens: int | None
-) -> dict[str, Any]:
-    return {
-        "temperature": temperature,
-        "top_p": top_p,
-        "top_k": top_k,
-        "max_tokens": max_tokens,
-    }
+class SamplingRequest(TypedDict, total=False):
+    """The keyword arguments of ``set_sampling``: the fields of
+    :class:`~clawrl.proxy.TrainingSampling` (defaults T = 1, top_p = 1, top_k = -1, no
+    ``max_tokens`` cap)."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    max_tokens: int | None
+
+
+def _checked(kind: type, opts: dict[str, Any]) -> dict[str, Any]:
+    """``opts`` if every key is a field of the TypedDict ``kind``; else TypeError, as for an
+    unexpected keyword argument."""
+    unknown = sorted(set(opts) - set(kind.__annotations__))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {unknown} (see {kind.__name__})")
+    return opts
+
+
+def _session_body(opts: SessionRequest) -> dict[str, Any]:
+    body = {"run_id": "default", **_checked(SessionRequest, dict(opts))}
+    body["metadata"] = body.get("metadata") or {}
+    return body
+
+
+def _sampling_body(opts: SamplingRequest) -> dict[str, Any]:
+    defaults = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_tokens": None}
+    return {**defaults, **_checked(SamplingRequest, dict(opts))}
 
 
 def _completions(items: Sequence[str | dict[str, Any]]) -> dict[str, Any]:
     return {"completions": [{"text": c} if isinstance(c, str) else c for c in items]}
 
 
-class AdminClient:
+_HTTP = TypeVar("_HTTP", httpx.Client, httpx.AsyncClient)
+
+
+class _AdminClientBase(Generic[_HTTP]):
+    """The connection both clients open (see :class:`AdminClient` for the arguments)."""
+
+    def __init__(
+        self,
+        *,
+        socket: str | None = None,
+        base_url: str | None = None,
+        token: str | None = None,
+        timeout: float = 600.0,
+    ):
+        self._http: _HTTP = self._connect(socket, _transport_args(socket, base_url, token, timeout))
+
+    def _connect(self, socket: str | None, kw: dict[str, Any]) -> _HTTP:
+        raise NotImplementedError
+
+
+class AdminClient(_AdminClientBase[httpx.Client]):
     """Synchronous admin client.
 
     Args:
@@ -163,16 +204,8 @@ class AdminClient:
     the connection.
     """
 
-    def __init__(
-        self,
-        *,
-        socket: str | None = None,
-        base_url: str | None = None,
-        token: str | None = None,
-        timeout: float = 600.0,
-    ):
-        kw = _transport_args(socket, base_url, token, timeout)
-        self._http = httpx.Client(transport=_Transport(uds=socket), **kw)
+    def _connect(self, socket: str | None, kw: dict[str, Any]) -> httpx.Client:
+        return httpx.Client(transport=_Transport(uds=socket), **kw)
 
     def __enter__(self) -> AdminClient:
         return self
@@ -183,28 +216,10 @@ class AdminClient:
     def close(self) -> None:
         self._http.close()
 
-    def create_session(
-        self,
-        *,
-        run_id: str = "default",
-        task_id: str | None = None,
-        harness: str | None = None,
-        group_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        public_base_url: str | None = None,
-        sampling_seed: int | None = None,
-    ) -> SessionInfo:
-        """A new session; its capture file is ``<capture_dir>/<run_id>/<session_id>.jsonl``.
-
-        ``public_base_url`` overrides the base of the returned URLs for this session (e.g.
-        ``http://127.0.0.1:<port>`` for a harness on the host reaching the TCP listener);
-        default: the proxy's ``--public-base-url`` (the in-sandbox forwarder address).
-        ``sampling_seed`` (an int in [-2**63, 2**63)) makes the session's calls that give no
-        ``seed`` draw from their own stream, seeded by ``(sampling_seed, call seq)``.
-        """
-        body = _session_body(
-            run_id, task_id, harness, group_id, metadata, public_base_url, sampling_seed
-        )
+    def create_session(self, **opts: Unpack[SessionRequest]) -> SessionInfo:
+        """A new session (options: :class:`SessionRequest`); its capture file is
+        ``<capture_dir>/<run_id>/<session_id>.jsonl``. An unknown option is a TypeError."""
+        body = _session_body(opts)
         return SessionInfo.from_json(_check(self._http.post("/sessions", json=body)))
 
     def close_session(self, session_id: str) -> dict[str, Any]:
@@ -237,16 +252,10 @@ class AdminClient:
         r = self._http.post("/weights", json={"path": str(path), "version": int(version)})
         return int(_check(r)["policy_version"])
 
-    def set_sampling(
-        self,
-        *,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = -1,
-        max_tokens: int | None = None,
-    ) -> dict[str, Any]:
-        """Impose training sampling parameters on every generation."""
-        body = _sampling_body(temperature, top_p, top_k, max_tokens)
+    def set_sampling(self, **sampling: Unpack[SamplingRequest]) -> dict[str, Any]:
+        """Impose training sampling parameters (:class:`SamplingRequest`) on every
+        generation."""
+        body = _sampling_body(sampling)
         return dict(_check(self._http.post("/sampling", json=body)))
 
     def clear_sampling(self) -> None:
@@ -257,19 +266,11 @@ class AdminClient:
         return dict(_check(self._http.get("/status")))
 
 
-class AsyncAdminClient:
+class AsyncAdminClient(_AdminClientBase[httpx.AsyncClient]):
     """Asynchronous admin client; same methods as :class:`AdminClient`, awaitable."""
 
-    def __init__(
-        self,
-        *,
-        socket: str | None = None,
-        base_url: str | None = None,
-        token: str | None = None,
-        timeout: float = 600.0,
-    ):
-        kw = _transport_args(socket, base_url, token, timeout)
-        self._http = httpx.AsyncClient(transport=_AsyncTransport(uds=socket), **kw)
+    def _connect(self, socket: str | None, kw: dict[str, Any]) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=_AsyncTransport(uds=socket), **kw)
 
     async def __aenter__(self) -> AsyncAdminClient:
         return self
@@ -280,20 +281,9 @@ class AsyncAdminClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def create_session(
-        self,
-        *,
-        run_id: str = "default",
-        task_id: str | None = None,
-        harness: str | None = None,
-        group_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        public_base_url: str | None = None,
-        sampling_seed: int | None = None,
-    ) -> SessionInfo:
-        body = _session_body(
-            run_id, task_id, harness, group_id, metadata, public_base_url, sampling_seed
-        )
+    async def create_session(self, **opts: Unpack[SessionRequest]) -> SessionInfo:
+        """See :meth:`AdminClient.create_session`."""
+        body = _session_body(opts)
         return SessionInfo.from_json(_check(await self._http.post("/sessions", json=body)))
 
     async def close_session(self, session_id: str) -> dict[str, Any]:
@@ -320,15 +310,8 @@ class AsyncAdminClient:
         r = await self._http.post("/weights", json={"path": str(path), "version": int(version)})
         return int(_check(r)["policy_version"])
 
-    async def set_sampling(
-        self,
-        *,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = -1,
-        max_tokens: int | None = None,
-    ) -> dict[str, Any]:
-        body = _sampling_body(temperature, top_p, top_k, max_tokens)
+    async def set_sampling(self, **sampling: Unpack[SamplingRequest]) -> dict[str, Any]:
+        body = _sampling_body(sampling)
         return dict(_check(await self._http.post("/sampling", json=body)))
 
     async def clear_sampling(self) -> None:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from clawrl.bench import parse_override_value, read_config_file
 from clawrl.ise_synth.errors import IseSynthError
 
 __all__ = ["CONFIG_COMMANDS", "load_config_file", "resolve_args", "save_resolved"]
@@ -38,25 +38,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     Raises:
         IseSynthError: unreadable or malformed file.
     """
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise IseSynthError(f"cannot read config {p}: {exc}") from exc
-    try:
-        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise IseSynthError(f"{p}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise IseSynthError(f"{p}: not a table")
-    return data
-
-
-def _parse_value(text: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
+    return read_config_file(path, IseSynthError)
 
 
 def _apply_overrides(data: dict[str, Any], command: str, overrides: list[str]) -> dict[str, Any]:
@@ -69,7 +51,7 @@ def _apply_overrides(data: dict[str, Any], command: str, overrides: list[str]) -
         table = out.setdefault(section if dot else command, {})
         if not isinstance(table, dict):
             raise IseSynthError(f"[{section}] must be a table")
-        table[name] = _parse_value(raw.strip())
+        table[name] = parse_override_value(raw.strip())
     return out
 
 

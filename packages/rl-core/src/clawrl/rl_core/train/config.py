@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tomllib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from clawrl.bench import DEFAULT_MAX_TURNS
+from clawrl.bench import DEFAULT_MAX_TURNS, parse_override_value, read_config_file
 from clawrl.rl_core.config import (
     CorrectionConfig,
     GRPOConfig,
@@ -427,13 +426,6 @@ def _build(data: dict[str, Any]) -> TrainConfig:
     return TrainConfig(**kwargs)
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
 _ALGO_TABLES = ("grpo", "ppo")  # [algo.NAME] tables: keys for that algorithm only
 
 
@@ -463,9 +455,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             sub_table = table.setdefault(sub, {})
             if not isinstance(sub_table, dict):
                 raise ConfigError(f"[algo.{sub}] must be a table")
-            sub_table[leaf] = _parse_value(raw.strip())
+            sub_table[leaf] = parse_override_value(raw.strip())
         else:
-            table[name] = _parse_value(raw.strip())
+            table[name] = parse_override_value(raw.strip())
     return out
 
 
@@ -498,15 +490,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """
     data: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read config {p}: {exc}") from exc
-        try:
-            data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
-        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"{p}: {exc}") from exc
+        data = read_config_file(path, ConfigError)
     overrides = overrides or []
     algo = apply_overrides(data, overrides).get("algo")
     default = TrainerConfig.algorithm

@@ -72,39 +72,36 @@ def build_sequences(turns: int, hist: int, branch: int, vocab: int, seed: int) -
     return seqs
 
 
+# Qwen3Config sizes of the benchmark model: "gpu" is Qwen3-0.6B's shape (random weights, tied
+# embeddings, vocabulary 151936); "cpu" has 2 layers and a small vocabulary, but Qwen3-0.6B's
+# MLP-to-attention cost ratio (MLP FLOPs per token 6·h·i vs attention 4·L·(heads·head_dim):
+# 6·512·1536 / (4·512) = 2304 per context token, as 6·1024·3072 / (4·2048) for the real model)
+QWEN3_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
+QWEN3_SIZES = {
+    "gpu": (1024, 3072, 28, 16, 8, 128, 40960),
+    "cpu": (512, 1536, 2, 8, 4, 64, 8192),
+}
+
+
 def make_model(gpu: bool, attn: str, vocab: int) -> Any:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    if gpu:  # Qwen3-0.6B shape, random weights
-        cfg = Qwen3Config(
-            vocab_size=151936,
-            hidden_size=1024,
-            intermediate_size=3072,
-            num_hidden_layers=28,
-            num_attention_heads=16,
-            num_key_value_heads=8,
-            head_dim=128,
-            max_position_embeddings=40960,
-            tie_word_embeddings=True,
-            attn_implementation=attn,
-        )
-    else:
-        # 2 layers, small vocabulary, but Qwen3-0.6B's MLP-to-attention cost ratio (MLP FLOPs
-        # per token 6·h·i vs attention 4·L·(heads·head_dim): 6·512·1536 / (4·512) = 2304 per
-        # context token, as 6·1024·3072 / (4·2048) for the real model)
-        cfg = Qwen3Config(
-            vocab_size=vocab,
-            hidden_size=512,
-            intermediate_size=1536,
-            num_hidden_layers=2,
-            num_attention_heads=8,
-            num_key_value_heads=4,
-            head_dim=64,
-            max_position_embeddings=8192,
-            tie_word_embeddings=False,
-            attn_implementation=attn,
-        )
+    sizes = dict(zip(QWEN3_FIELDS, QWEN3_SIZES["gpu" if gpu else "cpu"], strict=True))
+    cfg = Qwen3Config(
+        vocab_size=151936 if gpu else vocab,
+        tie_word_embeddings=gpu,
+        attn_implementation=attn,
+        **sizes,
+    )
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(cfg)
     if gpu:

@@ -165,6 +165,88 @@ def flat_loss() -> Callable[..., torch.Tensor]:
     return flat_loss_oracle
 
 
+def _take_grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    out = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params]
+    for p in params:
+        p.grad = None
+    return out
+
+
+def check_tree_loss_equals_flat(
+    model: Any,
+    batch: Any,
+    pieces: list[Any],
+    seqs: list[TokenSequence],
+    rng: random.Random,
+    *,
+    mode: str,
+    seed: int,
+    cfg: Any,
+    corr: Any,
+    head: Any = None,
+    ref_model: Any = None,
+    value_noise: bool = False,
+    flat_extra: Callable[[Any], torch.Tensor] | None = None,
+) -> tuple[Any, torch.Tensor | None]:
+    """The tree loss and gradients (:func:`loss_backward`) equal the flat oracle's.
+
+    The old pass (with ``ref_model`` for the KL term) is perturbed per token so ratios leave
+    the clip range in both directions (``value_noise``: the old values too); rewards are drawn
+    from ``rng``; ``mode`` "sft" prepares SFT weights, otherwise ``prepare_rl`` with ``corr``.
+    ``flat_extra(prepared)`` adds terms to the flat side (KL, entropy). Returns (prepared,
+    the extra term or None)."""
+    from clawrl.rl_core import OldPass, PPOConfig, loss_backward, old_pass, prepare_rl, prepare_sft
+
+    ppo = PPOConfig(gamma=0.9, lam=0.8, value_coef=0.7, value_clip=0.05)
+    old = old_pass(model, batch, pieces, value_head=head, ref_model=ref_model)
+    if ref_model is not None:
+        assert old.ref_logprobs is not None
+    noise = np.random.default_rng(seed).normal(0, 0.3, batch.num_tokens)
+    values = old.values
+    if value_noise and values is not None:
+        values = values + np.random.default_rng(seed + 1).normal(0, 0.1, batch.num_tokens)
+    old = OldPass(logprobs=old.logprobs + noise, values=values, ref_logprobs=old.ref_logprobs)
+    rewards = {s.rollout_id: rng.random() for s in seqs}
+    if mode == "sft":
+        prepared = prepare_sft(batch, cfg)
+    else:
+        prepared = prepare_rl(
+            batch, old, rewards, algorithm=mode, loss_cfg=cfg, ppo_cfg=ppo, corr_cfg=corr
+        )
+    params = list(model.parameters()) + (list(head.parameters()) if head else [])
+    for p in params:
+        p.grad = None
+    stats = loss_backward(
+        model,
+        batch,
+        pieces,
+        prepared,
+        None if mode == "sft" else old,
+        loss_cfg=cfg,
+        ppo_cfg=ppo,
+        value_head=head,
+        chunk_size=4,
+    )
+    g_tree = _take_grads(params)
+    flat = flat_loss_oracle(model, batch, prepared, old, mode, cfg, ppo, head)
+    extra = None if flat_extra is None else flat_extra(prepared)
+    if extra is not None:
+        flat = flat + extra
+    flat.backward()
+    g_flat = _take_grads(params)
+    assert stats["loss"] == pytest.approx(float(flat.detach()), rel=1e-6, abs=1e-12)
+    scale = max(float(g.abs().max()) for g in g_flat) or 1.0
+    for gt, gf in zip(g_tree, g_flat, strict=True):
+        torch.testing.assert_close(gt, gf, rtol=1e-6, atol=1e-9 * scale)
+    return prepared, extra
+
+
+@pytest.fixture(scope="session")
+def tree_vs_flat() -> Callable[..., tuple[Any, torch.Tensor | None]]:
+    """:func:`check_tree_loss_equals_flat`: tree loss and gradients == the flat oracle's."""
+    return check_tree_loss_equals_flat
+
+
 @pytest.fixture(scope="session")
 def path_logprobs() -> Callable[..., torch.Tensor]:
     return per_path_logprobs

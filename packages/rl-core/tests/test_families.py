@@ -19,13 +19,8 @@ import torch
 from clawrl.rl_core import (
     CorrectionConfig,
     LossConfig,
-    OldPass,
-    PPOConfig,
     TreeBatch,
-    loss_backward,
-    old_pass,
     pack_token_sequences,
-    prepare_rl,
     split_by_token_budget,
     tree_forward,
 )
@@ -102,17 +97,10 @@ def test_family_tree_logprobs_equal_per_path(
         np.testing.assert_allclose(per[path[1:]], ref[1:], rtol=0, atol=1e-10)
 
 
-def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
-    out = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params]
-    for p in params:
-        p.grad = None
-    return out
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("mode", ["grpo", "ppo"])
 def test_family_tree_loss_and_grads_equal_flat(
-    family: str, mode: str, seq_factory: Callable[..., Any], flat_loss: Callable[..., Any]
+    family: str, mode: str, seq_factory: Callable[..., Any], tree_vs_flat: Callable[..., Any]
 ) -> None:
     from clawrl.rl_core import ValueHead
 
@@ -126,34 +114,15 @@ def test_family_tree_loss_and_grads_equal_flat(
             head.linear.weight.normal_(0, 0.3)
     seqs = seq_factory(rng, 6)
     batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
-    pieces = split_by_token_budget(batch, None)
-    cfg = LossConfig(clip_eps_low=0.1, clip_eps_high=0.3, aggregation="token_mean")
-    ppo = PPOConfig(gamma=0.9, lam=0.8, value_coef=0.7, value_clip=0.05)
-    old = old_pass(model, batch, pieces, value_head=head)
-    noise = np.random.default_rng(seed).normal(0, 0.3, batch.num_tokens)
-    old = OldPass(logprobs=old.logprobs + noise, values=old.values)
-    rewards = {s.rollout_id: rng.random() for s in seqs}
-    corr = CorrectionConfig(tis_cap=1.5, mask_low=0.05, mask_high=20.0)
-    prepared = prepare_rl(
-        batch, old, rewards, algorithm=mode, loss_cfg=cfg, ppo_cfg=ppo, corr_cfg=corr
-    )
-    params = list(model.parameters()) + (list(head.parameters()) if head else [])
-    stats = loss_backward(
+    tree_vs_flat(
         model,
         batch,
-        pieces,
-        prepared,
-        old,
-        loss_cfg=cfg,
-        ppo_cfg=ppo,
-        value_head=head,
-        chunk_size=4,
+        split_by_token_budget(batch, None),
+        seqs,
+        rng,
+        mode=mode,
+        seed=seed,
+        cfg=LossConfig(clip_eps_low=0.1, clip_eps_high=0.3, aggregation="token_mean"),
+        corr=CorrectionConfig(tis_cap=1.5, mask_low=0.05, mask_high=20.0),
+        head=head,
     )
-    g_tree = _grads(params)
-    flat = flat_loss(model, batch, prepared, old, mode, cfg, ppo, head)
-    flat.backward()
-    g_flat = _grads(params)
-    assert stats["loss"] == pytest.approx(float(flat.detach()), rel=1e-6, abs=1e-12)
-    scale = max(float(g.abs().max()) for g in g_flat) or 1.0
-    for gt, gf in zip(g_tree, g_flat, strict=True):
-        torch.testing.assert_close(gt, gf, rtol=1e-6, atol=1e-9 * scale)

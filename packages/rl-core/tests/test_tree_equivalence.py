@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -12,15 +13,9 @@ import torch
 from clawrl.rl_core import (
     CorrectionConfig,
     LossConfig,
-    OldPass,
-    PPOConfig,
     TreeBatch,
     ValueHead,
-    loss_backward,
-    old_pass,
     pack_token_sequences,
-    prepare_rl,
-    prepare_sft,
     split_by_token_budget,
     tree_forward,
 )
@@ -102,104 +97,23 @@ def test_packed_logprobs_equal_per_path(
         np.testing.assert_allclose(ent_tok[path[1:]], ent, rtol=0, atol=1e-10)
 
 
-def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
-    out = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params]
-    for p in params:
-        p.grad = None
-    return out
+class LossCase(NamedTuple):
+    """One drawn case of the loss-equivalence properties."""
+
+    seed: int
+    n_seq: int
+    aggregation: str
+    budget: int | None
 
 
-def _case(
-    tiny_model_factory: Callable[..., Any],
-    seq_factory: Callable[..., Any],
-    mode: str,
-    seed: int,
-    n_seq: int,
-    budget: int | None,
-) -> tuple[random.Random, Any, ValueHead | None, list[Any], TreeBatch, list[Any]] | None:
-    """One property case: the rng (after drawing the sequences), a tiny model, a value head
-    for PPO, the sequences packed into a batch and its token-budget pieces; None when the
-    batch has no membership."""
-    rng = random.Random(seed)
-    model = tiny_model_factory(seed=seed % 3)
-    head = None
-    if mode == "ppo":
-        head = ValueHead(model.config.hidden_size).double()
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            head.linear.weight.normal_(0, 0.3)
-    seqs = seq_factory(rng, n_seq, side_prob=0.2)
-    batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
-    if batch.num_memberships == 0:
-        return None
-    max_len = int(batch.position_ids.max()) + 1
-    pieces = split_by_token_budget(batch, None if budget is None else max(budget, max_len))
-    return rng, model, head, seqs, batch, pieces
-
-
-@pytest.mark.parametrize("mode", ["ppo", "grpo", "sft"])
-@SETTINGS
-@given(
-    seed=st.integers(0, 10_000),
-    n_seq=st.integers(1, 6),
-    aggregation=st.sampled_from(
-        ["token_mean", "sequence_mean", "prompt_mean", "unique_token_mean"]
-    ),
-    budget=st.sampled_from([None, 14]),
-)
-def test_tree_loss_and_grads_equal_flat(
-    tiny_model_factory: Callable[..., Any],
-    seq_factory: Callable[..., Any],
-    flat_loss: Callable[..., torch.Tensor],
-    mode: str,
-    seed: int,
-    n_seq: int,
-    aggregation: str,
-    budget: int | None,
-) -> None:
-    case = _case(tiny_model_factory, seq_factory, mode, seed, n_seq, budget)
-    if case is None:
-        return
-    rng, model, head, seqs, batch, pieces = case
-    cfg = LossConfig(clip_eps_low=0.1, clip_eps_high=0.3, aggregation=aggregation)  # type: ignore[arg-type]
-    ppo = PPOConfig(gamma=0.9, lam=0.8, value_coef=0.7, value_clip=0.05)
-    old = old_pass(model, batch, pieces, value_head=head)
-    # perturb π_old per token so ratios leave the clip range in both directions
-    noise = np.random.default_rng(seed).normal(0, 0.3, batch.num_tokens)
-    v_noise = np.random.default_rng(seed + 1).normal(0, 0.1, batch.num_tokens)
-    old = OldPass(
-        logprobs=old.logprobs + noise, values=None if old.values is None else old.values + v_noise
-    )  # clip active
-    rewards = {s.rollout_id: rng.random() for s in seqs}
-    corr = CorrectionConfig(tis_cap=1.5, mask_low=0.05, mask_high=20.0)
-    if mode == "sft":
-        prepared = prepare_sft(batch, cfg)
-    else:
-        prepared = prepare_rl(
-            batch, old, rewards, algorithm=mode, loss_cfg=cfg, ppo_cfg=ppo, corr_cfg=corr
-        )
-    params = list(model.parameters()) + (list(head.parameters()) if head else [])
-    for p in params:
-        p.grad = None
-    stats = loss_backward(
-        model,
-        batch,
-        pieces,
-        prepared,
-        None if mode == "sft" else old,
-        loss_cfg=cfg,
-        ppo_cfg=ppo,
-        value_head=head,
-        chunk_size=4,
+def loss_cases(aggregations: list[str]) -> st.SearchStrategy[LossCase]:
+    return st.builds(
+        LossCase,
+        seed=st.integers(0, 10_000),
+        n_seq=st.integers(1, 6),
+        aggregation=st.sampled_from(aggregations),
+        budget=st.sampled_from([None, 14]),
     )
-    g_tree = _grads(params)
-    flat = flat_loss(model, batch, prepared, old, mode, cfg, ppo, head)
-    flat.backward()
-    g_flat = _grads(params)
-    assert stats["loss"] == pytest.approx(float(flat.detach()), rel=1e-6, abs=1e-12)
-    scale = max(float(g.abs().max()) for g in g_flat) or 1.0
-    for gt, gf in zip(g_tree, g_flat, strict=True):
-        torch.testing.assert_close(gt, gf, rtol=1e-6, atol=1e-9 * scale)
 
 
 def _flat_kl_entropy(
@@ -229,74 +143,104 @@ def _flat_kl_entropy(
     return total
 
 
+def _check_loss(
+    tiny_model_factory: Callable[..., Any],
+    seq_factory: Callable[..., Any],
+    tree_vs_flat: Callable[..., Any],
+    mode: str,
+    case: LossCase,
+    *,
+    kl: bool,
+) -> None:
+    """One property case: a tiny model (a value head for PPO), its sequences packed into a
+    batch and cut into token-budget pieces; the tree loss and gradients equal the flat
+    per-trajectory computation (nothing to check when the batch has no membership).
+
+    ``kl``: the KL (k3 to a reference model) and entropy terms on, the flat side's reference
+    logprobs from its own per-path forward of the reference model (not from the old pass);
+    otherwise the old values are perturbed too and IcePop masking is on."""
+    rng = random.Random(case.seed)
+    model = tiny_model_factory(seed=case.seed % 3)
+    head = None
+    if mode == "ppo":
+        head = ValueHead(model.config.hidden_size).double()
+        torch.manual_seed(case.seed)
+        with torch.no_grad():
+            head.linear.weight.normal_(0, 0.3)
+    seqs = seq_factory(rng, case.n_seq, side_prob=0.2)
+    batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
+    if batch.num_memberships == 0:
+        return
+    max_len = int(batch.position_ids.max()) + 1
+    budget = None if case.budget is None else max(case.budget, max_len)
+    pieces = split_by_token_budget(batch, budget)
+    # another policy as the reference: KL well above 0
+    ref_model = tiny_model_factory(seed=case.seed % 3 + 10) if kl else None
+    cfg = LossConfig(
+        clip_eps_low=0.1,
+        clip_eps_high=0.3,
+        aggregation=case.aggregation,  # type: ignore[arg-type]
+        kl_coef=0.3 if kl else 0.0,
+        entropy_coef=0.05 if kl else 0.0,
+    )
+    if kl:
+        corr = CorrectionConfig(tis_cap=1.5)
+    else:
+        corr = CorrectionConfig(tis_cap=1.5, mask_low=0.05, mask_high=20.0)
+    prepared, extra = tree_vs_flat(
+        model,
+        batch,
+        pieces,
+        seqs,
+        rng,
+        mode=mode,
+        seed=case.seed,
+        cfg=cfg,
+        corr=corr,
+        head=head,
+        ref_model=ref_model,
+        value_noise=not kl,
+        flat_extra=(
+            None
+            if ref_model is None
+            else lambda prepared: _flat_kl_entropy(model, ref_model, batch, prepared, cfg)
+        ),
+    )
+    if kl:
+        assert extra is not None
+        assert (float(extra.detach()) != 0.0) == bool(prepared.weight.any())  # side paths: 0
+
+
+@pytest.fixture(scope="module")
+def loss_check(
+    tiny_model_factory: Callable[..., Any],
+    seq_factory: Callable[..., Any],
+    tree_vs_flat: Callable[..., Any],
+) -> Callable[..., None]:
+    """:func:`_check_loss` with the model, sequence and tree-vs-flat helpers bound."""
+    return functools.partial(_check_loss, tiny_model_factory, seq_factory, tree_vs_flat)
+
+
+@pytest.mark.parametrize("mode", ["ppo", "grpo", "sft"])
+@SETTINGS
+@given(case=loss_cases(["token_mean", "sequence_mean", "prompt_mean", "unique_token_mean"]))
+def test_tree_loss_and_grads_equal_flat(
+    loss_check: Callable[..., None], mode: str, case: LossCase
+) -> None:
+    loss_check(mode, case, kl=False)
+
+
 @pytest.mark.parametrize("mode", ["ppo", "grpo"])
 @settings(
     max_examples=8,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(
-    seed=st.integers(0, 10_000),
-    n_seq=st.integers(1, 6),
-    aggregation=st.sampled_from(["token_mean", "sequence_mean", "unique_token_mean"]),
-    budget=st.sampled_from([None, 14]),
-)
+@given(case=loss_cases(["token_mean", "sequence_mean", "unique_token_mean"]))
 def test_tree_loss_and_grads_equal_flat_with_kl_and_entropy(
-    tiny_model_factory: Callable[..., Any],
-    seq_factory: Callable[..., Any],
-    flat_loss: Callable[..., torch.Tensor],
-    mode: str,
-    seed: int,
-    n_seq: int,
-    aggregation: str,
-    budget: int | None,
+    loss_check: Callable[..., None], mode: str, case: LossCase
 ) -> None:
     """The KL (k3 to a reference model) and entropy terms on: tree loss and gradients equal
     the flat per-trajectory computation, whose reference logprobs come from its own
     per-path forward of the reference model (not from the old pass)."""
-    case = _case(tiny_model_factory, seq_factory, mode, seed, n_seq, budget)
-    if case is None:
-        return
-    rng, model, head, seqs, batch, pieces = case
-    ref_model = tiny_model_factory(seed=seed % 3 + 10)  # another policy: KL well above 0
-    cfg = LossConfig(
-        clip_eps_low=0.1,
-        clip_eps_high=0.3,
-        aggregation=aggregation,  # type: ignore[arg-type]
-        kl_coef=0.3,
-        entropy_coef=0.05,
-    )
-    ppo = PPOConfig(gamma=0.9, lam=0.8, value_coef=0.7, value_clip=0.05)
-    old = old_pass(model, batch, pieces, value_head=head, ref_model=ref_model)
-    assert old.ref_logprobs is not None
-    noise = np.random.default_rng(seed).normal(0, 0.3, batch.num_tokens)
-    old = OldPass(logprobs=old.logprobs + noise, values=old.values, ref_logprobs=old.ref_logprobs)
-    rewards = {s.rollout_id: rng.random() for s in seqs}
-    corr = CorrectionConfig(tis_cap=1.5)
-    prepared = prepare_rl(
-        batch, old, rewards, algorithm=mode, loss_cfg=cfg, ppo_cfg=ppo, corr_cfg=corr
-    )
-    params = list(model.parameters()) + (list(head.parameters()) if head else [])
-    for p in params:
-        p.grad = None
-    stats = loss_backward(
-        model,
-        batch,
-        pieces,
-        prepared,
-        old,
-        loss_cfg=cfg,
-        ppo_cfg=ppo,
-        value_head=head,
-        chunk_size=4,
-    )
-    g_tree = _grads(params)
-    flat = flat_loss(model, batch, prepared, old, mode, cfg, ppo, head)
-    extra = _flat_kl_entropy(model, ref_model, batch, prepared, cfg)
-    (flat + extra).backward()
-    g_flat = _grads(params)
-    assert stats["loss"] == pytest.approx(float((flat + extra).detach()), rel=1e-6, abs=1e-12)
-    assert (float(extra.detach()) != 0.0) == bool(prepared.weight.any())  # side paths: 0
-    scale = max(float(g.abs().max()) for g in g_flat) or 1.0
-    for gt, gf in zip(g_tree, g_flat, strict=True):
-        torch.testing.assert_close(gt, gf, rtol=1e-6, atol=1e-9 * scale)
+    loss_check(mode, case, kl=True)

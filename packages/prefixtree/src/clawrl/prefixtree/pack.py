@@ -48,13 +48,22 @@ TOKEN_ARRAYS = ("input_ids", "position_ids", "parent_index", "subtree_end", "tra
 MEMBERSHIP_ARRAYS = ("mem_token", "mem_traj", "mem_logprob", "mem_policy_version")
 
 
+@dataclass(frozen=True)
 class PackedSizes:
-    """N, M and T of a packed layout: :class:`PackedTree`, or a forest of them (rl-core's
-    ``TreeBatch``). A base for classes with ``input_ids`` [N], ``mem_token`` [M] and
-    ``trajectories`` (T entries)."""
+    """The arrays every packed layout has, and its sizes N, M and T: the base of
+    :class:`PackedTree` and of a forest of them (rl-core's ``TreeBatch``). The fields
+    (:data:`TOKEN_ARRAYS` [N], :data:`MEMBERSHIP_ARRAYS` [M], ``trajectories``, T entries)
+    are documented on :class:`PackedTree`."""
 
     input_ids: np.ndarray
+    position_ids: np.ndarray
+    parent_index: np.ndarray
+    subtree_end: np.ndarray
+    trainable: np.ndarray
     mem_token: np.ndarray
+    mem_traj: np.ndarray
+    mem_logprob: np.ndarray
+    mem_policy_version: np.ndarray
     trajectories: tuple[TrajectoryInfo, ...]
 
     @property
@@ -144,16 +153,6 @@ class PackedTree(PackedSizes):
     calls has no membership on this trajectory.
     """
 
-    input_ids: np.ndarray
-    position_ids: np.ndarray
-    parent_index: np.ndarray
-    subtree_end: np.ndarray
-    trainable: np.ndarray
-    mem_token: np.ndarray
-    mem_traj: np.ndarray
-    mem_logprob: np.ndarray
-    mem_policy_version: np.ndarray
-    trajectories: tuple[TrajectoryInfo, ...]
     n_observations: np.ndarray | None = None
     logprob_spread: np.ndarray | None = None
     mem_call: np.ndarray | None = None

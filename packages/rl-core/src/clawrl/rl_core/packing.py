@@ -245,16 +245,6 @@ class TreeBatch(PackedSizes):
     ``tree_of_traj[k]`` is the input tree of trajectory k.
     """
 
-    input_ids: np.ndarray
-    position_ids: np.ndarray
-    parent_index: np.ndarray
-    subtree_end: np.ndarray
-    trainable: np.ndarray
-    mem_token: np.ndarray
-    mem_traj: np.ndarray
-    mem_logprob: np.ndarray
-    mem_policy_version: np.ndarray
-    trajectories: tuple[TrajectoryInfo, ...]
     tree_of_traj: np.ndarray
 
     @classmethod

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import orjson
+from clawrl.proxy import request_fields as rf
 from clawrl.proxy import validation as v
 from clawrl.proxy.core import CallOutcome, ChatCall
 from clawrl.proxy.errors import (
@@ -27,13 +28,6 @@ from clawrl.proxy.errors import (
     ProxyRequestError,
     UnsupportedParameterError,
     openai_error_body,
-)
-from clawrl.proxy.request_fields import (
-    call_fields,
-    function_tool,
-    openai_tool_choice,
-    tool_call,
-    tool_list,
 )
 from clawrl.proxy.wire import ErrorShape, TokenBytes, WireAPI, WireRequest
 
@@ -90,7 +84,7 @@ def _message(m: Any, i: int) -> dict[str, Any]:
             tc = v.req_obj(tc, q)
             fn = v.req_obj(tc.get("function"), q + ".function")
             tcs.append(
-                tool_call(
+                rf.tool_call(
                     v.opt_str(tc.get("id"), q + ".id") or "",
                     v.req_str(fn.get("name"), q + ".function.name"),
                     v.tool_call_arguments(fn.get("arguments"), q + ".function.arguments"),
@@ -104,7 +98,7 @@ def _message(m: Any, i: int) -> dict[str, Any]:
 def _tool(t: dict[str, Any], p: str) -> dict[str, Any] | None:
     if v.opt_kind(t.get("type"), p + ".type") not in (None, "function"):
         return None  # custom / built-in tool types: nothing the template can render
-    return function_tool(v.req_obj(t.get("function"), p + ".function"), p + ".function")
+    return rf.function_tool(v.req_obj(t.get("function"), p + ".function"), p + ".function")
 
 
 def parse_request(body: Any) -> tuple[ChatCall, bool]:
@@ -124,8 +118,8 @@ def parse_request(body: Any) -> tuple[ChatCall, bool]:
     n = v.opt_int(body.get("n"), "n", minimum=1)
     if n is not None and n != 1:
         raise UnsupportedParameterError("only n = 1 is supported", param="n")
-    tools = tool_list(body.get("tools"), _tool)
-    parse_tool_calls = openai_tool_choice(body)
+    tools = rf.tool_list(body.get("tools"), _tool)
+    parse_tool_calls = rf.openai_tool_choice(body)
     max_tokens = v.opt_int(body.get("max_completion_tokens"), "max_completion_tokens", minimum=1)
     legacy = v.opt_int(body.get("max_tokens"), "max_tokens", minimum=1)
     if max_tokens is None:
@@ -147,7 +141,7 @@ def parse_request(body: Any) -> tuple[ChatCall, bool]:
         parse_tool_calls=parse_tool_calls,
         logprobs=want_logprobs,
         top_logprobs=top_logprobs or 0,
-        **call_fields(body, max_tokens),
+        **rf.call_fields(body, max_tokens),
     )
     return call, include_usage
 

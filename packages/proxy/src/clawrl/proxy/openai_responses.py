@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from clawrl.proxy import request_fields as rf
 from clawrl.proxy import validation as v
 from clawrl.proxy.core import CallOutcome, ChatCall
 from clawrl.proxy.errors import (
@@ -54,13 +55,6 @@ from clawrl.proxy.errors import (
     ProxyRequestError,
     UnsupportedParameterError,
     openai_error_body,
-)
-from clawrl.proxy.request_fields import (
-    call_fields,
-    function_tool,
-    openai_tool_choice,
-    tool_call,
-    tool_list,
 )
 from clawrl.proxy.wire import CallWire, WireAPI
 
@@ -196,7 +190,7 @@ def _convert_input(items: list[Any]) -> list[dict[str, Any]]:
         elif kind == "function_call":
             t = assistant()
             t.setdefault("tool_calls", []).append(
-                tool_call(
+                rf.tool_call(
                     v.opt_str(item.get("call_id"), p + ".call_id") or "",
                     v.req_str(item.get("name"), p + ".name"),
                     v.tool_call_arguments(item.get("arguments"), p + ".arguments"),
@@ -225,7 +219,7 @@ def _tool(t: dict[str, Any], p: str) -> dict[str, Any] | None:
         raise ProxyRequestError(f"{p}.type must be a string", param=p + ".type")
     if kind != "function":
         return None  # built-in, custom and namespace tools: not offered (module docstring)
-    return function_tool(t, p)
+    return rf.function_tool(t, p)
 
 
 def parse_request(body: Any) -> ChatCall:
@@ -247,8 +241,8 @@ def parse_request(body: Any) -> ChatCall:
         messages.insert(0, {"role": "system", "content": instructions})
     if not messages:
         raise ProxyRequestError("input must not be empty", param="input")
-    parse_tool_calls = openai_tool_choice(body)
-    fields = call_fields(
+    parse_tool_calls = rf.openai_tool_choice(body)
+    fields = rf.call_fields(
         body, v.opt_int(body.get("max_output_tokens"), "max_output_tokens", minimum=1)
     )
     for name in ("store", "parallel_tool_calls", "background"):
@@ -264,7 +258,7 @@ def parse_request(body: Any) -> ChatCall:
     return ChatCall(
         api="openai.responses",
         messages=messages,
-        tools=tool_list(body.get("tools"), _tool),
+        tools=rf.tool_list(body.get("tools"), _tool),
         parse_tool_calls=parse_tool_calls,
         **fields,
     )

@@ -74,6 +74,7 @@ from clawrl.rl_core.train.cold_start import run_cold_start, scripted_turns
 from clawrl.rl_core.train.config import TrainConfig
 from clawrl.rl_core.train.errors import TrainError
 from clawrl.rl_core.train.metrics_log import MetricsLog, plot_curves, read_jsonl
+from clawrl.rl_core.train.rollouts_log import write_step_rollouts
 from clawrl.rl_core.train.rows import eval_row, rollout_row, scored, step_line, summary, tree_row
 from clawrl.rl_core.train.trees import BuiltTrees, RolloutData, build_group_trees
 from clawrl.rl_core.trainer import Trainer, seed_everything
@@ -504,6 +505,8 @@ class TrainLoop:
         built = build_group_trees(data, max_leaves=self.cfg.rollout.max_leaves, merge_groups=True)
         row["time/trees"] = time.time() - t0
         row.update(tree_row(built))
+        grpo = self.cfg.algo.trainer.grpo if self.cfg.algo.name == "grpo" else None
+        write_step_rollouts(self.out, step + 1, results, built, grpo)  # for `bench view`
         t0 = time.time()
         if built.trees:
             row.update(await self._train_on(built))

@@ -14,6 +14,7 @@ import pytest
 from clawrl.bench.view import build_view, load_run, view_main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "view_run" / "results.json.gz"
+TRAIN_FIXTURE = FIXTURE.parent / "train_run.tar.gz"
 
 
 def unpack_fixture(dest: Path) -> Path:
@@ -22,6 +23,15 @@ def unpack_fixture(dest: Path) -> Path:
     with gzip.open(FIXTURE, "rb") as src, (dest / "results.json").open("wb") as out:
         shutil.copyfileobj(src, out)
     return dest
+
+
+def unpack_train_fixture(dest: Path) -> Path:
+    """The recorded train run (step 1 of 3) as a run folder under ``dest``."""
+    import tarfile
+
+    with tarfile.open(TRAIN_FIXTURE) as tar:
+        tar.extractall(dest, filter="data")
+    return dest / "train_run"
 
 
 def expected_leaves(records: list[dict[str, Any]]) -> int:
@@ -114,3 +124,22 @@ def test_cli_no_open(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert (run / "view" / "index.html").is_file()
     assert "viewer:" in capsys.readouterr().out
     assert view_main([str(tmp_path / "nothing-here"), "--no-open"]) == 2
+
+
+def test_train_run(tmp_path: Path) -> None:
+    run = load_run(unpack_train_fixture(tmp_path))
+    assert run.kind == "train" and len(run.rollouts) == 8
+    assert {r.step for r in run.rollouts} == {1}
+    assert {r.harness for r in run.rollouts} == {"reference", "mini-swe-agent"}
+    # rewards, verifier and advantages from rollouts/step-0001.jsonl, calls from capture/
+    assert all(r.reward is not None and r.advantage is not None for r in run.rollouts)
+    assert all(r.verifier and r.records for r in run.rollouts)
+    index = build_view(run.path)
+    page = index.read_text()
+    assert "<svg" in page and "tree compression" in page  # the curves, inline SVG
+    assert '"steps":[1,2,3]' in page
+    from clawrl.bench.view import rollout_data
+    from clawrl.bench.view.tokens import TokenText
+
+    d = rollout_data(run.rollouts[0], TokenText(run.model_dir))
+    assert d["heat"]["advantage"] == run.rollouts[0].advantage and not d["heat"]["adv_note"]

@@ -11,6 +11,7 @@ tools/setup.sh installs chromium and chromium-driver; without them the tests ski
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import time
@@ -69,7 +70,7 @@ def open_hash(driver: Any, page: Path, key: str) -> float:
     the seconds it took."""
     from selenium.webdriver.support.ui import WebDriverWait
 
-    want = key.split("=", 1)[-1] if key else "index"
+    want = key.split("=", 1)[1] if key[:2] in ("r=", "g=") else "index"
     t0 = time.perf_counter()
     driver.get(page.resolve().as_uri() + (f"#{key}" if key else ""))
     WebDriverWait(driver, 30).until(
@@ -149,24 +150,29 @@ def test_heat_map_colours_trained_tokens_only(browser: Any, page: Path, tmp_path
         open_hash(browser, page, f"r=r{i}")
         n_paths = js(browser, "return document.querySelectorAll('#heat-path option').length")
         by_id = {r["call_id"]: r for r in ro.records}
-        for p in range(n_paths):
+        for p, whole in itertools.product(range(n_paths), (False, True)):
             js(
                 browser,
+                f"const w = document.getElementById('heat-whole'); w.checked = {str(whole).lower()};"
                 f"const s = document.getElementById('heat-path'); s.value = '{p}'; s.onchange();",
             )
             coloured = js(
                 browser,
-                "return [...document.querySelectorAll('#heat .t')]"
-                ".map((s, i) => [i, s.classList.contains('tr'), s.style.background !== ''])",
+                "return [...document.querySelectorAll('#heat .t')].map(s => "
+                "[+s.dataset.i, s.classList.contains('tr'), s.style.background !== ''])",
             )
             lit = {i for i, tr, bg in coloured if tr}
             assert all(tr == bg for _, tr, bg in coloured)  # coloured iff trained
             leaf = js(
                 browser,
-                "const s = document.getElementById('heat-path'); return s.options[s.selectedIndex].dataset.call",
+                "const s = document.getElementById('heat-path');"
+                "return s.options[s.selectedIndex].dataset.call",
             )
+            path_len = len(by_id[leaf]["prompt_ids"]) + len(by_id[leaf]["completion_ids"])
+            # every trained token is shown, folded or not; the whole path when asked
             assert lit == trained_positions(ro.records, by_id[leaf])
             assert 0 < len(lit) < len(coloured)  # the prompt stays plain
+            assert (len(coloured) == path_len) == whole
     # a bench run has no advantages: the mode is disabled and the page says so
     assert js(
         browser, "return document.querySelector('#heat-mode option[value=advantage]').disabled"
@@ -205,3 +211,33 @@ def test_larger_run_loads_lazily(browser: Any, page: Path, tmp_path: Path) -> No
     print(f"200 rollouts: index {t_index:.2f} s, one rollout {t_one:.2f} s")
     assert t_index < 10 and t_one < 10
     shutil.rmtree(run_dir)
+
+
+def test_train_run_curves_steps_and_advantages(browser: Any, tmp_path: Path) -> None:
+    from .test_view import unpack_train_fixture
+
+    run_dir = unpack_train_fixture(tmp_path)
+    index = build_view(run_dir)
+    open_hash(browser, index, "")
+    assert js(browser, "return document.querySelectorAll('#curves svg').length") == 1
+    assert not js(browser, "return document.getElementById('curves-box').hidden")
+    links = js(browser, "return [...document.querySelectorAll('#steps a')].map(a => a.hash)")
+    assert "#step=1" in links
+    browser.save_screenshot(str(artifacts_dir(tmp_path) / "view-train-curves.png"))
+    open_hash(browser, index, "step=1")
+    rows = js(browser, "return document.querySelectorAll('#rollouts tr[data-key]').length")
+    assert rows == 8
+    open_hash(browser, index, "r=r0")
+    # the run recorded advantages: the mode is available and colours the trained tokens
+    assert not js(
+        browser, "return document.querySelector('#heat-mode option[value=advantage]').disabled"
+    )
+    js(
+        browser,
+        "const m = document.getElementById('heat-mode'); m.value = 'advantage'; m.onchange();",
+    )
+    bg = js(
+        browser, "return [...document.querySelectorAll('#heat .t.tr')].map(s => s.style.background)"
+    )
+    assert bg and all(b.startswith("rgba(") for b in bg)
+    assert js(browser, "return document.querySelectorAll('#heat .t:not(.tr)[style]').length") == 0

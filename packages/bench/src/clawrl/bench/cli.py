@@ -95,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="default runs/bench-<timestamp>")
     p.add_argument("--run-id", help="proxy run id / sandbox label")
     p.add_argument("--no-html", dest="html", action="store_false", default=None)
+    p.add_argument(
+        "--no-task-images",
+        dest="task_images",
+        action="store_false",
+        default=None,
+        help="do not build tasks' Dockerfiles: run every task in the default root",
+    )
     p.add_argument("--list", action="store_true", help="list the selected tasks and exit")
     return p
 
@@ -221,6 +228,7 @@ async def _run(
         max_tokens=(cfg.max_tokens or None) if cfg.model != "scripted" else None,
         agent_timeout_s=cfg.agent_timeout_s or None,
         retries=cfg.retries,
+        task_images=cfg.task_images,
     )
     specs = plan_rollouts(tasks, harnesses, cfg.samples)
     needs_model = any(h.needs_model for h in harnesses)

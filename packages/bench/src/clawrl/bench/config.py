@@ -28,6 +28,8 @@ Example ``bench.toml`` (all keys optional; these are the defaults)::
     pass_threshold = 1.0
     output_dir = ""               # "" = runs/bench-<timestamp>
     html = true
+    task_images = true            # build each task's Dockerfile (Harbor) into its image;
+                                  # false: every task runs in the default root
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class BenchConfig(BaseModel):
     output_dir: str = ""
     run_id: str = ""
     html: bool = True
+    task_images: bool = True
 
     @field_validator("slice", mode="before")
     @classmethod

@@ -6,8 +6,11 @@
   agent-written code, which rules out host verification); ``environment/`` (workspace
   files), ``tests/`` (verifier: ``test.sh`` or ``check.py``), ``solution/solve.sh`` (oracle).
 * **Harbor / Terminal-Bench 2**: ``instruction.md``; ``task.toml`` with ``[agent]
-  timeout_sec``, ``[verifier] timeout_sec``, ``[environment] cpus, memory_mb, storage_mb,
-  allow_internet``, ``[metadata]``; ``environment/Dockerfile``; ``tests/test.sh`` writing
+  timeout_sec``, ``[verifier] timeout_sec``, ``[environment] cpus, memory_mb, storage_mb``
+  (or the strings ``memory = "4G"``, ``storage = "10G"``), ``allow_internet``,
+  ``[metadata]``; ``environment/Dockerfile`` (built into the task's image by the rollout
+  runner, :mod:`clawrl.bench.task_image`; its ``ENV`` values are also read here, ``$VAR``
+  expanded, for runs without images); ``tests/test.sh`` writing
   ``/logs/verifier/reward.txt`` or ``reward.json``; optional ``solution/solve.sh``.
 * **ClawGym-Bench**: ``data_entry.json`` (``task_id``, ``user_query``,
   ``input_mount_dir``), ``input_files/``, ``reward/check.py`` and ``reward/reward.sh``
@@ -20,6 +23,7 @@ any other ``task.toml`` → Harbor. Every failure raises :class:`TaskLoadError` 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import tomllib
 from collections.abc import Iterable
@@ -42,6 +46,7 @@ from clawrl.bench.task import (
     VerifierSpec,
     WorkspaceSource,
 )
+from clawrl.sandbox import SandboxSpecError, parse_size
 from pydantic import ValidationError
 
 __all__ = ["builtin_suite_dir", "detect_layout", "load_builtin_suite", "load_suite", "load_task"]
@@ -303,6 +308,23 @@ def _dockerfile_lines(text: str) -> list[str]:
     return lines
 
 
+#: The PATH of the registry base images (and of clawrl's sandboxes): what ``$PATH`` means
+#: in an ``ENV`` line when the Dockerfile did not set it before.
+_BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+_ENV_VAR = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def _expand_env(value: str, env: dict[str, str]) -> str:
+    """``$VAR`` / ``${VAR}`` in an ``ENV`` value, from the earlier ``ENV`` lines (then the
+    base image's ``PATH``); an unknown variable becomes "" as in Docker."""
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        return env.get(name, _BASE_ENV.get(name, ""))
+
+    return _ENV_VAR.sub(one, value)
+
+
 def _parse_dockerfile(root: Path, path: Path) -> dict[str, Any]:
     """Read the few Dockerfile instructions clawrl can honour without building the image."""
     text = _read_text(root, str(path.relative_to(root)))
@@ -339,10 +361,10 @@ def _parse_dockerfile(root: Path, path: Path) -> dict[str, Any]:
             if "=" in rest.split()[0] if rest else False:
                 for item in shlex.split(rest):
                     key, _, value = item.partition("=")
-                    env[key] = value
+                    env[key] = _expand_env(value, env)
             elif rest:
                 key, _, value = rest.partition(" ")
-                env[key] = value.strip()
+                env[key] = _expand_env(value.strip(), env)
     return {
         "image": image,
         "workdir": workdir if seen_workdir else "/app",
@@ -350,6 +372,44 @@ def _parse_dockerfile(root: Path, path: Path) -> dict[str, Any]:
         "runs": runs,
         "env": env,
     }
+
+
+def _size_mb(root: Path, environment: dict[str, Any], key: str) -> int | None:
+    """Harbor's ``memory`` / ``storage`` (``"4G"``, ``"512M"``, a number of MB) in MB."""
+    value = environment.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TaskLoadError(root, f"task.toml: [environment] {key} must be a size like '4G'")
+    if isinstance(value, int | float):
+        return int(value)
+    try:
+        size = parse_size(value.strip().upper().removesuffix("B") or "x")
+    except SandboxSpecError as exc:
+        raise TaskLoadError(root, f"task.toml: [environment] {key}: {exc}") from None
+    return max(1, size >> 20)
+
+
+def _harbor_limits(root: Path, environment: dict[str, Any]) -> dict[str, Any]:
+    """Sandbox limits from Harbor's ``[environment]``: ``cpus`` (a number or a numeric
+    string), ``memory_mb`` / ``storage_mb`` or the strings ``memory`` / ``storage``."""
+    limits: dict[str, Any] = {}
+    cpus = environment.get("cpus")
+    if isinstance(cpus, str):
+        try:
+            cpus = float(cpus)
+        except ValueError:
+            raise TaskLoadError(root, f"task.toml: [environment] cpus {cpus!r}") from None
+        environment = {**environment, "cpus": cpus}
+    for key in ("cpus", "memory_mb", "storage_mb"):
+        value = _number(root, environment, key, "environment")
+        if value is not None:
+            limits[key] = value if key == "cpus" else int(value)
+    for key in ("memory", "storage"):
+        size = _size_mb(root, environment, key)
+        if size is not None:
+            limits.setdefault(f"{key}_mb", size)
+    return limits
 
 
 def _load_harbor(root: Path) -> Task:
@@ -383,9 +443,10 @@ def _load_harbor(root: Path) -> Task:
                 rel = str(PurePosixPath(rel) / host.name)
             sources.append(WorkspaceSource(src=host, dest=rel))
         else:
-            notes.append(f"COPY {src} {dest_path}: outside the workspace {workdir}, not placed")
-    if parsed["runs"]:
-        notes.append(f"{len(parsed['runs'])} RUN instruction(s) not executed (no image build)")
+            notes.append(
+                f"COPY {src} {dest_path}: outside the workspace {workdir}, placed only by the "
+                "image build"
+            )
     timeouts = {
         k: v
         for k, v in {
@@ -394,11 +455,7 @@ def _load_harbor(root: Path) -> Task:
         }.items()
         if v is not None
     }
-    limits: dict[str, Any] = {}
-    for key in ("cpus", "memory_mb", "storage_mb"):
-        value = _number(root, environment, key, "environment")
-        if value is not None:
-            limits[key] = value if key == "cpus" else int(value)
+    limits = _harbor_limits(root, environment)
     allow_internet = environment.get("allow_internet", False)
     if not isinstance(allow_internet, bool):
         raise TaskLoadError(root, "task.toml: [environment] allow_internet must be a boolean")
@@ -426,6 +483,7 @@ def _load_harbor(root: Path) -> Task:
         solution=_solution(root, ("bash", f"{SOLUTION_MOUNT}/solve.sh")),
         image=parsed["image"],
         setup_commands=tuple(parsed["runs"]),
+        dockerfile=dockerfile if dockerfile.is_file() else None,
         env=parsed["env"],
         notes=tuple(notes),
         metadata=metadata,

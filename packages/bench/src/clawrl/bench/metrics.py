@@ -1,7 +1,8 @@
 """pass@k and mean-score aggregation per task, category and harness.
 
-Infrastructure failures (status ``infra-error``) say nothing about the agent: they are
-excluded from every score and counted apart. Every other status (``timeout``,
+Infrastructure failures (status ``infra-error``) and task images that could not be built
+(``env-error``) say nothing about the agent: they are excluded from every score and counted
+apart. Every other status (``timeout``,
 ``harness-error``, ``verifier-error``) is scored with the reward it got (0 for a failed
 verification); verifier errors are also counted apart (``n_verifier_error``), since a
 verifier that could not run says little about the agent (an agent that breaks its
@@ -20,6 +21,8 @@ __all__ = ["AggregateReport", "GroupStats", "ScoredRollout", "aggregate", "pass_
 
 INFRA_ERROR = "infra-error"
 VERIFIER_ERROR = "verifier-error"
+ENV_ERROR = "env-error"
+_UNSCORED = (INFRA_ERROR, ENV_ERROR)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -45,7 +48,7 @@ class ScoredRollout(BaseModel):
     """The part of a rollout result that metrics need.
 
     ``status`` uses the rollout vocabulary: ``ok`` | ``timeout`` | ``harness-error`` |
-    ``verifier-error`` | ``infra-error``.
+    ``verifier-error`` | ``infra-error`` | ``env-error``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -64,6 +67,7 @@ class GroupStats(BaseModel):
         n_tasks: tasks with at least one scored rollout.
         n_scored: rollouts scored (infrastructure failures excluded).
         n_infra_error: rollouts excluded as infrastructure failures.
+        n_env_error: rollouts excluded because the task's image could not be built.
         n_verifier_error: scored rollouts (reward 0) whose verifier failed or could not run.
         mean_score: macro mean: the mean over tasks of each task's mean reward.
         pass_at_k: k -> mean over tasks (with ≥ k scored samples) of the unbiased pass@k;
@@ -75,6 +79,7 @@ class GroupStats(BaseModel):
     n_scored: int
     n_infra_error: int
     n_verifier_error: int = 0
+    n_env_error: int = 0
     mean_score: float | None
     pass_at_k: dict[int, float | None]
     status_counts: dict[str, int]
@@ -89,7 +94,7 @@ class AggregateReport(BaseModel):
 
 
 def _task_level(rollouts: Sequence[ScoredRollout], threshold: float) -> tuple[int, int, float]:
-    scored = [r for r in rollouts if r.status != INFRA_ERROR]
+    scored = [r for r in rollouts if r.status not in _UNSCORED]
     n = len(scored)
     c = sum(1 for r in scored if r.reward >= threshold)
     mean = sum(r.reward for r in scored) / n if n else math.nan
@@ -108,7 +113,7 @@ def _group(
             counts[r.status] += 1
         n, c, mean = _task_level(rollouts, threshold)
         n_scored += n
-        n_infra += len(rollouts) - n
+        n_infra += sum(1 for r in rollouts if r.status == INFRA_ERROR)
         if n:
             means.append(mean)
             for k in ks:
@@ -119,6 +124,7 @@ def _group(
         n_scored=n_scored,
         n_infra_error=n_infra,
         n_verifier_error=counts.get(VERIFIER_ERROR, 0),
+        n_env_error=counts.get(ENV_ERROR, 0),
         mean_score=sum(means) / len(means) if means else None,
         pass_at_k={k: (sum(v) / len(v) if v else None) for k, v in passes.items()},
         status_counts=dict(counts),

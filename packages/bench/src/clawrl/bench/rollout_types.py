@@ -8,7 +8,9 @@ a reward), ``timeout`` (the harness was killed at the agent timeout; still verif
 stopped, or its workspace hit a copy-out bound: then not verified, reward 0), ``verifier-error`` (a missing or
 garbled reward, or a verifier timeout; reward 0), ``infra-error`` (sandbox, proxy or
 runtime failure: retried up to ``retries`` times with a new sandbox and session, then
-reported and excluded from scores).
+reported and excluded from scores), ``env-error`` (the task's image could not be built:
+the task's fault, not the agent's; not retried, excluded from scores and counted; the
+reason holds the build log's tail).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class RolloutStatus(StrEnum):
     HARNESS_ERROR = "harness-error"
     VERIFIER_ERROR = "verifier-error"
     INFRA_ERROR = "infra-error"
+    ENV_ERROR = "env-error"
 
 
 class RolloutOptions(BaseModel):
@@ -73,6 +76,9 @@ class RolloutOptions(BaseModel):
         log_cap_bytes: cap per collected harness log and on the harness's stdout/stderr.
         diff_cap_bytes: text files up to this size get a unified diff.
         keep_records: include the session's call records in each result.
+        task_images: build each task's Dockerfile (Harbor ``environment/Dockerfile``) into
+            the image its agent and verifier sandboxes run (:mod:`clawrl.bench.task_image`);
+            ``False``: every task runs in the default root (the host's ``/usr``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -86,6 +92,7 @@ class RolloutOptions(BaseModel):
     log_cap_bytes: int = Field(default=256 * 1024, ge=1024)
     diff_cap_bytes: int = Field(default=64 * 1024, ge=0)
     keep_records: bool = True
+    task_images: bool = True
 
 
 @dataclass(frozen=True)

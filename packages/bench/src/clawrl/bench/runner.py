@@ -30,11 +30,10 @@ backend and yields its :class:`~clawrl.proxy.ModelEndpoint`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -56,14 +55,21 @@ from clawrl.bench.rollout_types import (
     SessionHook,
     rollout_sampling_seed,
 )
+from clawrl.bench.runner_helpers import (
+    _close_quietly,
+    _collect_logs,
+    _refused,
+    _verify_never_raises,
+)
 from clawrl.bench.sandbox_executor import SandboxExecutor
 from clawrl.bench.task import Task
+from clawrl.bench.task_env import TaskEnvironments
+from clawrl.bench.task_image import TaskImage, TaskImageError
 from clawrl.bench.verify import (
     VerifierResult,
     VerifierStatus,
     check_host_verification,
     prepare_workspace,
-    verify,
 )
 from clawrl.bench.workspace_diff import FileChange, workspace_diff
 from clawrl.proxy import AsyncAdminClient, ModelEndpoint, ProxyError, SessionInfo, serve
@@ -169,6 +175,7 @@ class RolloutRunner:
                 run_id=self.run_id, warm=concurrency
             )
         self.verify_executor = verify_executor
+        self.environments = TaskEnvironments(self.run_id, enabled=self.options.task_images)
         self._prepared: dict[int, str | None] = {}  # id(adapter) -> install error or None
 
     def _emit(self, event: RolloutEvent) -> None:
@@ -221,6 +228,7 @@ class RolloutRunner:
         finally:
             if self._own_executor is not None:  # its warm sandboxes go; it warms again later
                 await asyncio.to_thread(self._own_executor.close)
+            await asyncio.to_thread(self.environments.close)
 
     async def run_one(self, spec: RolloutSpec, _events: tuple[int, int] = (0, 1)) -> RolloutResult:
         """One rollout, retried on infrastructure failures only."""
@@ -244,9 +252,13 @@ class RolloutRunner:
         memory = self.options.memory_mb or task.limits.memory_mb
         return CopyLimits(max_bytes=min(task.limits.storage_mb, memory) << 20)
 
-    def sandbox_spec(self, spec: RolloutSpec, workspace: Path) -> SandboxSpec:
+    def sandbox_spec(
+        self, spec: RolloutSpec, workspace: Path, image: TaskImage | None = None
+    ) -> SandboxSpec:
         """The agent sandbox of rollout ``spec`` holding the host directory ``workspace``:
-        sized from the task's limits, with a wall clock of the agent timeout + 300 s."""
+        sized from the task's limits, with a wall clock of the agent timeout + 300 s, in the
+        task's built ``image`` (with the image's environment) if it has one, and never
+        with a network beyond the model socket."""
         task, h = spec.task, spec.harness
         memory = self.options.memory_mb or task.limits.memory_mb
         agent_s = self.options.agent_timeout_s or task.timeouts.agent_s
@@ -255,10 +267,12 @@ class RolloutRunner:
             ws_path == PurePosixPath(r) or PurePosixPath(r) in ws_path.parents
             for r in _WRITABLE_ROOTS
         )
+        fields = TaskEnvironments.agent_fields(task, image)
         return SandboxSpec(
-            image=self.sandbox_image,
+            image=fields["image"] or self.sandbox_image,
             files={task.workspace_path: workspace},
-            env=dict(task.env),
+            env=fields["env"],
+            network=fields["network"],
             limits=Limits(
                 memory=f"{memory}m",
                 cpus=task.limits.cpus,
@@ -287,12 +301,14 @@ class RolloutRunner:
             "attempts": attempt + 1,
         }
 
-        def infra(reason: str, **extra: Any) -> RolloutResult:
+        def infra(
+            reason: str, status: RolloutStatus = RolloutStatus.INFRA_ERROR, **extra: Any
+        ) -> RolloutResult:
             timing["finished"] = time.time()
             timing["total"] = timing["finished"] - t_start
             return RolloutResult(
                 **base,
-                status=RolloutStatus.INFRA_ERROR,
+                status=status,
                 reason=reason,
                 timing=timing,
                 **extra,
@@ -301,6 +317,12 @@ class RolloutRunner:
         install_error = self._prepared.get(id(h))
         if install_error:
             return infra(f"harness runtime: {install_error}")
+        try:
+            image = await self.environments.image(task)
+        except TaskImageError as exc:
+            reason = f"task image: {exc.reason}\n{exc.log_tail}"
+            return infra(reason.strip(), status=RolloutStatus.ENV_ERROR)
+        timing["image"] = time.time() - t_start
         session: SessionInfo | None = None
         admin = self.endpoint.admin if self.endpoint else None
         with owned_tempdir("clawrl-rollout-") as tmp_name:
@@ -311,7 +333,8 @@ class RolloutRunner:
                 if h.needs_model:
                     assert admin is not None
                     session = await self._open_session(admin, spec, attempt)
-                sb = await Sandbox.create(self.sandbox_spec(spec, initial), run_id=self.run_id)
+                sb_spec = self.sandbox_spec(spec, initial, image)
+                sb = await Sandbox.create(sb_spec, run_id=self.run_id)
             except (SandboxError, ProxyError, OSError) as exc:
                 await _close_quietly(admin, session)
                 return infra(f"setup: {type(exc).__name__}: {exc}")
@@ -321,7 +344,7 @@ class RolloutRunner:
                 async with sb:
                     harness_out = await self._run_harness(spec, sb, session, final, timing)
             except (SandboxError, OSError) as exc:
-                extra = {"session_id": session.session_id} if session else {}
+                extra: dict[str, Any] = {"session_id": session.session_id} if session else {}
                 await _close_quietly(admin, session)
                 return infra(f"sandbox: {type(exc).__name__}: {exc}", **extra)
             # records: close first (it returns once every call is committed): then final
@@ -333,7 +356,7 @@ class RolloutRunner:
                 except (ProxyError, OSError) as exc:
                     return infra(f"proxy records: {exc}", session_id=session.session_id)
             t_verify = time.time()
-            verdict, diff = await self._verify(task, initial, final, harness_out)
+            verdict, diff = await self._verify(task, initial, final, harness_out, image)
             timing["verify"] = time.time() - t_verify
         timing["finished"] = time.time()
         timing["total"] = timing["finished"] - t_start
@@ -362,16 +385,22 @@ class RolloutRunner:
         return session
 
     async def _verify(
-        self, task: Task, initial: Path, final: Path, harness_out: dict[str, Any]
+        self,
+        task: Task,
+        initial: Path,
+        final: Path,
+        harness_out: dict[str, Any],
+        image: TaskImage | None = None,
     ) -> tuple[VerifierResult, list[FileChange]]:
-        """The verdict on the final workspace (reward 0 when the harness phase refused it) and
-        the workspace diff."""
+        """The verdict on the final workspace (reward 0 when the harness phase refused it),
+        in the task's image if it has one, and the workspace diff."""
         if harness_out.get("refused"):
             refused = VerifierResult(
                 reward=0.0, status=VerifierStatus.ERROR, reason=harness_out["reason"]
             )
             return refused, []
-        verdict = await asyncio.to_thread(_verify_never_raises, task, final, self.verify_executor)
+        executor = self.environments.verify_executor(task, image, self.verify_executor)
+        verdict = await asyncio.to_thread(_verify_never_raises, task, final, executor)
         try:
             diff = workspace_diff(initial, final, self.options.diff_cap_bytes)
         except OSError:  # e.g. a path too long for the host: no diff, the batch goes on
@@ -492,62 +521,6 @@ def _result(
         workspace_diff=diff,
         timing=timing,
     )
-
-
-async def _close_quietly(admin: AsyncAdminClient | None, session: SessionInfo | None) -> None:
-    """Close a session whose rollout failed (errors ignored: the rollout is already lost)."""
-    if session is not None and admin is not None:
-        with contextlib.suppress(ProxyError, OSError):
-            await admin.close_session(session.session_id)
-
-
-async def _collect_logs(sb: Sandbox, paths: Mapping[str, str], cap: int) -> dict[str, str]:
-    """The harness's log files (missing ones left out), each cut to ``cap`` bytes."""
-    logs: dict[str, str] = {}
-    for name, path in paths.items():
-        try:
-            data = await sb.get_file(path, max_bytes=4 * cap)
-        except FileNotFoundError:
-            continue
-        except SandboxCopyLimitError as exc:
-            data = f"[log not collected: {exc}]".encode()
-        logs[name] = _cap(data.decode("utf-8", errors="replace"), cap)
-    return logs
-
-
-def _refused(reason: str, res: Any) -> dict[str, Any]:
-    """The harness outcome of a rollout whose workspace is not verified (scored as 0)."""
-    return {
-        "status": RolloutStatus.HARNESS_ERROR,
-        "reason": reason,
-        "end_reason": "refused",
-        "turns": None,
-        "exit_code": None if res.timed_out else res.exit_code,
-        "stdout": res.stdout.decode("utf-8", errors="replace"),
-        "stderr": res.stderr.decode("utf-8", errors="replace"),
-        "logs": {},
-        "refused": True,
-    }
-
-
-def _verify_never_raises(task: Task, final: Path, executor: Executor) -> VerifierResult:
-    """:func:`verify`, with anything it raises (a bug, an unexpected host error) turned into
-    a ``verifier-error`` result, so that one workspace never crashes a batch."""
-    try:
-        return verify(task, final, executor)
-    except Exception as exc:
-        return VerifierResult(
-            reward=0.0,
-            status=VerifierStatus.ERROR,
-            reason=f"verification failed: {type(exc).__name__}: {str(exc)[:500]}",
-        )
-
-
-def _cap(text: str, cap: int) -> str:
-    if len(text) <= cap:
-        return text
-    half = cap // 2
-    return text[:half] + f"\n...[{len(text) - cap} characters cut]...\n" + text[-half:]
 
 
 async def run_rollouts(

@@ -148,8 +148,13 @@ class Task(_Frozen):
         workspace_sources: host files placed in the workspace before the agent starts.
         network: whether the sandbox may reach the network (built-in tasks: never).
         image: container image the layout asks for (Harbor ``FROM``), informational.
-        setup_commands: Dockerfile ``RUN`` lines; not executed by clawrl (no registry).
-        env: environment variables for the agent's sandbox (Dockerfile ``ENV``).
+        setup_commands: Dockerfile ``RUN`` lines (run by the image build, see ``dockerfile``).
+        dockerfile: host path of the task's Dockerfile (Harbor ``environment/Dockerfile``;
+            its directory is the build context), built by the rollout runner into the
+            image the agent and the verifier run in (:mod:`clawrl.bench.task_image`);
+            ``None``: the default sandbox root.
+        env: environment variables for the agent's sandbox (Dockerfile ``ENV``, ``$VAR``
+            expanded as far as the Dockerfile says; a built image's own ``Env`` replaces it).
         notes: what the loader could not honour (e.g. a ``COPY`` outside the workspace).
         metadata: layout-specific extra fields, kept verbatim.
     """
@@ -169,6 +174,7 @@ class Task(_Frozen):
     solution: SolutionSpec | None = None
     image: str | None = None
     setup_commands: tuple[str, ...] = ()
+    dockerfile: Path | None = None
     env: dict[str, str] = Field(default_factory=dict)
     notes: tuple[str, ...] = ()
     metadata: dict[str, Any] = Field(default_factory=dict)

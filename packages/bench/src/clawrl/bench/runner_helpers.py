@@ -1,0 +1,75 @@
+"""Helpers of the rollout runner (:mod:`clawrl.bench.runner`): closing a lost session,
+collecting harness logs, the outcome of a refused workspace, and verification that never
+raises."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from clawrl.bench.executors import Executor
+from clawrl.bench.rollout_types import RolloutStatus
+from clawrl.bench.task import Task
+from clawrl.bench.verify import VerifierResult, VerifierStatus, verify
+from clawrl.proxy import AsyncAdminClient, ProxyError, SessionInfo
+from clawrl.sandbox import Sandbox, SandboxCopyLimitError
+
+__all__: list[str] = []
+
+
+async def _close_quietly(admin: AsyncAdminClient | None, session: SessionInfo | None) -> None:
+    """Close a session whose rollout failed (errors ignored: the rollout is already lost)."""
+    if session is not None and admin is not None:
+        with contextlib.suppress(ProxyError, OSError):
+            await admin.close_session(session.session_id)
+
+
+async def _collect_logs(sb: Sandbox, paths: Mapping[str, str], cap: int) -> dict[str, str]:
+    """The harness's log files (missing ones left out), each cut to ``cap`` bytes."""
+    logs: dict[str, str] = {}
+    for name, path in paths.items():
+        try:
+            data = await sb.get_file(path, max_bytes=4 * cap)
+        except FileNotFoundError:
+            continue
+        except SandboxCopyLimitError as exc:
+            data = f"[log not collected: {exc}]".encode()
+        logs[name] = _cap(data.decode("utf-8", errors="replace"), cap)
+    return logs
+
+
+def _refused(reason: str, res: Any) -> dict[str, Any]:
+    """The harness outcome of a rollout whose workspace is not verified (scored as 0)."""
+    return {
+        "status": RolloutStatus.HARNESS_ERROR,
+        "reason": reason,
+        "end_reason": "refused",
+        "turns": None,
+        "exit_code": None if res.timed_out else res.exit_code,
+        "stdout": res.stdout.decode("utf-8", errors="replace"),
+        "stderr": res.stderr.decode("utf-8", errors="replace"),
+        "logs": {},
+        "refused": True,
+    }
+
+
+def _verify_never_raises(task: Task, final: Path, executor: Executor) -> VerifierResult:
+    """:func:`verify`, with anything it raises (a bug, an unexpected host error) turned into
+    a ``verifier-error`` result, so that one workspace never crashes a batch."""
+    try:
+        return verify(task, final, executor)
+    except Exception as exc:
+        return VerifierResult(
+            reward=0.0,
+            status=VerifierStatus.ERROR,
+            reason=f"verification failed: {type(exc).__name__}: {str(exc)[:500]}",
+        )
+
+
+def _cap(text: str, cap: int) -> str:
+    if len(text) <= cap:
+        return text
+    half = cap // 2
+    return text[:half] + f"\n...[{len(text) - cap} characters cut]...\n" + text[-half:]

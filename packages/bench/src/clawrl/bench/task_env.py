@@ -1,0 +1,142 @@
+"""The environment a rollout of a task runs in: its built image and its network per phase.
+
+:class:`TaskEnvironments` is the rollout runner's view of task images
+(:mod:`clawrl.bench.task_image`):
+
+* :meth:`~TaskEnvironments.image` builds each task's Dockerfile once per runner (the
+  first rollout of a task waits for the build; the others of the batch wait for the same
+  build; later runs find the image cached by its digest) and remembers a failed build, so
+  every rollout of that task is an ``env-error`` with the same log tail, without
+  rebuilding;
+* :meth:`~TaskEnvironments.agent_fields` gives the agent sandbox the image and the image's
+  own environment (podman expanded its ``ENV`` lines), and never a network: the agent
+  phase reaches only the model socket, whatever the task declares;
+* :meth:`~TaskEnvironments.verify_executor` runs the verifier in a fresh sandbox of the
+  same image, sized from the task's limits, with podman's default ``bridge`` network when
+  the task declares it (Harbor ``allow_internet = true``), else ``--network none``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from clawrl.bench.executors import Executor
+from clawrl.bench.sandbox_executor import SandboxExecutor
+from clawrl.bench.task import Task
+from clawrl.bench.task_image import TaskImage, TaskImageError, build_task_image
+from clawrl.sandbox import Limits, Podman, SandboxSpec
+
+__all__ = ["VERIFIER_NETWORK", "TaskEnvironments"]
+
+#: The podman network of a verifier whose task allows the internet (podman's default
+#: bridge: the package registries are reachable, nothing else is granted).
+VERIFIER_NETWORK = "bridge"
+
+
+class TaskEnvironments:
+    """Task images and verifier executors of one rollout runner (see the module docstring).
+
+    Args:
+        run_id: sandbox label of the verifier sandboxes.
+        enabled: build task images (``False``: every task runs in the default root).
+        podman: backend of the builds (default: a new :class:`~clawrl.sandbox.Podman`).
+        build_timeout_s: limit of one ``podman build``.
+    """
+
+    def __init__(
+        self,
+        run_id: str | None = None,
+        *,
+        enabled: bool = True,
+        podman: Podman | None = None,
+        build_timeout_s: float = 1800.0,
+    ) -> None:
+        self.run_id = run_id
+        self.enabled = enabled
+        self.build_timeout_s = build_timeout_s
+        self._podman = podman
+        self._done: dict[str, TaskImage | TaskImageError] = {}
+        self._building: dict[tuple[int, str], asyncio.Future[TaskImage | TaskImageError]] = {}
+        self._executors: dict[tuple[Any, ...], SandboxExecutor] = {}
+        self._lock = threading.Lock()
+
+    async def image(self, task: Task) -> TaskImage | None:
+        """The built image of ``task`` (``None`` when it has no Dockerfile or builds are off).
+
+        Raises:
+            TaskImageError: the build failed (now, or earlier in this runner's life).
+        """
+        if not self.enabled or task.dockerfile is None:
+            return None
+        key = str(task.dockerfile)
+        done = self._done.get(key)
+        if done is None:
+            loop_key = (id(asyncio.get_running_loop()), key)
+            fut = self._building.get(loop_key)
+            if fut is None:
+                fut = asyncio.ensure_future(self._build(task))
+                self._building[loop_key] = fut
+            done = await asyncio.shield(fut)
+            self._done[key] = done
+            self._building.pop(loop_key, None)
+        if isinstance(done, TaskImageError):
+            raise done
+        return done
+
+    async def _build(self, task: Task) -> TaskImage | TaskImageError:
+        assert task.dockerfile is not None
+        if self._podman is None:
+            self._podman = Podman()
+        try:
+            return await build_task_image(
+                task.dockerfile,
+                task.dockerfile.parent,
+                self._podman,
+                timeout_s=self.build_timeout_s,
+            )
+        except TaskImageError as exc:
+            return exc
+
+    @staticmethod
+    def agent_fields(task: Task, image: TaskImage | None) -> dict[str, Any]:
+        """``SandboxSpec`` fields of the agent sandbox: ``image`` and ``env`` (the image's
+        environment, else the task's) and ``network="none"`` in every case."""
+        if image is None:
+            return {"image": None, "env": dict(task.env), "network": "none"}
+        return {"image": image.tag, "env": dict(image.env), "network": "none"}
+
+    def verify_executor(self, task: Task, image: TaskImage | None, default: Executor) -> Executor:
+        """The executor of ``task``'s verifier: ``default`` for a task without an image,
+        else a :class:`~clawrl.bench.SandboxExecutor` of the image (cached per image,
+        network and limits) with the task's network policy for the verifier phase."""
+        if image is None:
+            return default
+        network = VERIFIER_NETWORK if task.network else "none"
+        lim = task.limits
+        key = (image.tag, network, lim.memory_mb, lim.cpus, lim.storage_mb, lim.pids)
+        with self._lock:
+            executor = self._executors.get(key)
+            if executor is None:
+                memory = f"{lim.memory_mb}m"
+                spec = SandboxSpec(
+                    image=image.tag,
+                    env=dict(image.env),
+                    network=network,
+                    limits=Limits(
+                        memory=memory,
+                        cpus=lim.cpus,
+                        pids=max(64, lim.pids),
+                        workspace_size=f"{min(lim.storage_mb, lim.memory_mb)}m",
+                    ),
+                )
+                executor = self._executors[key] = SandboxExecutor(spec, run_id=self.run_id)
+        return executor
+
+    def close(self) -> None:
+        """Close the verifier executors (idempotent; they are made again when needed)."""
+        with self._lock:
+            executors, self._executors = list(self._executors.values()), {}
+        for executor in executors:
+            executor.close()

@@ -1,0 +1,180 @@
+"""Task images built offline from their Dockerfiles (real podman builds, local bases), the
+network policy per phase, and Harbor's limits."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+from clawrl.bench import (
+    RolloutRunner,
+    RolloutStatus,
+    TaskLoadError,
+    aggregate,
+    load_task,
+    plan_rollouts,
+    run_rollouts,
+)
+from clawrl.bench.base_images import base_recipe_for
+from clawrl.bench.task_image import rewrite_froms
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SLUGIFY = FIXTURES / "harbor_slugify"
+requires_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+
+
+# ------------------------------------------------------------------ no podman needed
+
+
+def test_froms_are_rewritten_but_stages_and_flags_kept() -> None:
+    text = textwrap.dedent(
+        """\
+        ARG PY=3.12
+        FROM --platform=linux/amd64 python:${PY}-slim AS build
+        RUN echo FROM python:3.11 is not an instruction here
+        FROM build
+        # FROM ubuntu:22.04 (a comment)
+        FROM ubuntu:22.04
+        """
+    )
+    seen: list[str] = []
+
+    def sub(ref: str) -> str:
+        seen.append(ref)
+        return f"local/{ref.replace(':', '-')}"
+
+    out, done = rewrite_froms(text, sub)
+    assert seen == ["python:3.12-slim", "ubuntu:22.04"]
+    assert "FROM local/python-3.12-slim AS build\n" in out  # --platform dropped, stage kept
+    assert "\nFROM build\n" in out and "FROM local/ubuntu-22.04\n" in out
+    assert "RUN echo FROM python:3.11 is not an instruction here" in out
+    assert done == {
+        "python:3.12-slim": "local/python-3.12-slim",
+        "ubuntu:22.04": "local/ubuntu-22.04",
+    }
+
+
+@pytest.mark.parametrize(
+    ("ref", "suite", "extra"),
+    [
+        ("python:3.11-slim", "bookworm", ()),
+        ("docker.io/library/python:3.13", "bookworm", ()),
+        ("node:20-bookworm", "bookworm", ("nodejs", "npm")),
+        ("ubuntu:24.04", "bookworm", ()),
+        ("debian:trixie-slim", "trixie", ()),
+        ("ghcr.io/some/thing:1", "bookworm", ()),
+    ],
+)
+def test_base_recipes(ref: str, suite: str, extra: tuple[str, ...]) -> None:
+    recipe = base_recipe_for(ref)
+    assert recipe.suite == suite and recipe.extra_packages == extra
+    assert {"python3", "python3-pip", "python3-venv", "python-is-python3", "tmux"} <= set(
+        recipe.packages
+    )
+    assert recipe.tag.startswith(f"localhost/clawrl-base:{suite}-")
+
+
+def test_harbor_limits_and_env_without_a_build() -> None:
+    task = load_task(SLUGIFY)
+    assert task.limits.memory_mb == 2048 and task.limits.storage_mb == 4096  # "2G", "4G"
+    # $PATH and $APP_HOME expanded (not stored literally)
+    assert task.env["PATH"].startswith("/root/.local/bin:/usr/local/sbin:")
+    assert task.env["PYTHONPATH"] == "/app/src"
+    runner = RolloutRunner(options=None)
+    (spec,) = plan_rollouts([task], ["noop"])
+    sb = runner.sandbox_spec(spec, SLUGIFY)
+    assert sb.limits.memory_bytes == 2048 << 20 and sb.network == "none"
+
+
+@pytest.mark.parametrize("memory", ['"lots"', "true"])
+def test_bad_harbor_memory_is_a_load_error(tmp_path: Path, memory: str) -> None:
+    root = tmp_path / "t"
+    shutil.copytree(SLUGIFY, root)
+    toml = (root / "task.toml").read_text().replace('memory = "2G"', f"memory = {memory}")
+    (root / "task.toml").write_text(toml)
+    with pytest.raises(TaskLoadError, match="memory"):
+        load_task(root)
+
+
+# ------------------------------------------------------------------ real builds
+
+
+@requires_podman
+@pytest.mark.slow
+def test_harbor_task_in_its_built_image_oracle_passes_noop_scores_zero() -> None:
+    """FROM python:3.11-slim (no registry: the local base), RUN pip install pytest (network
+    at build time), ENV with $PATH, WORKDIR, COPY inside and outside the workspace: the
+    oracle passes its pytest verifier in the image, the untouched workspace scores 0, and
+    the image is built once (the second batch reuses it)."""
+    task = load_task(SLUGIFY)
+    results = asyncio.run(run_rollouts([task], ["oracle", "noop"], concurrency=2))
+    by = {r.harness: r for r in results}
+    assert by["oracle"].status is RolloutStatus.OK and by["oracle"].reward == 1.0, by["oracle"]
+    assert by["noop"].status is RolloutStatus.OK and by["noop"].reward == 0.0, by["noop"]
+    assert "2 passed" in by["oracle"].verifier.stdout  # pytest ran, in the image
+    again = asyncio.run(run_rollouts([task], ["noop"], concurrency=1))
+    assert again[0].timing["image"] < 5.0  # cached by digest: no build
+
+
+def _task_with(tmp_path: Path, dockerfile: str, test_sh: str, **env: str) -> Path:
+    root = tmp_path / "task"
+    (root / "environment").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "solution").mkdir()
+    (root / "environment" / "Dockerfile").write_text(textwrap.dedent(dockerfile))
+    (root / "tests" / "test.sh").write_text("#!/bin/bash\n" + textwrap.dedent(test_sh))
+    (root / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\n"
+        "if curl -sS -m 5 -o /dev/null https://pypi.org/simple/ 2>/dev/null;"
+        " then echo net > /app/agent_net; else echo none > /app/agent_net; fi\n"
+    )
+    (root / "instruction.md").write_text("Nothing.\n")
+    extra = "".join(f"{k} = {v}\n" for k, v in env.items())
+    (root / "task.toml").write_text(f'version = "1.0"\n[environment]\n{extra}')
+    return root
+
+
+@requires_podman
+@pytest.mark.slow
+def test_failed_build_is_an_env_error_kept_out_of_scores(tmp_path: Path) -> None:
+    root = _task_with(
+        tmp_path,
+        "FROM debian:bookworm-slim\nRUN echo about to fail && exit 3\n",
+        "echo 1 > /logs/verifier/reward.txt\n",
+    )
+    results = asyncio.run(run_rollouts([load_task(root)], ["noop", "noop"], concurrency=1))
+    for r in results:
+        assert r.status is RolloutStatus.ENV_ERROR and r.attempts == 1, r
+        assert "exited" in r.reason and "about to fail" in r.reason  # the log tail
+    stats = aggregate([r.scored() for r in results]).by_harness["noop"]
+    assert stats.n_env_error == 2 and stats.n_scored == 0 and stats.mean_score is None
+
+
+_NET_TEST = """\
+if curl -sS -m 20 -o /dev/null https://pypi.org/simple/pytest/ && [ "$(cat /app/agent_net)" = none ]
+then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+@requires_podman
+@pytest.mark.slow
+@pytest.mark.parametrize("allow", [True, False])
+def test_network_per_phase(tmp_path: Path, allow: bool) -> None:
+    """The agent phase never has a network (the oracle's curl fails even when the task
+    allows the internet); the verifier phase has one iff ``allow_internet = true`` — without
+    it the verifier's DNS failure is a ``verifier-error``, not a 0."""
+    root = _task_with(
+        tmp_path,
+        "FROM debian:bookworm-slim\nWORKDIR /app\n",
+        _NET_TEST,
+        allow_internet=str(allow).lower(),
+    )
+    (r,) = asyncio.run(run_rollouts([load_task(root)], ["oracle"], concurrency=1))
+    if allow:
+        assert r.status is RolloutStatus.OK and r.reward == 1.0, (r.reason, r.verifier)
+    else:
+        assert r.status is RolloutStatus.VERIFIER_ERROR, r
+        assert "Could not resolve host" in r.reason

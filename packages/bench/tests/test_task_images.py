@@ -80,6 +80,7 @@ def test_base_recipes(ref: str, suite: str, extra: tuple[str, ...]) -> None:
 def test_harbor_limits_and_env_without_a_build() -> None:
     task = load_task(SLUGIFY)
     assert task.limits.memory_mb == 2048 and task.limits.storage_mb == 4096  # "2G", "4G"
+    assert task.timeouts.build_s == 600 and task.verifier.env["SLUG_SEPARATOR"] == "-"
     # $PATH and $APP_HOME expanded (not stored literally)
     assert task.env["PATH"].startswith("/root/.local/bin:/usr/local/sbin:")
     assert task.env["PYTHONPATH"] == "/app/src"

@@ -374,6 +374,19 @@ def _parse_dockerfile(root: Path, path: Path) -> dict[str, Any]:
     }
 
 
+def _string_table(root: Path, table: dict[str, Any], key: str, section: str) -> dict[str, str]:
+    """A table of strings (``[verifier] env``); numbers and booleans become strings."""
+    value = table.get(key, {})
+    if not isinstance(value, dict):
+        raise TaskLoadError(root, f"task.toml: [{section}] {key} must be a table")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if isinstance(v, dict | list):
+            raise TaskLoadError(root, f"task.toml: [{section}] {key}.{k} must be a string")
+        out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+    return out
+
+
 def _size_mb(root: Path, environment: dict[str, Any], key: str) -> int | None:
     """Harbor's ``memory`` / ``storage`` (``"4G"``, ``"512M"``, a number of MB) in MB."""
     value = environment.get(key)
@@ -452,6 +465,7 @@ def _load_harbor(root: Path) -> Task:
         for k, v in {
             "agent_s": _number(root, agent, "timeout_sec", "agent"),
             "verifier_s": _number(root, verifier, "timeout_sec", "verifier"),
+            "build_s": _number(root, environment, "build_timeout_sec", "environment"),
         }.items()
         if v is not None
     }
@@ -478,7 +492,8 @@ def _load_harbor(root: Path) -> Task:
             mount_path=TESTS_MOUNT,
             command=("bash", f"{TESTS_MOUNT}/test.sh"),
             reward_channel="file",
-            env={"TEST_DIR": TESTS_MOUNT},  # Terminal-Bench's test scripts use $TEST_DIR
+            # Terminal-Bench's test scripts use $TEST_DIR; [verifier] env adds to it
+            env={"TEST_DIR": TESTS_MOUNT, **_string_table(root, verifier, "env", "verifier")},
         ),
         solution=_solution(root, ("bash", f"{SOLUTION_MOUNT}/solve.sh")),
         image=parsed["image"],

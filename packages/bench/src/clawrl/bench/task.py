@@ -68,10 +68,12 @@ class _Frozen(BaseModel):
 
 
 class Timeouts(_Frozen):
-    """Wall-clock limits in seconds (Harbor defaults: 600 s each)."""
+    """Wall-clock limits in seconds (Harbor defaults: 600 s agent and verifier); ``build_s``
+    bounds the build of the task's image (Harbor ``[environment] build_timeout_sec``)."""
 
     agent_s: float = Field(default=600.0, gt=0)
     verifier_s: float = Field(default=600.0, gt=0)
+    build_s: float = Field(default=1800.0, gt=0)
 
 
 class TaskLimits(_Frozen):

@@ -42,7 +42,8 @@ class TaskEnvironments:
         run_id: sandbox label of the verifier sandboxes.
         enabled: build task images (``False``: every task runs in the default root).
         podman: backend of the builds (default: a new :class:`~clawrl.sandbox.Podman`).
-        build_timeout_s: limit of one ``podman build``.
+        build_timeout_s: limit of one ``podman build`` (a task's own
+            ``timeouts.build_s`` applies when shorter).
     """
 
     def __init__(
@@ -94,7 +95,7 @@ class TaskEnvironments:
                 task.dockerfile,
                 task.dockerfile.parent,
                 self._podman,
-                timeout_s=self.build_timeout_s,
+                timeout_s=min(self.build_timeout_s, task.timeouts.build_s),
             )
         except TaskImageError as exc:
             return exc

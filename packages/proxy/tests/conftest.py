@@ -1,12 +1,17 @@
-"""Shared fixtures of the proxy tests (``model_dir``: the kit's byte-level default model)."""
+"""Shared fixtures and helpers of the proxy tests (``model_dir``: the kit's byte-level default
+model; helpers by ``from .conftest import ...``)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from clawrl.proxy.backends.base import GenerationRequest, GenerationResult, TokenDelta
 
 
 @pytest.fixture(scope="session")
@@ -80,6 +85,29 @@ class LiveProxy:
         self.server.stop_thread()
 
 
+@contextlib.contextmanager
+def serve_live(
+    renderer: Any, backend: Any, capture_dir: Path, prefix: str = "clawrl-live-"
+) -> Iterator[LiveProxy]:
+    """A LiveProxy over ``backend`` on sockets in a fresh short /tmp dir (``prefix``),
+    capturing to ``capture_dir``; stopped and its sockets removed on exit."""
+    import shutil
+    import tempfile
+
+    from clawrl.proxy import ServerConfig, build_proxy_app
+
+    sockdir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    cfg = ServerConfig(
+        socket=f"{sockdir}/m.sock", admin_socket=f"{sockdir}/a.sock", capture_dir=str(capture_dir)
+    )
+    live = LiveProxy(build_proxy_app(renderer, backend, cfg), cfg)
+    try:
+        yield live
+    finally:
+        live.stop()
+        shutil.rmtree(sockdir, ignore_errors=True)
+
+
 @pytest.fixture
 def live_factory(renderer: Any, tmp_path: Path) -> Iterator[Any]:
     """``live_factory(backend) -> LiveProxy`` (stopped at teardown)."""
@@ -149,3 +177,38 @@ def inproc(proxy: Any) -> Iterator[InProcess]:
     ip = InProcess(proxy)
     yield ip
     ip.close()
+
+
+def function_tool(name: str, description: str, **properties: str) -> dict[str, Any]:
+    """An OpenAI chat-completions function tool whose parameters are an object of
+    ``properties`` (name → JSON type)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {k: {"type": t} for k, t in properties.items()},
+            },
+        },
+    }
+
+
+async def collect_generation(
+    backend: Any, request: GenerationRequest
+) -> tuple[list[TokenDelta], GenerationResult]:
+    """A backend's ``generate(request)`` stream: (its TokenDeltas, the GenerationResult that
+    ends it; nothing may follow that)."""
+    from clawrl.proxy.backends.base import TokenDelta
+
+    deltas: list[TokenDelta] = []
+    result: GenerationResult | None = None
+    async for item in backend.generate(request):
+        assert result is None, "nothing may follow the GenerationResult"
+        if isinstance(item, TokenDelta):
+            deltas.append(item)
+        else:
+            result = item
+    assert result is not None
+    return deltas, result

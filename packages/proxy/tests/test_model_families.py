@@ -23,16 +23,9 @@ from clawrl.proxy.backends.base import GenerationRequest, SamplingParams
 from clawrl.proxy.backends.embedded import EmbeddedBackend
 from clawrl.proxy.splice import CallHistory, Generation, SpliceMemory, build_prompt, canonical_key
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
-    }
-]
+from .conftest import function_tool
+
+TOOLS = [function_tool("read_file", "Read a file", path="string")]
 
 
 @pytest.fixture(scope="module")

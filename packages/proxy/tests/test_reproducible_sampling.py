@@ -16,26 +16,15 @@ from clawrl.proxy import call_seed
 
 @pytest.fixture(scope="module")
 def live(renderer: Any, model_dir: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    import shutil
-    import tempfile
-
     import torch
-    from clawrl.proxy import EmbeddedBackend, ServerConfig, build_proxy_app
+    from clawrl.proxy import EmbeddedBackend
 
-    from .conftest import LiveProxy
+    from .conftest import serve_live
 
     torch.set_num_threads(1)
     backend = EmbeddedBackend(model_dir, seed=0, max_batch_size=8)
-    sockdir = tempfile.mkdtemp(prefix="clawrl-seed-", dir="/tmp")
-    cfg = ServerConfig(
-        socket=f"{sockdir}/m.sock",
-        admin_socket=f"{sockdir}/a.sock",
-        capture_dir=str(tmp_path_factory.mktemp("cap")),
-    )
-    proxy = LiveProxy(build_proxy_app(renderer, backend, cfg), cfg)
-    yield proxy
-    proxy.stop()
-    shutil.rmtree(sockdir, ignore_errors=True)
+    with serve_live(renderer, backend, tmp_path_factory.mktemp("cap"), "clawrl-seed-") as proxy:
+        yield proxy
 
 
 def _conversation(live: Any, seed: int | None, prompt: str, calls: int = 2) -> list[list[int]]:

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .conftest import InProcess
+from .strategies import json_value
 
 TOOLS = [
     {
@@ -202,20 +203,6 @@ def test_reasoning_token_round_trip() -> None:
 
 # -- fuzz -----------------------------------------------------------------------------------
 
-json_scalar = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**63), 2**63 - 1),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=12),
-)
-json_value = st.recursive(
-    json_scalar,
-    lambda kids: (
-        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4)
-    ),
-    max_leaves=6,
-)
 ITEM_TYPES = st.sampled_from(
     [
         "message",

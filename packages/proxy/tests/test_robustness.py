@@ -25,21 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .conftest import InProcess
+from .strategies import json_value
 
-json_scalar = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**63), 2**63 - 1),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=12),
-)
-json_value = st.recursive(
-    json_scalar,
-    lambda kids: (
-        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4)
-    ),
-    max_leaves=6,
-)
 ROLES = st.sampled_from(["system", "developer", "user", "assistant", "tool", "function", "x", None])
 BLOCK_TYPES = st.sampled_from(
     ["text", "tool_use", "tool_result", "thinking", "image", "redacted_thinking", "zz"]

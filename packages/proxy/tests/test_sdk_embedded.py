@@ -14,16 +14,9 @@ import openai
 import pytest
 from clawrl.proxy import parse_completion
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "bash",
-            "description": "Run a shell command",
-            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
-        },
-    }
-]
+from .conftest import function_tool, serve_live
+
+TOOLS = [function_tool("bash", "Run a shell command", command="string")]
 
 
 @pytest.fixture(scope="module")
@@ -32,46 +25,39 @@ def embedded_live(
 ) -> Iterator[Any]:
     """One live proxy on one EmbeddedBackend for the module (the backend binds to the
     server's event loop)."""
-    import shutil
-    import tempfile
-
     import torch
-    from clawrl.proxy import EmbeddedBackend, ServerConfig, build_proxy_app
-
-    from .conftest import LiveProxy
+    from clawrl.proxy import EmbeddedBackend
 
     torch.set_num_threads(1)
     backend = EmbeddedBackend(model_dir, seed=0)
-    sockdir = tempfile.mkdtemp(prefix="clawrl-emb-", dir="/tmp")
-    cfg = ServerConfig(
-        socket=f"{sockdir}/m.sock",
-        admin_socket=f"{sockdir}/a.sock",
-        capture_dir=str(tmp_path_factory.mktemp("cap")),
-    )
-    live = LiveProxy(build_proxy_app(renderer, backend, cfg), cfg)
-    yield live, backend
-    live.stop()
-    shutil.rmtree(sockdir, ignore_errors=True)
+    with serve_live(renderer, backend, tmp_path_factory.mktemp("cap"), "clawrl-emb-") as live:
+        yield live, backend
 
 
-def _expected(renderer: Any, rec: dict[str, Any]) -> Any:
-    text = renderer.decode(rec["completion_ids"])
-    reason = "length" if rec["finish_reason"] == "length" else "stop"
-    return parse_completion(text, finish_reason=reason)
+def _session(live: Any, harness: str) -> Any:
+    with live.admin() as admin:
+        return admin.create_session(run_id="emb", harness=harness)
 
 
-def _check(rec: dict[str, Any], version: int) -> None:
+def _recorded(embedded_live: Any, renderer: Any, session_id: str) -> tuple[dict[str, Any], Any]:
+    """The session's one record, checked (ids with finite logprobs ≤ 0, the backend's policy
+    version, embedded sampling), and what its decoded ids parse to."""
+    live, embedded = embedded_live
+    with live.admin() as admin:
+        (rec,) = admin.records(session_id)
     assert len(rec["completion_ids"]) == len(rec["completion_logprobs"]) > 0
     assert all(math.isfinite(lp) and lp <= 0.0 for lp in rec["completion_logprobs"])
-    assert rec["policy_version"] == version
+    assert rec["policy_version"] == embedded.policy_version
     assert rec["sampling"]["backend"] == "embedded"
+    text = renderer.decode(rec["completion_ids"])
+    reason = "length" if rec["finish_reason"] == "length" else "stop"
+    return rec, parse_completion(text, finish_reason=reason)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_openai_sdk_on_embedded(embedded_live: Any, renderer: Any, stream: bool) -> None:
-    live, embedded = embedded_live
-    with live.admin() as admin:
-        s = admin.create_session(run_id="emb", harness="openai-sdk")
+    live = embedded_live[0]
+    s = _session(live, "openai-sdk")
     client = openai.OpenAI(
         base_url=s.openai_base_url, api_key=s.api_key, http_client=live.http_client()
     )
@@ -96,10 +82,7 @@ def test_openai_sdk_on_embedded(embedded_live: Any, renderer: Any, stream: bool)
         content = m.content or ""
         reasoning = (m.model_extra or {}).get("reasoning_content") or ""
         args = "".join(tc.function.arguments for tc in m.tool_calls or [])
-    with live.admin() as admin:
-        (rec,) = admin.records(s.session_id)
-    _check(rec, embedded.policy_version)
-    exp = _expected(renderer, rec)
+    _, exp = _recorded(embedded_live, renderer, s.session_id)
     assert content == exp.content
     assert reasoning == (exp.reasoning or "")
     assert args == "".join(json.dumps(c.arguments, ensure_ascii=False) for c in exp.tool_calls)
@@ -107,9 +90,8 @@ def test_openai_sdk_on_embedded(embedded_live: Any, renderer: Any, stream: bool)
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_anthropic_sdk_on_embedded(embedded_live: Any, renderer: Any, stream: bool) -> None:
-    live, embedded = embedded_live
-    with live.admin() as admin:
-        s = admin.create_session(run_id="emb", harness="anthropic-sdk")
+    live = embedded_live[0]
+    s = _session(live, "anthropic-sdk")
     client = anthropic.Anthropic(
         base_url=s.anthropic_base_url, api_key=s.api_key, http_client=live.http_client("httpx2")
     )
@@ -124,10 +106,7 @@ def test_anthropic_sdk_on_embedded(embedded_live: Any, renderer: Any, stream: bo
             msg = st.get_final_message()
     else:
         msg = client.messages.create(**kw)
-    with live.admin() as admin:
-        (rec,) = admin.records(s.session_id)
-    _check(rec, embedded.policy_version)
-    exp = _expected(renderer, rec)
+    rec, exp = _recorded(embedded_live, renderer, s.session_id)
     texts = "".join(b.text for b in msg.content if b.type == "text")
     assert texts == exp.content
     assert [b.input for b in msg.content if b.type == "tool_use"] == [

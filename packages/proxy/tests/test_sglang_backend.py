@@ -26,7 +26,6 @@ import uvicorn
 from clawrl.proxy.backends.base import (
     BackendError,
     GenerationRequest,
-    GenerationResult,
     SamplingParams,
     TokenDelta,
 )
@@ -42,6 +41,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from .conftest import collect_generation
 
 VOCAB = 64
 
@@ -288,21 +289,6 @@ def req(prompt: list[int], rid: str = "r1", **sampling: Any) -> GenerationReques
     return GenerationRequest(rid, prompt, SamplingParams(**sampling))
 
 
-async def collect(
-    b: SGLangBackend, r: GenerationRequest
-) -> tuple[list[TokenDelta], GenerationResult]:
-    deltas: list[TokenDelta] = []
-    result: GenerationResult | None = None
-    async for item in b.generate(r):
-        assert result is None, "nothing may follow the GenerationResult"
-        if isinstance(item, TokenDelta):
-            deltas.append(item)
-        else:
-            result = item
-    assert result is not None
-    return deltas, result
-
-
 def expected(prompt: list[int], n: int) -> list[int]:
     return [(sum(prompt) + 7 * i) % VOCAB for i in range(n)]
 
@@ -432,7 +418,7 @@ async def test_invalid_request_is_never_sent(
     the client; the server stays healthy."""
     f, _ = fake
     with pytest.raises(SGLangRequestError):
-        await collect(backend, req(prompt, stop_token_ids=stops))
+        await collect_generation(backend, req(prompt, stop_token_ids=stops))
     assert "/generate" not in f.routes()
     assert not f.crashed
     assert await backend.health()
@@ -447,7 +433,7 @@ async def test_stream_maps_tokens_logprobs_and_length(
 ) -> None:
     f, _ = fake
     f.incremental = incremental
-    deltas, result = await collect(backend, req([1, 2], max_tokens=4))
+    deltas, result = await collect_generation(backend, req([1, 2], max_tokens=4))
     want = expected([1, 2], 4)
     assert [t for d in deltas for t in d.token_ids] == want
     assert all(len(d.token_ids) == len(d.logprobs) for d in deltas)
@@ -463,7 +449,7 @@ async def test_stream_maps_tokens_logprobs_and_length(
 async def test_stop_token_is_kept_and_maps_to_stop(backend: SGLangBackend) -> None:
     want = expected([3], 10)
     stop = want[2]
-    _, result = await collect(backend, req([3], max_tokens=10, stop_token_ids=(stop,)))
+    _, result = await collect_generation(backend, req([3], max_tokens=10, stop_token_ids=(stop,)))
     assert result.completion_ids == want[:3]
     assert result.completion_ids[-1] == stop
     assert result.finish_reason == "stop"
@@ -475,7 +461,7 @@ async def test_weight_change_mid_generation_sets_both_versions(
     f, _ = fake
     f.weight_version = "2"
     f.weight_change_at = (3, "3")
-    _, result = await collect(backend, req([1], max_tokens=6))
+    _, result = await collect_generation(backend, req([1], max_tokens=6))
     assert (result.policy_version, result.policy_version_end) == (2, 3)
     assert result.extra["weight_versions"] == [
         {"version": "2", "start": 0, "end": 3},
@@ -528,7 +514,7 @@ async def test_http_4xx_is_a_request_error(
 ) -> None:
     fake[0].fail["/generate"] = (400, {"error": {"message": "top_p must be in (0, 1]"}})
     with pytest.raises(SGLangRequestError, match="top_p") as exc:
-        await collect(backend, req([1]))
+        await collect_generation(backend, req([1]))
     assert exc.value.status == 400
 
 
@@ -537,14 +523,14 @@ async def test_http_5xx_is_unavailable(
 ) -> None:
     fake[0].fail["/generate"] = (503, {"error": "overloaded"})
     with pytest.raises(SGLangUnavailableError, match="503"):
-        await collect(backend, req([1]))
+        await collect_generation(backend, req([1]))
 
 
 async def test_connection_lost_mid_stream_ends_with_error_result(
     fake: tuple[FakeSGLang, str], backend: SGLangBackend
 ) -> None:
     fake[0].break_after = 2
-    deltas, result = await collect(backend, req([1], max_tokens=10))
+    deltas, result = await collect_generation(backend, req([1], max_tokens=10))
     assert result.finish_reason == "error"
     assert result.completion_ids == expected([1], 2) == [t for d in deltas for t in d.token_ids]
     assert result.error
@@ -555,14 +541,14 @@ async def test_in_stream_error_before_any_token_raises(
 ) -> None:
     fake[0].error_after = 0
     with pytest.raises(SGLangUnavailableError, match="boom"):
-        await collect(backend, req([1]))
+        await collect_generation(backend, req([1]))
 
 
 async def test_in_stream_error_after_tokens_is_an_error_result(
     fake: tuple[FakeSGLang, str], backend: SGLangBackend
 ) -> None:
     fake[0].error_after = 2
-    _, result = await collect(backend, req([1], max_tokens=10))
+    _, result = await collect_generation(backend, req([1], max_tokens=10))
     assert (result.finish_reason, len(result.completion_ids)) == ("error", 2)
     assert "boom" in (result.error or "")
 
@@ -573,7 +559,7 @@ async def test_server_down_is_unavailable_and_unhealthy() -> None:
     )
     assert not await b.health()
     with pytest.raises(SGLangUnavailableError):
-        await collect(b, req([1]))
+        await collect_generation(b, req([1]))
     with pytest.raises(SGLangUnavailableError):
         await b.start()
     with pytest.raises(SGLangUnavailableError):
@@ -593,7 +579,7 @@ async def test_connection_errors_are_retried(tmp_path: Path) -> None:
     timer = threading.Timer(0.3, srv.start)
     timer.start()
     try:
-        _, result = await collect(b, req([1], max_tokens=2))
+        _, result = await collect_generation(b, req([1], max_tokens=2))
         assert result.completion_ids == expected([1], 2)
     finally:
         timer.join()
@@ -606,7 +592,7 @@ async def test_generation_requests_are_not_retried_after_a_reply(
 ) -> None:
     fake[0].fail["/generate"] = (500, {"error": "x"})
     with pytest.raises(SGLangUnavailableError):
-        await collect(backend, req([1]))
+        await collect_generation(backend, req([1]))
     assert fake[0].routes().count("/generate") == 1
 
 
@@ -623,7 +609,7 @@ async def test_update_weights_sends_path_and_version(
         {"model_path": str(tmp_path.resolve()), "weight_version": "5"},
     ) in f.requests
     assert backend.policy_version == 5
-    _, result = await collect(backend, req([1], max_tokens=1))
+    _, result = await collect_generation(backend, req([1], max_tokens=1))
     assert (result.policy_version, result.policy_version_end) == (5, 5)
 
 
@@ -665,7 +651,7 @@ async def test_never_calls_release_memory_occupation(
     fake: tuple[FakeSGLang, str], backend: SGLangBackend, tmp_path: Path
 ) -> None:
     """Every public operation; none may touch the route that crashes the CPU server."""
-    await collect(backend, req([1]))
+    await collect_generation(backend, req([1]))
     await backend.pause()
     await backend.update_weights(str(tmp_path), 1)
     await backend.resume()

@@ -38,6 +38,8 @@ from clawrl.proxy.sglang_launcher import (
     launch_sglang,
 )
 
+from .conftest import collect_generation
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[3]
@@ -117,15 +119,7 @@ def chat_prompt(renderer: Any, text: str) -> list[int]:
 async def run(
     b: SGLangBackend, prompt: list[int], rid: str, **sampling: Any
 ) -> tuple[list[TokenDelta], GenerationResult]:
-    deltas: list[TokenDelta] = []
-    result = None
-    async for item in b.generate(GenerationRequest(rid, prompt, SamplingParams(**sampling))):
-        if isinstance(item, TokenDelta):
-            deltas.append(item)
-        else:
-            result = item
-    assert result is not None
-    return deltas, result
+    return await collect_generation(b, GenerationRequest(rid, prompt, SamplingParams(**sampling)))
 
 
 # ------------------------------------------------------------------------------- tests

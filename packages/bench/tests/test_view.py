@@ -192,3 +192,36 @@ def test_retried_call_is_drawn_as_a_dead_leaf_and_not_coloured(tmp_path: Path) -
     assert 'class="tnode gen leaf dead"' in d["tree_html"]
     dead = [p for p in d["heat"]["paths"] if p["leaf_call"] == "call-dead"]
     assert dead and dead[0]["why"] == "dead leaf" and all(x is None for x in dead[0]["lp"])
+
+
+def test_spliced_call_shows_the_echoed_and_the_generated_turn() -> None:
+    from clawrl.bench.view.calls import call_views
+    from clawrl.bench.view.tokens import TokenText
+
+    first = {
+        "call_id": "c0",
+        "seq": 0,
+        "api": "openai.chat",
+        "prompt_ids": [1, 2],
+        "completion_ids": [3, 4],
+        "prompt_relation": {"kind": "first", "parent_call_id": None, "diverged_at": None},
+        "request": {"messages": [{"role": "user", "content": "hi"}]},
+    }
+    echoed = {
+        "role": "assistant",
+        "tool_calls": [{"function": {"name": "bash", "arguments": '{"command": "ls"}'}}],
+    }
+    second = {
+        **first,
+        "call_id": "c1",
+        "seq": 1,
+        "prompt_ids": [1, 2, 3, 4, 5],
+        "prompt_relation": {"kind": "spliced", "parent_call_id": "c0", "diverged_at": None},
+        "spliced": [{"message_index": 1, "call_id": "c0"}],
+        "request": {"messages": [{"role": "user", "content": "hi"}, echoed]},
+    }
+    views = call_views([first, second], TokenText(None))
+    (s,) = views[1]["relation"]["spliced"]
+    assert s["seq"] == 0 and s["generated"] == "⟨3⟩⟨4⟩"
+    assert s["echoed"] == '[tool call] bash({"command": "ls"})'
+    assert views[1]["n_same"] == 1 and [m["role"] for m in views[1]["messages"]] == ["assistant"]

@@ -102,6 +102,36 @@ def _timing(t: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _spliced(
+    rec: dict[str, Any], by_id: dict[str, dict[str, Any]], text: TokenText
+) -> list[dict[str, Any]]:
+    """Each echoed assistant turn the proxy replaced by the exact ids it generated: the
+    message as the harness echoed it (OpenAI chat requests, where ``message_index`` indexes
+    the request's ``messages``) and the generated text that stands in its place."""
+    req = rec.get("request")
+    body: dict[str, Any] = req if isinstance(req, dict) else {}
+    wire = body.get("messages") if rec.get("api") == "openai.chat" else None
+    out = []
+    for s in rec.get("spliced") or []:
+        if not isinstance(s, dict):
+            continue
+        src = by_id.get(str(s.get("call_id"))) or {}
+        i = s.get("message_index")
+        echoed = None
+        if isinstance(wire, list) and isinstance(i, int) and 0 <= i < len(wire):
+            echoed = _message(wire[i])["text"]
+        out.append(
+            {
+                "message_index": i,
+                "call_id": s.get("call_id"),
+                "seq": src.get("seq"),
+                "echoed": echoed,
+                "generated": text.decode(src.get("completion_ids") or [])[:_TEXT_CAP],
+            }
+        )
+    return out
+
+
 def _relation(
     rec: dict[str, Any], by_id: dict[str, dict[str, Any]], text: TokenText
 ) -> dict[str, Any]:
@@ -110,15 +140,7 @@ def _relation(
     if parent is not None:
         rel["parent_seq"] = parent.get("seq")
     if rel.get("kind") == "spliced":
-        rel["spliced"] = [
-            {
-                "message_index": s.get("message_index"),
-                "call_id": s.get("call_id"),
-                "seq": (by_id.get(str(s.get("call_id"))) or {}).get("seq"),
-            }
-            for s in rec.get("spliced") or []
-            if isinstance(s, dict)
-        ]
+        rel["spliced"] = _spliced(rec, by_id, text)
     if rel.get("kind") == "diverged" and parent is not None and rel.get("diverged_at") is not None:
         parent_ids = list(parent.get("prompt_ids") or []) + list(parent.get("completion_ids") or [])
         d = token_diff(parent_ids, rec.get("prompt_ids") or [], int(rel["diverged_at"]))

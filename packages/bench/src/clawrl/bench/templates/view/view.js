@@ -102,6 +102,9 @@
     if (r.kind === "spliced") {
       (r.spliced || []).forEach(function (s) {
         kids.push(el("div", { "class": "mono", text: "message " + s.message_index + " (an echoed assistant turn) → exact ids of call #" + fmt(s.seq, 0) + " " + s.call_id }));
+        kids.push(el("div", { "class": "tokdiff spliced" }, [
+          el("pre", { text: "as the harness echoed it:\n" + (s.echoed == null ? "(not shown for this API)" : s.echoed) }),
+          el("pre", { text: "what the model generated (spliced in):\n" + s.generated })]));
       });
     }
     if (r.kind === "diverged" && r.diff) {

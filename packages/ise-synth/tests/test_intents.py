@@ -63,7 +63,7 @@ def test_malformed_record_line_is_a_typed_error(tmp_path: Path) -> None:
     with pytest.raises(IseSynthError, match="lacks"):
         list(read_intents(path))
     path.write_text("nope\n{}\n")
-    with pytest.raises(IseSynthError, match="not JSON"):
+    with pytest.raises(IseSynthError, match=":1: not valid JSON"):
         list(read_intents(path))
 
 

@@ -169,7 +169,7 @@ def test_sft_errors(tmp_path: Path, chat_tokenizer: Any) -> None:
         render_sft_calls({"messages": [{"content": "hi"}]}, chat_tokenizer)
     p = tmp_path / "t.jsonl"
     p.write_bytes(orjson.dumps(_traj(0)) + b"\n\n" + b"{not json\n")
-    with pytest.raises(SFTDataError, match=":3: invalid JSON"):
+    with pytest.raises(SFTDataError, match=":3: not valid JSON"):
         read_trajectories(p)
     p.write_bytes(orjson.dumps(_traj(0)) + b"\n")
     assert read_trajectories(p)[0]["id"] == "t0"

@@ -19,6 +19,7 @@ import clawrl.bench.base_images as _base_images
 import clawrl.bench.config_file as _config_file
 import clawrl.bench.errors as _errors
 import clawrl.bench.executors as _executors
+import clawrl.bench.jsonl as _jsonl
 import clawrl.bench.learnable as _learnable
 import clawrl.bench.loaders as _loaders
 import clawrl.bench.metrics as _metrics
@@ -35,6 +36,7 @@ from clawrl.bench.config import BenchConfig, select_tasks
 from clawrl.bench.config_file import *  # noqa: F403
 from clawrl.bench.errors import *  # noqa: F403
 from clawrl.bench.executors import *  # noqa: F403
+from clawrl.bench.jsonl import *  # noqa: F403
 from clawrl.bench.learnable import *  # noqa: F403
 from clawrl.bench.loaders import *  # noqa: F403
 from clawrl.bench.metrics import *  # noqa: F403
@@ -59,6 +61,7 @@ __all__ = [
     *_config_file.__all__,
     *_errors.__all__,
     *_executors.__all__,
+    *_jsonl.__all__,
     *_learnable.__all__,
     *_loaders.__all__,
     *_metrics.__all__,

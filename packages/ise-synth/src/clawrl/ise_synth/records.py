@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from clawrl.bench import iter_json_objects
 from clawrl.ise_synth.errors import IseSynthError
 from clawrl.ise_synth.sampling import IntentSpec
 
@@ -113,15 +114,5 @@ def write_intents(path: Path, records: Iterable[IntentRecord]) -> int:
 def read_intents(path: Path) -> Iterator[IntentRecord]:
     """Read a JSONL file of records. A half-written last line (no newline) is skipped; any
     other malformed line raises IseSynthError naming the line."""
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            if lineno == len(lines):  # last line without newline: interrupted write
-                return
-            raise IseSynthError(f"{path}:{lineno}: not JSON: {exc}") from exc
+    for obj in iter_json_objects(path, IseSynthError):
         yield IntentRecord.from_dict(obj)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from clawrl.bench import iter_json_objects
 from clawrl.ise_synth.errors import IseSynthError
 from clawrl.ise_synth.records import IntentRecord
 from clawrl.ise_synth.simulator import SimulatorReply
@@ -211,21 +212,8 @@ def append_jsonl(path: Path, obj: Mapping[str, Any]) -> None:
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """Read JSON lines; a half-written last line (interrupted run) is skipped, any other bad
     line raises :class:`TrajectoryError`."""
-    if not path.exists():
-        return
-    lines = path.read_bytes().split(b"\n")
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            if n == len(lines):
-                return
-            raise TrajectoryError(f"{path}:{n}: not JSON: {exc}") from exc
-        if not isinstance(obj, dict):
-            raise TrajectoryError(f"{path}:{n}: not a JSON object")
-        yield obj
+    if path.exists():
+        yield from iter_json_objects(path, TrajectoryError)
 
 
 def _dist(values: Sequence[float]) -> dict[str, float]:

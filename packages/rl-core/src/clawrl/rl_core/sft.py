@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
+from clawrl.bench import iter_json_objects
 from clawrl.prefixtree import Call, PackedTree, PrefixTree, PrefixTreeError
 from clawrl.rl_core.errors import SFTDataError
 
@@ -54,21 +54,10 @@ def read_trajectories(path: str | Path) -> list[dict[str, Any]]:
     Raises:
         SFTDataError: unreadable file, a line that is not a JSON object with ``messages``.
     """
-    out: list[dict[str, Any]] = []
-    try:
-        lines = Path(path).read_bytes().splitlines()
-    except OSError as exc:
-        raise SFTDataError(f"cannot read {path}: {exc}") from exc
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise SFTDataError(f"{path}:{n}: invalid JSON: {exc}") from exc
-        if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
-            raise SFTDataError(f"{path}:{n}: expected an object with a 'messages' list")
-        out.append(obj)
+    out = list(iter_json_objects(path, SFTDataError, torn_tail_ok=False))
+    for n, obj in enumerate(out, 1):
+        if not isinstance(obj.get("messages"), list):
+            raise SFTDataError(f"{path}: trajectory {n} has no 'messages' list")
     return out
 
 

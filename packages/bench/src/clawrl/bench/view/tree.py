@@ -33,7 +33,7 @@ class ViewTree:
 
     Attributes:
         tree: the :class:`~clawrl.prefixtree.PrefixTree` (``None`` with ``error``).
-        seq: call_id → ``#seq`` label (group trees: ``harness#seq``).
+        seq: call_id → ``#seq`` label (group trees: ``<harness> s<sample>#seq``).
         dead: dead-leaf call ids; side: side-path call ids; untrainable: calls whose
             completion is not trained on (failed / aborted / empty).
         over_branched: rollout ids with more leaves than ``max_leaves``.
@@ -80,7 +80,8 @@ def build_tree(
                 continue
             for r in usable:
                 label = f"#{r.get('seq')}"
-                tag = (r.get("metadata") or {}).get("harness", "") if several else ""
+                md = r.get("metadata") or {}
+                tag = f"{md.get('harness', '')} s{md.get('sample_index', '?')}" if several else ""
                 out.seq[str(r["call_id"])] = f"{tag}{label}" if tag else label
                 if not is_trainable_record(r):
                     out.untrainable.add(str(r["call_id"]))

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+pytestmark = pytest.mark.podman
 
 BENCH = str(Path(sys.executable).parent / "bench")
 

@@ -8,7 +8,6 @@ predetermined completions, e.g. a task's oracle as tool calls).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from clawrl.bench.harness import (
 from clawrl.proxy import SessionInfo, build_default_model, format_assistant_text, serve
 from clawrl.proxy.testing import ScriptedBackend
 
-pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+pytestmark = pytest.mark.podman
 
 FIXTURES = Path(__file__).resolve().parents[1] / "packages/bench/tests/fixtures"
 

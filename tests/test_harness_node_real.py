@@ -34,7 +34,7 @@ from clawrl.proxy import SessionInfo, build_default_model, serve
 from clawrl.proxy.testing import ScriptedBackend
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman"),
+    pytest.mark.podman,
     pytest.mark.skipif(shutil.which("npm") is None, reason="needs npm to install harnesses"),
     pytest.mark.slow,
 ]

@@ -9,7 +9,6 @@ the LLM user simulator behind the proxy.
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from clawrl.ise_synth.testing import ScriptedUserSimulator, scripted_agent_compl
 from clawrl.proxy import EmbeddedBackend, SessionInfo, build_default_model, serve
 from clawrl.proxy.testing import ScriptedBackend
 
-pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+pytestmark = pytest.mark.podman
 
 
 def _intents(n: int, seed: int = 0) -> list[IntentRecord]:

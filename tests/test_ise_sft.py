@@ -14,7 +14,6 @@ that the loss of the third epoch is ≤ 0.8 × that of the first (measured: 5.64
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -40,7 +39,7 @@ from clawrl.rl_core import (
     read_trajectories,
 )
 
-pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+pytestmark = pytest.mark.podman
 
 EPOCHS = 3
 

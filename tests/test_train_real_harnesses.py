@@ -21,7 +21,7 @@ import pytest
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman"),
+    pytest.mark.podman,
     pytest.mark.skipif(shutil.which("npm") is None, reason="needs npm to install harnesses"),
 ]
 

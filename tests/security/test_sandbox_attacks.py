@@ -30,7 +30,7 @@ from clawrl.bench import (
 from clawrl.bench.harness import get_harness
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman"),
+    pytest.mark.podman,
     pytest.mark.slow,
 ]
 

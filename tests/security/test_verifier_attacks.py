@@ -35,7 +35,7 @@ from clawrl.bench import (
 )
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman"),
+    pytest.mark.podman,
     pytest.mark.slow,
 ]
 

@@ -7,7 +7,6 @@ read the shared results.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +31,6 @@ from clawrl.bench import (
 
 TASKS = load_builtin_suite()
 IDS = [t.id for t in TASKS]
-requires_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
 
 
 @dataclass
@@ -90,7 +88,7 @@ def test_oracle_one_untouched_zero_local(task_id: str, local_outcomes: dict[str,
     _check(local_outcomes[task_id])
 
 
-@requires_podman
+@pytest.mark.podman
 @pytest.mark.slow
 @pytest.mark.parametrize("task_id", IDS)
 def test_oracle_one_untouched_zero_sandbox(

@@ -11,7 +11,7 @@ import pytest
 from clawrl.bench.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
-pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+pytestmark = pytest.mark.podman
 
 
 def test_noop_run_lists_tasks_that_score_without_work(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from clawrl.bench import (
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
-requires_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
 HARBOR = FIXTURES / "harbor_greeting"
 CLAWGYM = FIXTURES / "clawgym_word_stats"
 
@@ -103,7 +101,7 @@ def test_fixture_oracle_local(task_dir: Path, tmp_path: Path) -> None:
     _oracle_roundtrip(task_dir, tmp_path, LocalExecutor(trust_workspace_code=True))
 
 
-@requires_podman
+@pytest.mark.podman
 @pytest.mark.parametrize("task_dir", [HARBOR, CLAWGYM], ids=["harbor", "clawgym"])
 def test_fixture_oracle_sandbox(task_dir: Path, tmp_path: Path) -> None:
     _oracle_roundtrip(task_dir, tmp_path, SandboxExecutor())
@@ -120,7 +118,7 @@ def test_clawgym_partial_credit(tmp_path: Path) -> None:
     assert result.subscores == {"stats_lines": 0.0, "stats_words": 0.0, "longest": 1.0}
 
 
-@requires_podman
+@pytest.mark.podman
 @pytest.mark.parametrize("task_dir", [HARBOR, CLAWGYM], ids=["harbor", "clawgym"])
 async def test_rollout_path_in_live_sandbox(task_dir: Path, tmp_path: Path) -> None:
     """The runner's path: workspace placed in an agent sandbox, the oracle acts there as the

@@ -6,7 +6,6 @@ Debian's python3, ``--network none``)."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from clawrl.bench import (
     verify,
 )
 
-pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+pytestmark = pytest.mark.podman
 
 # writes 0 whenever its test command fails, whatever the cause (a common Harbor pattern)
 _ZERO_ON_FAILURE = """

@@ -31,7 +31,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).parent / "fixtures"
-requires_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
 
 
 def make_task(

@@ -3,13 +3,11 @@ with status ok (no model, no proxy)."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from clawrl.bench import RolloutStatus, load_builtin_suite, run_rollouts
 
 
-@pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+@pytest.mark.podman
 async def test_noop_scores_an_untouched_builtin_workspace_zero() -> None:
     task = next(t for t in load_builtin_suite() if t.id == "csv_to_markdown")
     (r,) = await run_rollouts([task], ["noop"], concurrency=1)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from clawrl.bench import ModelEndpoint, RolloutResult, Task, plan_rollouts
+from clawrl.bench import RolloutResult, Task, plan_rollouts
 from clawrl.bench.harness import HarnessAdapter, oracle_completions
 from clawrl.prefixtree import Call, PrefixTree, merge_trees
 from clawrl.proxy import BackendConfig, format_assistant_text, make_backend
@@ -22,6 +21,7 @@ from clawrl.rl_core.train.errors import TrainError
 from clawrl.rl_core.trainer import Trainer
 
 if TYPE_CHECKING:
+    from clawrl.rl_core.train.context import RunContext
     from clawrl.rl_core.train.loop import TrainLoop
 
 __all__ = ["run_cold_start", "scripted_turns"]
@@ -105,18 +105,10 @@ def _sft_trainer(loop: TrainLoop) -> Trainer:
     )
 
 
-async def _eval_after(
-    loop: TrainLoop,
-    endpoint: ModelEndpoint,
-    held: Sequence[Task],
-    harnesses: Sequence[HarnessAdapter],
-    step: int,
-) -> bool:
+async def _eval_after(loop: TrainLoop, ctx: RunContext, step: int) -> bool:
     """The held-out eval after SFT step ``step``; whether the cold start may stop."""
     cs = loop.cfg.cold_start
-    row = await loop.record_eval(
-        endpoint, held, harnesses, f"coldstart-{step}", step=0, sft_step=step
-    )
+    row = await loop.record_eval(ctx, f"coldstart-{step}", step=0, sft_step=step)
     loop.say(f"cold start: held-out eval reward {row['eval_reward']:.3f} after {step} SFT steps")
     if row["eval_reward"] >= cs.stop_at_reward:
         loop.say(f"cold start: stopped (eval reward >= {cs.stop_at_reward})")
@@ -124,14 +116,7 @@ async def _eval_after(
     return False
 
 
-async def run_cold_start(
-    loop: TrainLoop,
-    endpoint: ModelEndpoint,
-    backend: Any,
-    train: Sequence[Task],
-    held: Sequence[Task],
-    harnesses: Sequence[HarnessAdapter],
-) -> None:
+async def run_cold_start(loop: TrainLoop, ctx: RunContext) -> None:
     """Capture ``cold_start.tasks`` scripted trajectories through the first harness, then
     ``cold_start.steps`` SFT steps on the solved ones (batches of ``cold_start.batch_size``
     trees, merged and packed); the weights are synced (policy version + 1) before each
@@ -141,13 +126,13 @@ async def run_cold_start(
         TrainError: no scripted trajectory solved its task, or a weight sync failed.
     """
     cs = loop.cfg.cold_start
-    tasks = list(train)[: cs.tasks]
+    tasks = list(ctx.train)[: cs.tasks]
     t0 = time.time()
     loop.say(
         f"cold start: capturing {len(tasks)} scripted-policy trajectories "
         "(ScriptedBackend, a test backend) through the harness path"
     )
-    good = _solved(loop, await _capture(loop, tasks, harnesses[0]), t0)
+    good = _solved(loop, await _capture(loop, tasks, ctx.harnesses[0]), t0)
     trees = [
         PrefixTree.from_calls(Call.from_records(x.records), rollout_id=x.rollout_id) for x in good
     ]
@@ -175,7 +160,7 @@ async def run_cold_start(
             loop.say(f"cold start: SFT step {step}/{cs.steps} loss {m['loss']:.3f}")
         if cs.evaluates_at(step):
             version += 1
-            await loop.sync_weights(endpoint, backend, version)
-            if loop.cfg.eval.enabled and await _eval_after(loop, endpoint, held, harnesses, step):
+            await loop.sync_weights(ctx, version)
+            if loop.cfg.eval.enabled and await _eval_after(loop, ctx, step):
                 break
     loop.state.cold_start_done = True

@@ -72,6 +72,7 @@ from clawrl.rl_core.train.checkpoints import (
 )
 from clawrl.rl_core.train.cold_start import run_cold_start, scripted_turns
 from clawrl.rl_core.train.config import TrainConfig
+from clawrl.rl_core.train.context import RunContext
 from clawrl.rl_core.train.errors import TrainError
 from clawrl.rl_core.train.metrics_log import MetricsLog, plot_curves, read_jsonl
 from clawrl.rl_core.train.rollouts_log import write_step_rollouts
@@ -136,17 +137,20 @@ class TrainLoop:
         return tasks, tasks
 
     # ------------------------------------------------------------------ weights
-    async def sync_weights(self, endpoint: ModelEndpoint, backend: Any, version: int) -> float:
+    async def sync_weights(self, ctx: RunContext, version: int) -> float:
         """Pause the proxy, load the policy's weights into the backend at ``version``,
         resume. Returns seconds taken.
 
         Raises:
             TrainError: the backend reports another version afterwards.
         """
+        from clawrl.proxy import EmbeddedBackend
+
+        endpoint, backend = ctx.endpoint, ctx.backend
         t0 = time.time()
         await endpoint.admin.pause()
         try:
-            if self.cfg.backend.kind == "embedded":
+            if isinstance(backend, EmbeddedBackend):
                 state = {k: v.detach() for k, v in self.policy.state_dict().items()}
                 await backend.load_state_dict(state, version)
                 got = int(backend.policy_version)
@@ -199,40 +203,28 @@ class TrainLoop:
             )
         return self._verify_executor
 
-    async def evaluate(
-        self,
-        endpoint: ModelEndpoint,
-        tasks: Sequence[Task],
-        harnesses: Sequence[HarnessAdapter],
-        tag: str,
-    ) -> dict[str, Any]:
+    async def evaluate(self, ctx: RunContext, tag: str) -> dict[str, Any]:
         """Mean reward, pass rate and verifier sub-scores (``eval_subscore/NAME``, a missing
-        sub-score counting 0) on ``tasks`` (held-out) at the current weights
+        sub-score counting 0) on the held-out tasks at the current weights
         (:func:`~clawrl.rl_core.train.rows.eval_row`)."""
         t0 = time.time()
+        harnesses = list(ctx.harnesses)
         specs = plan_rollouts(
-            list(tasks),
-            list(harnesses),
+            list(ctx.held),
+            harnesses,
             self.cfg.eval.samples,
             group_prefix=f"eval-{tag}/",
             seed=self.cfg.run.seed,
         )
-        results = await self.runner(endpoint).run(specs)
+        results = await self.runner(ctx.endpoint).run(specs)
         row = eval_row(results, [h.name for h in harnesses], tag, self.state.policy_version)
         row["time/eval"] = time.time() - t0
         return row
 
-    async def record_eval(
-        self,
-        endpoint: ModelEndpoint,
-        tasks: Sequence[Task],
-        harnesses: Sequence[HarnessAdapter],
-        tag: str,
-        **fields: int,
-    ) -> dict[str, Any]:
+    async def record_eval(self, ctx: RunContext, tag: str, **fields: int) -> dict[str, Any]:
         """:meth:`evaluate`, with ``fields`` (``step``, ``sft_step``) added, written to the
         metrics log and kept in the loop state's evals (checkpointed)."""
-        row = await self.evaluate(endpoint, tasks, harnesses, tag)
+        row = await self.evaluate(ctx, tag)
         row.update(fields)
         assert self.log is not None
         self.log.write(row)
@@ -260,15 +252,16 @@ class TrainLoop:
         train, held, harnesses, latest = await self._prepare()
         backend = self._backend()
         async with self.serve_backend(backend) as endpoint:
+            ctx = RunContext(endpoint, backend, train, held, harnesses)
             r = self.cfg.rollout
             await endpoint.admin.set_sampling(
                 temperature=r.temperature, top_p=1.0, top_k=-1, max_tokens=r.max_tokens
             )
             if self.cfg.cold_start.enabled and not self.state.cold_start_done:
-                await run_cold_start(self, endpoint, backend, train, held, harnesses)
-            await self._start_rl(endpoint, backend, latest)
-            await self._eval_before_rl(endpoint, held, harnesses)
-            await self._rl_steps(endpoint, backend, train, held, harnesses)
+                await run_cold_start(self, ctx)
+            await self._start_rl(ctx, latest)
+            await self._eval_before_rl(ctx)
+            await self._rl_steps(ctx)
         if self._verify_executor is not None:
             await asyncio.to_thread(self._verify_executor.close)
         assert self.log is not None
@@ -336,7 +329,7 @@ class TrainLoop:
                 )
         return latest
 
-    async def _start_rl(self, endpoint: ModelEndpoint, backend: Any, latest: Path | None) -> None:
+    async def _start_rl(self, ctx: RunContext, latest: Path | None) -> None:
         """The RL trainer (and the KL reference model when ``kl_coef > 0``); on resume its
         checkpoint is loaded and the weights synced at the checkpoint's policy version."""
         cfg = self.cfg
@@ -349,7 +342,7 @@ class TrainLoop:
                 f"resumed from {latest.name}: step {self.state.next_step}, "
                 f"policy version {self.state.policy_version}"
             )
-            await self.sync_weights(endpoint, backend, self.state.policy_version)
+            await self.sync_weights(ctx, self.state.policy_version)
         elif cfg.cold_start.enabled:
             self.save_checkpoint()
         if self.ref_model is not None:
@@ -362,16 +355,14 @@ class TrainLoop:
                 say=self.say,
             )
 
-    async def _eval_before_rl(
-        self, endpoint: ModelEndpoint, held: Sequence[Task], harnesses: Sequence[HarnessAdapter]
-    ) -> None:
+    async def _eval_before_rl(self, ctx: RunContext) -> None:
         """The ``step-0`` eval, unless resumed past it or the cold start already evaluated."""
         cfg = self.cfg
         if self.state.next_step or not cfg.eval.enabled:
             return
         if cfg.cold_start.enabled and self.state.evals:
             return
-        row = await self.record_eval(endpoint, held, harnesses, "step-0", step=0)
+        row = await self.record_eval(ctx, "step-0", step=0)
         self.say(f"eval before RL: held-out reward {row['eval_reward']:.3f}")
 
     def serve_backend(
@@ -410,33 +401,22 @@ class TrainLoop:
         return rng.sample(list(train), k)
 
     async def _collect(
-        self,
-        endpoint: ModelEndpoint,
-        train: Sequence[Task],
-        harnesses: Sequence[HarnessAdapter],
-        step: int,
+        self, ctx: RunContext, step: int
     ) -> tuple[list[RolloutResult], dict[str, list[dict[str, Any]]], float]:
         t0 = time.time()
         specs = plan_rollouts(
-            self._sample_tasks(train, step),
-            list(harnesses),
+            self._sample_tasks(ctx.train, step),
+            list(ctx.harnesses),
             self.cfg.rollout.samples,
             group_prefix=f"s{step}/",
             seed=self.cfg.run.seed,
         )
-        results = await self.runner(endpoint).run(specs)
+        results = await self.runner(ctx.endpoint).run(specs)
         # final: the runner read them after close_session, which waits for every commit
         records = {x.rollout_id: list(x.records) for x in results}
         return results, records, time.time() - t0
 
-    async def _rl_steps(
-        self,
-        endpoint: ModelEndpoint,
-        backend: Any,
-        train: Sequence[Task],
-        held: Sequence[Task],
-        harnesses: Sequence[HarnessAdapter],
-    ) -> None:
+    async def _rl_steps(self, ctx: RunContext) -> None:
         cfg = self.cfg
         assert self.log is not None
         ahead = cfg.async_.max_staleness if cfg.async_.enabled else 0
@@ -445,26 +425,20 @@ class TrainLoop:
             for step in range(self.state.next_step, cfg.run.steps):
                 for s in range(step, min(cfg.run.steps, step + ahead + 1)):
                     if s not in pending:
-                        pending[s] = asyncio.ensure_future(
-                            self._collect(endpoint, train, harnesses, s)
-                        )
+                        pending[s] = asyncio.ensure_future(self._collect(ctx, s))
                 t_step = time.time()
                 results, records, t_roll = await pending.pop(step)
                 t_wait = time.time() - t_step  # async mode: what the trainer waited for
                 row = await self._update(step, results, records)
                 row["time/rollout"] = t_wait if cfg.async_.enabled else t_roll
-                row["time/sync"] = await self.sync_weights(
-                    endpoint, backend, self.state.policy_version + 1
-                )
+                row["time/sync"] = await self.sync_weights(ctx, self.state.policy_version + 1)
                 row["policy_version"] = self.state.policy_version
                 self.state.next_step = step + 1
                 if cfg.eval.enabled and (
                     (cfg.eval.every and (step + 1) % cfg.eval.every == 0)
                     or step + 1 == cfg.run.steps
                 ):
-                    ev = await self.record_eval(
-                        endpoint, held, harnesses, f"step-{step + 1}", step=step + 1
-                    )
+                    ev = await self.record_eval(ctx, f"step-{step + 1}", step=step + 1)
                     row["time/eval"] = ev["time/eval"]
                     self.say(f"eval after step {step + 1}: held-out reward {ev['eval_reward']:.3f}")
                 t_ck = time.time()

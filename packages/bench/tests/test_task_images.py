@@ -23,7 +23,6 @@ from clawrl.bench.task_image import rewrite_froms
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SLUGIFY = FIXTURES / "harbor_slugify"
-requires_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
 
 
 # ------------------------------------------------------------------ no podman needed
@@ -103,7 +102,7 @@ def test_bad_harbor_memory_is_a_load_error(tmp_path: Path, memory: str) -> None:
 # ------------------------------------------------------------------ real builds
 
 
-@requires_podman
+@pytest.mark.podman
 @pytest.mark.slow
 def test_harbor_task_in_its_built_image_oracle_passes_noop_scores_zero() -> None:
     """FROM python:3.11-slim (no registry: the local base), RUN pip install pytest (network
@@ -138,7 +137,7 @@ def _task_with(tmp_path: Path, dockerfile: str, test_sh: str, **env: str) -> Pat
     return root
 
 
-@requires_podman
+@pytest.mark.podman
 @pytest.mark.slow
 def test_failed_build_is_an_env_error_kept_out_of_scores(tmp_path: Path) -> None:
     root = _task_with(
@@ -160,7 +159,7 @@ then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt
 """
 
 
-@requires_podman
+@pytest.mark.podman
 @pytest.mark.slow
 @pytest.mark.parametrize("allow", [True, False])
 def test_network_per_phase(tmp_path: Path, allow: bool) -> None:

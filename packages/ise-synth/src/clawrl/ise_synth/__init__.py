@@ -28,7 +28,6 @@ from clawrl.ise_synth.errors import (
     TaxonomyError,
 )
 from clawrl.ise_synth.execute import (
-    AGENT_MOUNT,
     SessionConfig,
     SessionResult,
     run_session,
@@ -67,12 +66,11 @@ from clawrl.ise_synth.trajectory import (
     tool_call_stats,
     validate_trajectory,
 )
-from clawrl.ise_synth.vendi import entropy_exp, vendi_score, vendi_score_from_kernel
+from clawrl.ise_synth.vendi import vendi_score, vendi_score_from_kernel
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AGENT_MOUNT",
     "AgentTurn",
     "Complexity",
     "DedupResult",
@@ -114,7 +112,6 @@ __all__ = [
     "dedup_near",
     "default_mpnet_dir",
     "detect_drift",
-    "entropy_exp",
     "fetch_mpnet",
     "generate_intents",
     "llm_messages",

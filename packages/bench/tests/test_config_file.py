@@ -52,3 +52,15 @@ def test_override_values_parse_as_toml(raw: str, value: object) -> None:
 def test_override_values_that_are_not_toml_stay_strings() -> None:
     assert parse_override_value("runs/out") == "runs/out"
     assert parse_override_value("qwen3") == "qwen3"
+
+
+def test_config_flags_collect_overrides_in_order() -> None:
+    import argparse
+
+    from clawrl.bench import add_config_flags
+
+    p = argparse.ArgumentParser()
+    add_config_flags(p, config_help="c", set_metavar="K=V", set_help="s")
+    args = p.parse_args(["--config", "a.toml", "--set", "x.y=1", "--set", "x.y=2"])
+    assert (args.config, args.overrides) == ("a.toml", ["x.y=1", "x.y=2"])
+    assert p.parse_args([]).overrides == []

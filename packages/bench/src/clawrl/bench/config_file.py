@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["parse_override_value", "read_config_file"]
+__all__ = ["add_config_flags", "parse_override_value", "read_config_file"]
 
 
 def read_config_file(
@@ -47,3 +48,19 @@ def parse_override_value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+
+
+def add_config_flags(
+    parser: argparse.ArgumentParser, *, config_help: str, set_metavar: str, set_help: str
+) -> None:
+    """Add ``--config FILE`` and the repeatable ``--set KEY=VALUE`` (collected, in order, in
+    ``args.overrides``; each value is read with :func:`parse_override_value`) to ``parser``."""
+    parser.add_argument("--config", help=config_help)
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar=set_metavar,
+        help=set_help,
+    )

@@ -40,6 +40,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clawrl.bench import add_config_flags
 from clawrl.ise_synth.config import CONFIG_COMMANDS, resolve_args, save_resolved
 from clawrl.ise_synth.embeddings import fetch_mpnet, load_embedder
 from clawrl.ise_synth.errors import IseSynthError
@@ -68,14 +69,11 @@ __all__ = ["main"]
 
 
 def _config_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="TOML configuration (see clawrl.ise_synth.config)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="[COMMAND.]KEY=VALUE",
-        help="override a config value (TOML syntax); flags given here win over both",
+    add_config_flags(
+        p,
+        config_help="TOML configuration (see clawrl.ise_synth.config)",
+        set_metavar="[COMMAND.]KEY=VALUE",
+        set_help="override a config value (TOML syntax); flags given here win over both",
     )
 
 

@@ -23,20 +23,19 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
+    from clawrl.bench import add_config_flags
+
     p = argparse.ArgumentParser(prog="train", description=__doc__.splitlines()[0])
-    p.add_argument("--config", help="TOML run configuration (default: all defaults)")
+    add_config_flags(
+        p,
+        config_help="TOML run configuration (default: all defaults)",
+        set_metavar="SECTION.KEY=VALUE",
+        set_help="override any value (TOML syntax)",
+    )
     p.add_argument("--algo", choices=("grpo", "ppo"), help="override algo.name")
     p.add_argument("--seed", type=int, help="override run.seed")
     p.add_argument("--steps", type=int, help="override run.steps")
     p.add_argument("--out", help="override run.out (the results directory)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override any value (TOML syntax)",
-    )
     p.add_argument("--resume", action="store_true", help="continue from <out>/checkpoints/latest")
     p.add_argument("--no-progress", action="store_true", help="plain log lines")
     return p

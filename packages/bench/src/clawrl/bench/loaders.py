@@ -16,8 +16,11 @@
   ``input_mount_dir``), ``input_files/``, ``reward/check.py`` and ``reward/reward.sh``
   (prints the reward as its last line); optional ``solution/solve.sh`` (our extension).
 
+* **Terminal-Bench 1**: ``task.yaml``, ``Dockerfile``, ``docker-compose.yaml`` (one
+  service), ``run-tests.sh``, ``tests/``, ``solution.sh`` (:mod:`clawrl.bench.loaders_tb1`).
+
 Detection: ``data_entry.json`` → ClawGym; ``task.toml`` with a top-level ``id`` → built-in;
-any other ``task.toml`` → Harbor. Every failure raises :class:`TaskLoadError` with the reason.
+any other ``task.toml`` → Harbor; ``task.yaml`` → Terminal-Bench 1. Every failure raises :class:`TaskLoadError` with the reason.
 """
 
 from __future__ import annotations
@@ -80,8 +83,12 @@ def detect_layout(path: Path | str) -> Layout:
     if toml_path.is_file():
         data = _read_toml(toml_path)
         return Layout.BUILTIN if "id" in data else Layout.HARBOR
+    if (root / "task.yaml").is_file():
+        return Layout.TB1
     raise TaskLoadError(
-        root, "no task.toml (built-in or Harbor layout) or data_entry.json (ClawGym layout)"
+        root,
+        "no task.toml (built-in or Harbor layout), task.yaml (Terminal-Bench 1) or "
+        "data_entry.json (ClawGym layout)",
     )
 
 
@@ -98,6 +105,10 @@ def load_task(path: Path | str) -> Task:
             return _load_clawgym(root)
         if layout is Layout.BUILTIN:
             return _load_builtin(root)
+        if layout is Layout.TB1:
+            from clawrl.bench.loaders_tb1 import load_tb1
+
+            return load_tb1(root)
         return _load_harbor(root)
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -154,7 +165,7 @@ def load_builtin_suite(
 
 
 def _looks_like_task(path: Path) -> bool:
-    return (path / "task.toml").is_file() or (path / "data_entry.json").is_file()
+    return any((path / name).is_file() for name in ("task.toml", "task.yaml", "data_entry.json"))
 
 
 def _check_unique(root: Path, tasks: list[Task]) -> list[Task]:
@@ -425,6 +436,44 @@ def _harbor_limits(root: Path, environment: dict[str, Any]) -> dict[str, Any]:
     return limits
 
 
+def _dockerfile_workspace(
+    root: Path, dockerfile: Path, context: Path
+) -> tuple[dict[str, Any], PurePosixPath, list[WorkspaceSource], list[str]]:
+    """What a Dockerfile says about the workspace: its parsed lines, the workspace (last
+    ``WORKDIR``, default ``/app``), the ``COPY``/``ADD`` sources (from ``context``) that land
+    in it, and notes on those that land elsewhere (only the image build places them).
+
+    Raises:
+        TaskLoadError: the Dockerfile cannot be read, or a source is not in ``context``.
+    """
+    parsed: dict[str, Any] = (
+        _parse_dockerfile(root, dockerfile)
+        if dockerfile.is_file()
+        else {"image": None, "workdir": "/app", "copies": [], "runs": [], "env": {}}
+    )
+    workdir = PurePosixPath(parsed["workdir"])
+    sources: list[WorkspaceSource] = []
+    notes: list[str] = []
+    context = context.resolve()
+    for at, src, dest in parsed["copies"]:
+        dest_path = PurePosixPath(at) / dest
+        host = (context / src).resolve()
+        if not host.is_relative_to(context) or not host.exists():
+            where = context.relative_to(root.resolve()).as_posix() if context != root else "."
+            raise TaskLoadError(root, f"Dockerfile: COPY source {src!r} not in {where}/")
+        if dest_path == workdir or workdir in dest_path.parents:
+            rel = str(dest_path.relative_to(workdir)) or "."
+            if host.is_file() and dest.endswith("/"):
+                rel = str(PurePosixPath(rel) / host.name)
+            sources.append(WorkspaceSource(src=host, dest=rel))
+        else:
+            notes.append(
+                f"COPY {src} {dest_path}: outside the workspace {workdir}, placed only by the "
+                "image build"
+            )
+    return parsed, workdir, sources, notes
+
+
 def _load_harbor(root: Path) -> Task:
     data = _read_toml(root / "task.toml")
     agent = _table(root, data, "agent")
@@ -436,30 +485,7 @@ def _load_harbor(root: Path) -> Task:
     if not (root / "tests" / "test.sh").is_file():
         raise TaskLoadError(root, "Harbor layout: tests/test.sh is missing")
     dockerfile = root / "environment" / "Dockerfile"
-    parsed: dict[str, Any] = (
-        _parse_dockerfile(root, dockerfile)
-        if dockerfile.is_file()
-        else {"image": None, "workdir": "/app", "copies": [], "runs": [], "env": {}}
-    )
-    workdir = PurePosixPath(parsed["workdir"])
-    sources: list[WorkspaceSource] = []
-    notes: list[str] = []
-    context = (root / "environment").resolve()
-    for at, src, dest in parsed["copies"]:
-        dest_path = PurePosixPath(at) / dest
-        host = (context / src).resolve()
-        if not host.is_relative_to(context) or not host.exists():
-            raise TaskLoadError(root, f"Dockerfile: COPY source {src!r} not in environment/")
-        if dest_path == workdir or workdir in dest_path.parents:
-            rel = str(dest_path.relative_to(workdir)) or "."
-            if host.is_file() and dest.endswith("/"):
-                rel = str(PurePosixPath(rel) / host.name)
-            sources.append(WorkspaceSource(src=host, dest=rel))
-        else:
-            notes.append(
-                f"COPY {src} {dest_path}: outside the workspace {workdir}, placed only by the "
-                "image build"
-            )
+    parsed, workdir, sources, notes = _dockerfile_workspace(root, dockerfile, root / "environment")
     timeouts = {
         k: v
         for k, v in {

@@ -60,6 +60,7 @@ class Layout(StrEnum):
 
     BUILTIN = "builtin"
     HARBOR = "harbor"
+    TB1 = "terminal-bench-1"
     CLAWGYM = "clawgym"
 
 
@@ -108,7 +109,9 @@ class VerifierSpec(_Frozen):
             when present) and/or ``reward.json`` (an object: ``reward`` plus sub-scores, or
             only sub-scores whose mean is the reward) into :data:`REWARD_MOUNT`;
             ``"stdout"``: the last stdout line is the reward and the last stdout line that
-            is a JSON object holds the sub-scores (ClawGym's ``reward.sh``).
+            is a JSON object holds the sub-scores (ClawGym's ``reward.sh``); ``"pytest"``:
+            pytest's ``-rA`` summary on stdout, reward 1 iff every test passed
+            (Terminal-Bench 1, :mod:`clawrl.bench.pytest_summary`).
         env: extra environment variables (in-sandbox paths).
         executes_workspace_code: whether the verifier runs code from the workspace (the
             agent's module, script or program) rather than only reading its files. Such a
@@ -119,7 +122,7 @@ class VerifierSpec(_Frozen):
     files_dir: Path
     mount_path: str = TESTS_MOUNT
     command: tuple[str, ...]
-    reward_channel: Literal["file", "stdout"] = "file"
+    reward_channel: Literal["file", "stdout", "pytest"] = "file"
     env: dict[str, str] = Field(default_factory=dict)
     executes_workspace_code: bool = True
 
@@ -155,6 +158,8 @@ class Task(_Frozen):
             its directory is the build context), built by the rollout runner into the
             image the agent and the verifier run in (:mod:`clawrl.bench.task_image`);
             ``None``: the default sandbox root.
+        build_context: the image build's context (``None``: the Dockerfile's directory;
+            Terminal-Bench 1: the task directory, from ``docker-compose.yaml``).
         env: environment variables for the agent's sandbox (Dockerfile ``ENV``, ``$VAR``
             expanded as far as the Dockerfile says; a built image's own ``Env`` replaces it).
         notes: what the loader could not honour (e.g. a ``COPY`` outside the workspace).
@@ -177,6 +182,7 @@ class Task(_Frozen):
     image: str | None = None
     setup_commands: tuple[str, ...] = ()
     dockerfile: Path | None = None
+    build_context: Path | None = None
     env: dict[str, str] = Field(default_factory=dict)
     notes: tuple[str, ...] = ()
     metadata: dict[str, Any] = Field(default_factory=dict)

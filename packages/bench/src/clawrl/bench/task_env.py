@@ -93,7 +93,7 @@ class TaskEnvironments:
         try:
             return await build_task_image(
                 task.dockerfile,
-                task.dockerfile.parent,
+                task.build_context or task.dockerfile.parent,
                 self._podman,
                 timeout_s=min(self.build_timeout_s, task.timeouts.build_s),
             )

@@ -20,7 +20,8 @@ Verification never trusts the agent's workspace beyond its plain files:
    cannot write that directory nor the verifier's files, nor signal the checker;
 4. the verifier must exit 0: a verifier that exits non-zero or is killed is a
    ``verifier-error`` and one still running at its timeout a ``verifier-timeout``, whatever
-   reward it wrote (code the verifier ran may have written a reward, then killed it); a
+   reward it wrote (code the verifier ran may have written a reward, then killed it;
+   a Terminal-Bench 1 verifier may also exit 1, pytest's "tests failed"); a
    missing, unparsable, non-finite or out-of-range reward or sub-score is a
    ``verifier-error`` too — never a pass; so is a reward below 1 from a verifier whose
    output shows it could not run (its command not found, its test runner's module
@@ -52,6 +53,7 @@ from clawrl.bench.executors import (
     Mount,
     make_private,
 )
+from clawrl.bench.pytest_summary import parse_pytest_summary
 from clawrl.bench.task import REWARD_MOUNT, Task
 from clawrl.bench.verifier_diagnosis import cannot_run_reason, exit_reason
 from clawrl.sandbox import Sandbox, SandboxCopyLimitError, SandboxError, owned_tempdir
@@ -237,7 +239,9 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
                 f"verifier exceeded {task.timeouts.verifier_s:g} s",
             )
         cause = cannot_run_reason(result.stdout, result.stderr, task.verifier.mount_path)
-        if result.exit_code != 0:
+        # pytest exits 1 when tests failed: Terminal-Bench 1 grades from its summary then
+        failed_tests = task.verifier.reward_channel == "pytest" and result.exit_code == 1
+        if result.exit_code != 0 and not failed_tests:
             why = f" ({cause})" if cause else ""
             return _failure(
                 result,
@@ -246,6 +250,8 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
             )
         if task.verifier.reward_channel == "stdout":
             verdict = _from_stdout(result)
+        elif task.verifier.reward_channel == "pytest":
+            verdict = _from_pytest(result)
         else:
             verdict = _from_reward_dir(result, reward_dir)
         return _distrust(verdict, result, cause)
@@ -467,6 +473,15 @@ def _from_reward_dir(result: ExecResult, reward_dir: Path) -> VerifierResult:
         VerifierStatus.ERROR,
         f"verifier wrote no reward.json or reward.txt (exit code {result.exit_code})",
     )
+
+
+def _from_pytest(result: ExecResult) -> VerifierResult:
+    """Terminal-Bench 1: the reward from pytest's ``-rA`` summary on stdout."""
+    try:
+        reward, subs = parse_pytest_summary(result.stdout)
+    except ValueError as exc:
+        return _failure(result, VerifierStatus.ERROR, f"bad reward: {exc}")
+    return _ok(result, reward, subs)
 
 
 def _from_stdout(result: ExecResult) -> VerifierResult:

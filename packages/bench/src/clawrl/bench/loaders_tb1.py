@@ -1,0 +1,228 @@
+"""The Terminal-Bench 1 layout (``task.yaml``, ``run-tests.sh``, ``solution.sh``).
+
+A TB1 task directory holds ``task.yaml`` (``instruction`` — or ``descriptions``, whose
+``base`` entry is the instruction — ``difficulty``, ``category``, ``tags``,
+``max_agent_timeout_sec``, ``max_test_timeout_sec``), a ``Dockerfile`` and a
+single-service ``docker-compose.yaml`` (its ``build`` context and dockerfile, its
+``environment`` and ``network_mode``), ``run-tests.sh``, ``tests/`` (``test_outputs.py``)
+and ``solution.sh``. How clawrl reads it:
+
+* the image is built from the compose service's Dockerfile and context (default: the task
+  directory's ``Dockerfile``), the workspace is its last ``WORKDIR`` (default ``/app``);
+* the verifier is ``bash /tests/run-tests.sh`` in the task image, with ``TEST_DIR=/tests``;
+  its reward is pytest's ``-rA`` summary (:mod:`clawrl.bench.pytest_summary`: 1 iff every
+  test passed, one sub-score per test), as TB1's own pytest parser grades;
+* the verifier phase has a network unless the compose service says ``network_mode:
+  none`` — TB1 runs its tests in the task's container with the default network, and its
+  ``run-tests.sh`` scripts install pytest; the agent phase never has one;
+* TB1's shared scripts ``setup-uv-pytest.sh`` / ``run-uv-pytest.sh`` (copied into
+  ``$TEST_DIR`` by TB1's harness, the first fetching uv from astral.sh, which is not
+  reachable here) are replaced, when ``tests/`` lacks them, by stand-ins: ``pip install
+  pytest`` into the image's Python, then ``python3 -m pytest $TEST_DIR/test_outputs.py -rA``;
+* the verifier files (``tests/``, ``run-tests.sh``, the stand-ins) and the oracle
+  (``solution.sh``) are staged into a content-addressed cache directory, never into the
+  task directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from clawrl.bench.errors import TaskLoadError
+from clawrl.bench.loaders import _dockerfile_workspace, _read_text
+from clawrl.bench.task import (
+    SOLUTION_MOUNT,
+    TESTS_MOUNT,
+    Layout,
+    SolutionSpec,
+    Task,
+    Timeouts,
+    VerifierSpec,
+)
+
+__all__ = ["TB1_SHARED_SCRIPTS", "load_tb1"]
+
+#: clawrl's stand-ins for TB1's shared test scripts (see the module docstring).
+TB1_SHARED_SCRIPTS: dict[str, str] = {
+    "setup-uv-pytest.sh": (
+        "#!/bin/bash\n# clawrl stand-in for Terminal-Bench 1's setup-uv-pytest.sh: pytest from\n"
+        "# PyPI into the image's Python (the original fetches uv from astral.sh)\n"
+        "python3 -m pip install --quiet --disable-pip-version-check pytest==8.4.1 \\\n"
+        "  || pip install --quiet pytest==8.4.1\n"
+    ),
+    "run-uv-pytest.sh": (
+        "#!/bin/bash\n# clawrl stand-in for Terminal-Bench 1's run-uv-pytest.sh\n"
+        'python3 -m pytest "${TEST_DIR:-/tests}/test_outputs.py" -rA\n'
+    ),
+}
+_STAGE_VERSION = "1"
+
+
+def _yaml(root: Path, name: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(_read_text(root, name))
+    except yaml.YAMLError as exc:
+        raise TaskLoadError(root, f"{name} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise TaskLoadError(root, f"{name} must hold a mapping")
+    return data
+
+
+def _instruction(root: Path, data: dict[str, Any]) -> str:
+    text = data.get("instruction")
+    if text is None and isinstance(data.get("descriptions"), list):
+        for item in data["descriptions"]:
+            if isinstance(item, dict) and item.get("key", "base") == "base":
+                text = item.get("description")
+                break
+    if not isinstance(text, str) or not text.strip():
+        raise TaskLoadError(root, "task.yaml: no `instruction` (or `descriptions` base entry)")
+    return text.strip()
+
+
+def _seconds(root: Path, data: dict[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise TaskLoadError(root, f"task.yaml: `{key}` must be a positive number")
+    return float(value)
+
+
+def _compose(root: Path) -> tuple[Path, Path, dict[str, str], bool]:
+    """(dockerfile, build context, environment, network) from ``docker-compose.yaml``."""
+    if not (root / "docker-compose.yaml").is_file():
+        return root / "Dockerfile", root, {}, True
+    services = _yaml(root, "docker-compose.yaml").get("services")
+    if not isinstance(services, dict) or len(services) != 1:
+        n = len(services) if isinstance(services, dict) else 0
+        raise TaskLoadError(
+            root, f"docker-compose.yaml: exactly one service is supported, found {n}"
+        )
+    (service,) = services.values()
+    service = service if isinstance(service, dict) else {}
+    build = service.get("build", ".")
+    build = {"context": build} if isinstance(build, str) else build
+    if not isinstance(build, dict):
+        raise TaskLoadError(root, "docker-compose.yaml: `build` must be a path or a mapping")
+    context = (root / str(build.get("context", "."))).resolve()
+    dockerfile = context / str(build.get("dockerfile", "Dockerfile"))
+    if not context.is_relative_to(root) or not dockerfile.resolve().is_relative_to(root):
+        raise TaskLoadError(root, "docker-compose.yaml: the build leaves the task directory")
+    raw = service.get("environment") or {}
+    items = raw.items() if isinstance(raw, dict) else (str(e).partition("=")[::2] for e in raw)
+    env = {
+        str(k): str(v)
+        for k, v in items
+        if "${" not in str(v) and str(k) != "TEST_DIR"  # TB1 harness variables
+    }
+    network = str(service.get("network_mode", "")).lower() != "none"
+    return dockerfile, context, env, network
+
+
+def _stage(root: Path) -> Path:
+    """A cached directory holding ``tests/`` (the task's tests, ``run-tests.sh`` and any
+    missing shared script) and ``solution/solution.sh``; named by a digest of them."""
+    tests = root / "tests"
+    run_tests = _read_text(root, "run-tests.sh")
+    files: dict[str, bytes] = {"tests/run-tests.sh": run_tests.encode()}
+    if tests.is_dir():
+        for path in sorted(tests.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                files[f"tests/{path.relative_to(tests).as_posix()}"] = path.read_bytes()
+    for name, text in TB1_SHARED_SCRIPTS.items():
+        if name in run_tests and f"tests/{name}" not in files:
+            files[f"tests/{name}"] = text.encode()
+    if (root / "solution.sh").is_file():
+        files["solution/solution.sh"] = (root / "solution.sh").read_bytes()
+    h = hashlib.sha256(_STAGE_VERSION.encode())
+    for rel, data in files.items():
+        h.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = (Path(xdg) if xdg else Path.home() / ".cache") / "clawrl" / "bench" / "tb1"
+    dest = base / h.hexdigest()[:16]
+    if dest.is_dir():
+        return dest
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".stage-", dir=base))
+    try:
+        for rel, data in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(data)
+        (tmp / "tests").mkdir(exist_ok=True)
+        try:
+            tmp.rename(dest)
+        except OSError:
+            if not dest.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def load_tb1(root: Path) -> Task:
+    """Load the Terminal-Bench 1 task directory ``root`` (see the module docstring).
+
+    Raises:
+        TaskLoadError: ``task.yaml`` or ``docker-compose.yaml`` is invalid (a compose file
+            with more than one service included), ``run-tests.sh`` is missing, or the
+            Dockerfile's ``COPY`` sources are not in the build context.
+    """
+    data = _yaml(root, "task.yaml")
+    if not (root / "run-tests.sh").is_file():
+        raise TaskLoadError(root, "Terminal-Bench 1 layout: run-tests.sh is missing")
+    dockerfile, context, compose_env, network = _compose(root)
+    parsed, workdir, sources, notes = _dockerfile_workspace(root, dockerfile, context)
+    timeouts = {
+        k: v
+        for k, v in {
+            "agent_s": _seconds(root, data, "max_agent_timeout_sec"),
+            "verifier_s": _seconds(root, data, "max_test_timeout_sec"),
+        }.items()
+        if v is not None
+    }
+    staged = _stage(root)
+    solution = None
+    if (staged / "solution" / "solution.sh").is_file():
+        solution = SolutionSpec(
+            files_dir=staged / "solution",
+            mount_path=SOLUTION_MOUNT,
+            command=("bash", f"{SOLUTION_MOUNT}/solution.sh"),
+        )
+    category, difficulty = data.get("category"), data.get("difficulty")
+    metadata = {k: v for k, v in data.items() if k not in ("instruction", "descriptions")}
+    return Task(
+        id=root.name,
+        instruction=_instruction(root, data),
+        category=category if isinstance(category, str) else None,
+        difficulty=difficulty if isinstance(difficulty, str) else None,
+        layout=Layout.TB1,
+        root=root,
+        workspace_path=str(workdir),
+        workspace_sources=tuple(sources),
+        timeouts=Timeouts(**timeouts),
+        network=network,
+        verifier=VerifierSpec(
+            files_dir=staged / "tests",
+            mount_path=TESTS_MOUNT,
+            command=("bash", f"{TESTS_MOUNT}/run-tests.sh"),
+            reward_channel="pytest",
+            env={"TEST_DIR": TESTS_MOUNT},
+        ),
+        solution=solution,
+        image=parsed["image"],
+        setup_commands=tuple(parsed["runs"]),
+        dockerfile=dockerfile if dockerfile.is_file() else None,
+        build_context=context,
+        env={**parsed["env"], **compose_env},
+        notes=tuple(notes),
+        metadata=metadata,
+    )

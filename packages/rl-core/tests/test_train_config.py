@@ -6,24 +6,17 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import clawrl.rl_core as rl
 import pytest
-from clawrl.rl_core import (
-    ConfigError,
-    CorrectionConfig,
-    GRPOConfig,
-    LossConfig,
-    OptimConfig,
-    PPOConfig,
-    TrainerConfig,
-)
+from clawrl.rl_core import ConfigError, TrainerConfig
 from clawrl.rl_core.train import AlgoConfig, TrainConfig, load_config
 
 SUBS = {
-    "loss": LossConfig,
-    "grpo": GRPOConfig,
-    "ppo": PPOConfig,
-    "corrections": CorrectionConfig,
-    "optim": OptimConfig,
+    "loss": rl.LossConfig,
+    "grpo": rl.GRPOConfig,
+    "ppo": rl.PPOConfig,
+    "corrections": rl.CorrectionConfig,
+    "optim": rl.OptimConfig,
 }
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

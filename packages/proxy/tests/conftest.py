@@ -179,6 +179,25 @@ def inproc(proxy: Any) -> Iterator[InProcess]:
     ip.close()
 
 
+@pytest.fixture(scope="module")
+def fuzz_app(
+    renderer: Any, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[InProcess, str, dict[str, str]]]:
+    """The fuzz tests' in-process proxy on a scripted backend (4096-token context), with one
+    session: (app, session id, its auth headers), for the module."""
+    from clawrl.proxy import ServerConfig, build_proxy_app
+    from clawrl.proxy.testing import ScriptedBackend
+
+    backend = ScriptedBackend.from_model_dir(model_dir, max_context=4096)
+    cfg = ServerConfig(
+        socket="s", admin_socket="a", capture_dir=str(tmp_path_factory.mktemp("cap"))
+    )
+    ip = InProcess(build_proxy_app(renderer, backend, cfg))
+    sid, h = ip.session()
+    yield ip, sid, h
+    ip.close()
+
+
 def function_tool(name: str, description: str, **properties: str) -> dict[str, Any]:
     """An OpenAI chat-completions function tool whose parameters are an object of
     ``properties`` (name → JSON type)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 json_scalar = st.one_of(
@@ -19,3 +21,22 @@ json_value = st.recursive(
     ),
     max_leaves=6,
 )
+
+
+def request_bodies(
+    key: str, entries: st.SearchStrategy[Any], **optional: st.SearchStrategy[Any]
+) -> st.SearchStrategy[Any]:
+    """Fuzzed request bodies: any JSON value, or an object whose ``key`` (the messages or
+    input) is JSON or up to 4 ``entries``, with optional "model", "stream" and ``optional``
+    fields."""
+    return st.one_of(
+        json_value,
+        st.fixed_dictionaries(
+            {key: st.one_of(json_value, st.lists(entries, max_size=4))},
+            optional={
+                "model": json_value,
+                "stream": st.one_of(st.booleans(), json_value),
+                **optional,
+            },
+        ),
+    )

@@ -5,20 +5,17 @@ request fields, reasoning round trips that splice, typed errors, fuzzed bodies."
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from clawrl.proxy import ServerConfig, build_proxy_app, format_assistant_text
+from clawrl.proxy import format_assistant_text
 from clawrl.proxy.openai_responses import decode_reasoning_token, encode_reasoning_token
-from clawrl.proxy.testing import ScriptedBackend
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .conftest import InProcess
-from .strategies import json_value
+from .strategies import json_value, request_bodies
 
 TOOLS = [
     {
@@ -233,48 +230,30 @@ item = st.fixed_dictionaries(
         "id": json_value,
     },
 )
-body_strategy = st.one_of(
-    json_value,
-    st.fixed_dictionaries(
-        {"input": st.one_of(json_value, st.lists(item, max_size=4))},
-        optional={
-            "model": json_value,
-            "stream": st.one_of(st.booleans(), json_value),
-            "instructions": json_value,
-            "max_output_tokens": st.one_of(st.integers(-5, 100), json_value),
-            "tools": st.one_of(
-                json_value,
-                st.lists(
-                    st.fixed_dictionaries(
-                        {"type": st.sampled_from(["function", "web_search", "namespace", 3])},
-                        optional={"name": json_value, "parameters": json_value},
-                    ),
-                    max_size=2,
-                ),
+body_strategy = request_bodies(
+    "input",
+    item,
+    instructions=json_value,
+    max_output_tokens=st.one_of(st.integers(-5, 100), json_value),
+    tools=st.one_of(
+        json_value,
+        st.lists(
+            st.fixed_dictionaries(
+                {"type": st.sampled_from(["function", "web_search", "namespace", 3])},
+                optional={"name": json_value, "parameters": json_value},
             ),
-            "tool_choice": json_value,
-            "store": json_value,
-            "include": json_value,
-            "prompt_cache_key": json_value,
-            "temperature": json_value,
-            "top_p": json_value,
-            "reasoning": json_value,
-            "background": json_value,
-        },
+            max_size=2,
+        ),
     ),
+    tool_choice=json_value,
+    store=json_value,
+    include=json_value,
+    prompt_cache_key=json_value,
+    temperature=json_value,
+    top_p=json_value,
+    reasoning=json_value,
+    background=json_value,
 )
-
-
-@pytest.fixture(scope="module")
-def fuzz_app(renderer: Any, model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    backend = ScriptedBackend.from_model_dir(model_dir, max_context=4096)
-    cfg = ServerConfig(
-        socket="s", admin_socket="a", capture_dir=str(tmp_path_factory.mktemp("cap"))
-    )
-    ip = InProcess(build_proxy_app(renderer, backend, cfg))
-    sid, h = ip.session()
-    yield ip, sid, h
-    ip.close()
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))

@@ -13,7 +13,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .conftest import InProcess
-from .strategies import json_value
+from .strategies import json_value, request_bodies
 
 ROLES = st.sampled_from(["system", "developer", "user", "assistant", "tool", "function", "x", None])
 BLOCK_TYPES = st.sampled_from(
@@ -73,43 +72,23 @@ message = st.fixed_dictionaries(
         "tool_call_id": json_value,
     },
 )
-request_body = st.one_of(
-    json_value,
-    st.fixed_dictionaries(
-        {"messages": st.one_of(json_value, st.lists(message, max_size=4))},
-        optional={
-            "model": json_value,
-            "stream": st.one_of(st.booleans(), json_value),
-            "max_tokens": st.one_of(st.integers(-5, 100), json_value),
-            "max_completion_tokens": st.one_of(st.integers(-5, 100), json_value),
-            "temperature": st.one_of(st.floats(-1, 3), json_value),
-            "top_p": json_value,
-            "n": st.one_of(st.integers(-1, 3), json_value),
-            "tools": json_value,
-            "tool_choice": json_value,
-            "system": json_value,
-            "stream_options": json_value,
-            "thinking": json_value,
-            "metadata": json_value,
-            "seed": json_value,
-            "top_k": json_value,
-        },
-    ),
+request_body = request_bodies(
+    "messages",
+    message,
+    max_tokens=st.one_of(st.integers(-5, 100), json_value),
+    max_completion_tokens=st.one_of(st.integers(-5, 100), json_value),
+    temperature=st.one_of(st.floats(-1, 3), json_value),
+    top_p=json_value,
+    n=st.one_of(st.integers(-1, 3), json_value),
+    tools=json_value,
+    tool_choice=json_value,
+    system=json_value,
+    stream_options=json_value,
+    thinking=json_value,
+    metadata=json_value,
+    seed=json_value,
+    top_k=json_value,
 )
-
-
-@pytest.fixture(scope="module")
-def fuzz_app(
-    renderer: Any, model_dir: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    backend = ScriptedBackend.from_model_dir(model_dir, max_context=4096)
-    cfg = ServerConfig(
-        socket="s", admin_socket="a", capture_dir=str(tmp_path_factory.mktemp("cap"))
-    )
-    ip = InProcess(build_proxy_app(renderer, backend, cfg))
-    sid, h = ip.session()
-    yield ip, sid, h
-    ip.close()
 
 
 def _assert_shape(r: httpx.Response, api: str) -> None:

@@ -28,29 +28,45 @@ def make_tiny_qwen3(
 ) -> Qwen3ForCausalLM:
     cfg = Qwen3Config(
         vocab_size=vocab,
+        head_dim=hidden // 4,
+        tie_word_embeddings=False,
+        attn_implementation=attn,
+        **tiny_sizes(hidden, layers),
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(cfg).to(dtype)
+    if dtype == torch.float64:
+        f64_rmsnorms(model)
+    perturb_weights(model)
+    return model
+
+
+def tiny_sizes(hidden: int = 32, layers: int = 2) -> dict[str, int]:
+    """Config sizes of the tiny test models (4 attention heads, 2 KV heads, MLP 2·hidden)."""
+    return dict(
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=hidden // 4,
         max_position_embeddings=512,
-        tie_word_embeddings=False,
-        attn_implementation=attn,
     )
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg).to(dtype)
-    if dtype == torch.float64:
-        # transformers' RMSNorm computes in float32 (hidden.to(float32)); keep float64 so the
-        # tree-vs-path comparison is not limited by float32 rounding of kernel-order noise
-        for mod in model.modules():
-            if type(mod).__name__ == "Qwen3RMSNorm":
-                mod.forward = types.MethodType(_rmsnorm_f64, mod)  # type: ignore[method-assign]
-    # larger random weights than the default init so logits are far from uniform
+
+
+def f64_rmsnorms(model: Any) -> None:
+    """transformers' RMSNorm computes in float32 (hidden.to(float32)); keep float64 so the
+    tree-vs-path comparison is not limited by float32 rounding of kernel-order noise."""
+    for mod in model.modules():
+        if type(mod).__name__.endswith("RMSNorm"):
+            mod.forward = types.MethodType(_rmsnorm_f64, mod)
+
+
+def perturb_weights(model: Any) -> None:
+    """Larger random weights than the default init, so logits are far from uniform (global
+    torch RNG)."""
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
-    return model
 
 
 def random_sequences(

@@ -9,7 +9,6 @@ sliding layers unwindowed and the logprobs would differ from the path forward.
 from __future__ import annotations
 
 import random
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -26,27 +25,13 @@ from clawrl.rl_core import (
 )
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-VOCAB = 24
-
-
-def _rmsnorm_f64(self: Any, hidden: torch.Tensor) -> torch.Tensor:
-    var = hidden.pow(2).mean(-1, keepdim=True)
-    return self.weight * (hidden * torch.rsqrt(var + self.variance_epsilon))
+from .conftest import VOCAB, f64_rmsnorms, perturb_weights, tiny_sizes
 
 
 def make_family_model(family: str, seed: int = 0) -> Any:
     """A tiny random model of ``family`` ("llama" tied like SmolLM2; "qwen2"; "qwen2-sliding"
     with a 3-token window on its second layer), float64."""
-    common: dict[str, Any] = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        attn_implementation="sdpa",
-    )
+    common: dict[str, Any] = dict(vocab_size=VOCAB, attn_implementation="sdpa", **tiny_sizes())
     torch.manual_seed(seed)
     if family == "llama":
         model: Any = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=True, **common))
@@ -56,12 +41,8 @@ def make_family_model(family: str, seed: int = 0) -> Any:
         cfg = Qwen2Config(use_sliding_window=True, sliding_window=3, max_window_layers=1, **common)
         model = Qwen2ForCausalLM(cfg)
     model = model.double()
-    for mod in model.modules():
-        if type(mod).__name__.endswith("RMSNorm"):
-            mod.forward = types.MethodType(_rmsnorm_f64, mod)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
+    f64_rmsnorms(model)
+    perturb_weights(model)
     return model
 
 

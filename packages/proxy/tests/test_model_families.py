@@ -23,7 +23,7 @@ from clawrl.proxy.backends.base import GenerationRequest, SamplingParams
 from clawrl.proxy.backends.embedded import EmbeddedBackend
 from clawrl.proxy.splice import CallHistory, Generation, SpliceMemory, build_prompt, canonical_key
 
-from .conftest import function_tool
+from .conftest import collect_generation, function_tool
 
 TOOLS = [function_tool("read_file", "Read a file", path="string")]
 
@@ -155,26 +155,26 @@ def test_splice_holds_for_qwen25_fenced(qwen25_dir: Path) -> None:
     _splice_roundtrip(_renderer(qwen25_dir), FENCED)
 
 
+def _tiny_config(config_cls: Any, **kw: Any) -> Any:
+    """A tiny ``config_cls`` (2 layers, hidden 32, MLP 64, 4 heads, 2 KV heads) with ``kw``."""
+    sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    return config_cls(num_attention_heads=4, num_key_value_heads=2, **sizes, **kw)
+
+
 def _tiny_dir(family: str, src: Path | None, out: Path) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    common: dict[str, Any] = dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-    )
     torch.manual_seed(0)
     if family == "llama":
-        model: Any = LlamaForCausalLM(
-            LlamaConfig(vocab_size=49152, tie_word_embeddings=True, **common)
+        cfg = _tiny_config(
+            LlamaConfig, vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=2048
         )
+        model: Any = LlamaForCausalLM(cfg)
     else:
-        model = Qwen2ForCausalLM(
-            Qwen2Config(vocab_size=151936, tie_word_embeddings=False, **common)
+        cfg = _tiny_config(
+            Qwen2Config, vocab_size=151936, tie_word_embeddings=False, max_position_embeddings=2048
         )
+        model = Qwen2ForCausalLM(cfg)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
@@ -207,9 +207,7 @@ def test_engine_logprobs_match_trainer_per_family(
                 req = GenerationRequest(
                     f"r{i}", prompt[: len(prompt) - i], SamplingParams(max_tokens=12, temperature=t)
                 )
-                async for item in backend.generate(req):
-                    if not hasattr(item, "token_ids"):
-                        outs.append((req, item))
+                outs.append((req, (await collect_generation(backend, req))[1]))
             return outs
         finally:
             await backend.close()
@@ -231,13 +229,9 @@ def test_engine_refuses_sliding_window_shorter_than_context(tmp_path: Path) -> N
     from clawrl.proxy.backends.base import BackendError
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(
+    cfg = _tiny_config(
+        Qwen2Config,
         vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=256,
         use_sliding_window=True,
         sliding_window=16,
@@ -250,7 +244,7 @@ def test_engine_refuses_sliding_window_shorter_than_context(tmp_path: Path) -> N
         backend = EmbeddedBackend(tmp_path, max_context=max_context, seed=0)
         try:
             req = GenerationRequest("r", [1, 2, 3], SamplingParams(max_tokens=4, temperature=1.0))
-            return [item async for item in backend.generate(req)][-1]
+            return (await collect_generation(backend, req))[1]
         finally:
             await backend.close()
 

@@ -15,6 +15,7 @@ and reports (``bench`` CLI).
 # ``__all__`` spliced into ours, so each name is listed once, where it is defined; from the
 # others (config, rollout_types) only the names below are re-exported. The harness adapters are
 # public in their own subpackage, :mod:`clawrl.bench.harness`, and only there.
+import clawrl.bench.agentbench_os as _agentbench_os
 import clawrl.bench.base_images as _base_images
 import clawrl.bench.config_file as _config_file
 import clawrl.bench.errors as _errors
@@ -31,6 +32,7 @@ import clawrl.bench.task_image as _task_image
 import clawrl.bench.verifier_diagnosis as _verifier_diagnosis
 import clawrl.bench.verify as _verify
 import clawrl.bench.workspace_diff as _workspace_diff
+from clawrl.bench.agentbench_os import *  # noqa: F403
 from clawrl.bench.base_images import *  # noqa: F403
 from clawrl.bench.config import BenchConfig, select_tasks
 from clawrl.bench.config_file import *  # noqa: F403
@@ -57,6 +59,7 @@ __all__ = [
     "DEFAULT_MAX_TURNS",
     "__version__",
     "select_tasks",
+    *_agentbench_os.__all__,
     *_base_images.__all__,
     *_config_file.__all__,
     *_errors.__all__,

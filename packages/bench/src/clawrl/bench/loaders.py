@@ -19,6 +19,9 @@
 * **Terminal-Bench 1**: ``task.yaml``, ``Dockerfile``, ``docker-compose.yaml`` (one
   service), ``run-tests.sh``, ``tests/``, ``solution.sh`` (:mod:`clawrl.bench.loaders_tb1`).
 
+* **AgentBench OS**: a suite directory of ``.json`` arrays of tasks, loaded by
+  :func:`load_suite` when it holds no task directory (:mod:`clawrl.bench.agentbench_os`).
+
 Detection: ``data_entry.json`` → ClawGym; ``task.toml`` with a top-level ``id`` → built-in;
 any other ``task.toml`` → Harbor; ``task.yaml`` → Terminal-Bench 1. Every failure raises :class:`TaskLoadError` with the reason.
 """
@@ -138,7 +141,11 @@ def load_suite(path: Path | str) -> list[Task]:
         if child.is_dir() and not child.name.startswith((".", "_")) and _looks_like_task(child)
     ]
     if not tasks:
-        raise TaskLoadError(root, "no task directories found")
+        from clawrl.bench.agentbench_os import is_agentbench_file, load_agentbench_os
+
+        if any(is_agentbench_file(p) for p in root.iterdir()):
+            return _check_unique(root, load_agentbench_os(root))
+        raise TaskLoadError(root, "no task directories (or AgentBench OS .json files) found")
     return _check_unique(root, tasks)
 
 

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from clawrl.bench.agentbench_os import agent_answer, grade_in_sandbox, run_setup
 from clawrl.bench.executors import Executor
 from clawrl.bench.harness import (
     HARNESS_LOG_DIR,
@@ -394,6 +395,9 @@ class RolloutRunner:
     ) -> tuple[VerifierResult, list[FileChange]]:
         """The verdict on the final workspace (reward 0 when the harness phase refused it),
         in the task's image if it has one, and the workspace diff."""
+        if harness_out.get("graded") is not None:
+            graded: VerifierResult = harness_out["graded"]
+            return graded, workspace_diff(initial, final, self.options.diff_cap_bytes)
         if harness_out.get("refused"):
             refused = VerifierResult(
                 reward=0.0, status=VerifierStatus.ERROR, reason=harness_out["reason"]
@@ -407,6 +411,22 @@ class RolloutRunner:
             diff = []
         return verdict, diff
 
+    def _context(self, task: Task, session: SessionInfo | None, timeout: float) -> HarnessContext:
+        """What the harness adapter is told about the rollout."""
+        opts = self.options
+        return HarnessContext(
+            task=task,
+            session_id=session.session_id if session else "",
+            api_key=session.api_key if session else "",
+            openai_base_url=session.openai_base_url if session else "",
+            anthropic_base_url=session.anthropic_base_url if session else "",
+            model=opts.model,
+            max_turns=opts.max_turns,
+            max_tokens=opts.max_tokens,
+            timeout_s=timeout,
+            log_dir=HARNESS_LOG_DIR,
+        )
+
     async def _run_harness(
         self,
         spec: RolloutSpec,
@@ -419,20 +439,11 @@ class RolloutRunner:
         on infrastructure failures."""
         task, h, opts = spec.task, spec.harness, self.options
         timeout = opts.agent_timeout_s or task.timeouts.agent_s
-        ctx = HarnessContext(
-            task=task,
-            session_id=session.session_id if session else "",
-            api_key=session.api_key if session else "",
-            openai_base_url=session.openai_base_url if session else "",
-            anthropic_base_url=session.anthropic_base_url if session else "",
-            model=opts.model,
-            max_turns=opts.max_turns,
-            max_tokens=opts.max_tokens,
-            timeout_s=timeout,
-            log_dir=HARNESS_LOG_DIR,
-        )
-        launch = h.launch(ctx)
+        launch = h.launch(self._context(task, session, timeout))
         await sb.put_files({f"{HARNESS_LOG_DIR}/.keep": b"", **dict(launch.files)})
+        setup_error = await run_setup(task, sb)
+        if setup_error is not None:  # the task's own init failed: not the agent's doing
+            return {**_refused(setup_error, None), "status": RolloutStatus.ENV_ERROR}
         t0 = time.time()
         res = await sb.exec(
             list(launch.argv),
@@ -451,6 +462,9 @@ class RolloutRunner:
                 raise
             return _refused(f"cannot stop the agent's processes: {exc}", res)
         logs = await _collect_logs(sb, launch.log_paths, opts.log_cap_bytes)
+        graded = None  # AgentBench: the answer is graded in the agent's own sandbox
+        if task.grader is not None:
+            graded = await grade_in_sandbox(task, sb, await agent_answer(sb, logs))
         try:
             await sb.get_dir(task.workspace_path, final, limits=self.copy_limits(task))
         except SandboxCopyLimitError as exc:
@@ -483,6 +497,7 @@ class RolloutRunner:
             "stdout": stdout,
             "stderr": stderr,
             "logs": logs,
+            "graded": graded,
         }
 
 

@@ -41,15 +41,16 @@ async def _collect_logs(sb: Sandbox, paths: Mapping[str, str], cap: int) -> dict
 
 
 def _refused(reason: str, res: Any) -> dict[str, Any]:
-    """The harness outcome of a rollout whose workspace is not verified (scored as 0)."""
+    """The harness outcome of a rollout whose workspace is not verified (scored as 0);
+    ``res`` is the harness's exec result (``None``: the harness never ran)."""
     return {
         "status": RolloutStatus.HARNESS_ERROR,
         "reason": reason,
         "end_reason": "refused",
         "turns": None,
-        "exit_code": None if res.timed_out else res.exit_code,
-        "stdout": res.stdout.decode("utf-8", errors="replace"),
-        "stderr": res.stderr.decode("utf-8", errors="replace"),
+        "exit_code": None if res is None or res.timed_out else res.exit_code,
+        "stdout": "" if res is None else res.stdout.decode("utf-8", errors="replace"),
+        "stderr": "" if res is None else res.stderr.decode("utf-8", errors="replace"),
         "logs": {},
         "refused": True,
     }

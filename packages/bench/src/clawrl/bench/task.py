@@ -23,9 +23,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "ANSWER_PATH",
     "CATEGORIES",
     "DIFFICULTIES",
+    "AnswerGrader",
     "Layout",
+    "Script",
     "SolutionSpec",
     "Task",
     "TaskLimits",
@@ -53,6 +56,9 @@ TESTS_MOUNT = "/tests"
 REWARD_MOUNT = "/logs/verifier"
 #: Where oracle solution files are mounted when the oracle runs.
 SOLUTION_MOUNT = "/solution"
+#: The answer channel: a file an agent (or the oracle) may write its final answer to; else
+#: the answer is read from the harness's last assistant message (AgentBench OS tasks).
+ANSWER_PATH = "/run/clawrl/answer"
 
 
 class Layout(StrEnum):
@@ -61,6 +67,7 @@ class Layout(StrEnum):
     BUILTIN = "builtin"
     HARBOR = "harbor"
     TB1 = "terminal-bench-1"
+    AGENTBENCH_OS = "agentbench-os"
     CLAWGYM = "clawgym"
 
 
@@ -135,6 +142,33 @@ class SolutionSpec(_Frozen):
     command: tuple[str, ...]
 
 
+class Script(_Frozen):
+    """A script run in a sandbox: ``bash -c CODE -- ARGS`` or ``python3 -c CODE ARGS``."""
+
+    language: Literal["bash", "python"] = "bash"
+    code: str
+
+
+class AnswerGrader(_Frozen):
+    """AgentBench OS grading of the agent's final answer, run in the agent's own sandbox
+    after every agent process is killed (:mod:`clawrl.bench.agentbench_os`).
+
+    Attributes:
+        match_answer: exact match with the (stripped, if ``strip``) answer.
+        match_regex: the answer matches this regular expression (``re.search``).
+        strip: strip the answer before matching.
+        check: scripts run in turn with the arguments ``answer, output 1, …``; each must exit
+            0; ``None`` stands for ``example``. Passing all of them is reward 1.
+        example: the reference script (its output is the expected answer of a check).
+    """
+
+    match_answer: str | None = None
+    match_regex: str | None = None
+    strip: bool = True
+    check: tuple[Script | None, ...] = ()
+    example: Script | None = None
+
+
 class Task(_Frozen):
     """One task, whatever its layout. Build it with :func:`clawrl.bench.load_task`.
 
@@ -158,6 +192,12 @@ class Task(_Frozen):
             its directory is the build context), built by the rollout runner into the
             image the agent and the verifier run in (:mod:`clawrl.bench.task_image`);
             ``None``: the default sandbox root.
+        init_scripts: run to completion in the agent's sandbox before the agent starts
+            (AgentBench ``create.init``); one that fails makes the rollout an ``env-error``.
+        start_script: started in the background in the agent's sandbox before the agent
+            (AgentBench ``start``).
+        grader: grade the agent's answer in its own sandbox instead of running
+            ``verifier`` (AgentBench OS).
         build_context: the image build's context (``None``: the Dockerfile's directory;
             Terminal-Bench 1: the task directory, from ``docker-compose.yaml``).
         env: environment variables for the agent's sandbox (Dockerfile ``ENV``, ``$VAR``
@@ -183,6 +223,9 @@ class Task(_Frozen):
     setup_commands: tuple[str, ...] = ()
     dockerfile: Path | None = None
     build_context: Path | None = None
+    init_scripts: tuple[Script, ...] = ()
+    start_script: Script | None = None
+    grader: AnswerGrader | None = None
     env: dict[str, str] = Field(default_factory=dict)
     notes: tuple[str, ...] = ()
     metadata: dict[str, Any] = Field(default_factory=dict)

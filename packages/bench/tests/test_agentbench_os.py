@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ from clawrl.bench import (
 from clawrl.sandbox import Sandbox, SandboxSpec
 
 SUITE = Path(__file__).parent / "fixtures" / "agentbench_os"
-requires_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
 
 
 def test_entries_are_tasks() -> None:
@@ -58,7 +56,7 @@ def test_bad_entries_are_load_errors(tmp_path: Path, entry: dict[str, object], n
         load_agentbench_os(tmp_path / "bad.json")
 
 
-@requires_podman
+@pytest.mark.podman
 @pytest.mark.slow
 def test_example_answers_pass_and_untouched_scores_zero() -> None:
     """The oracle (the example's output into the answer file) passes every task; the noop
@@ -86,7 +84,7 @@ async def _grades(answers: list[str | None], index: int) -> list[float]:
     return rewards
 
 
-@requires_podman
+@pytest.mark.podman
 @pytest.mark.slow
 def test_wrong_answers_score_zero() -> None:
     assert asyncio.run(_grades(["3", " 3\n", "4", "three", None], 0)) == [1, 1, 0, 0, 0]
@@ -94,7 +92,7 @@ def test_wrong_answers_score_zero() -> None:
     assert asyncio.run(_grades(["big.bin", "a.txt", "big.bin.bak"], 3)) == [1, 0, 0]
 
 
-@requires_podman
+@pytest.mark.podman
 def test_answer_channel() -> None:
     """The answer file wins; else the last assistant message's last answer(...), else its
     whole text."""

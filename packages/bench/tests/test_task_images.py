@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from clawrl.bench import (
+    RolloutOptions,
     RolloutRunner,
     RolloutStatus,
     TaskLoadError,
@@ -157,6 +158,29 @@ _NET_TEST = """\
 if curl -sS -m 20 -o /dev/null https://pypi.org/simple/pytest/ && [ "$(cat /app/agent_net)" = none ]
 then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
 """
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_agent_network_opt_in(tmp_path: Path) -> None:
+    """``agent_network=True`` gives the agent phase of a task that declares a network the
+    bridge network (the oracle's curl reaches PyPI); a task that declares none stays
+    offline even then."""
+    test_sh = (
+        '[ "$(cat /app/agent_net)" = net ] && echo 1 > /logs/verifier/reward.txt'
+        " || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    rewards = []
+    for allow in ("true", "false"):
+        root = _task_with(
+            tmp_path / allow, "FROM debian:bookworm-slim\nWORKDIR /app\n", test_sh,
+            allow_internet=allow,
+        )  # fmt: skip
+        opts = RolloutOptions(agent_network=True)
+        (r,) = asyncio.run(run_rollouts([load_task(root)], ["oracle"], options=opts))
+        assert r.status is RolloutStatus.OK, r
+        rewards.append(r.reward)
+    assert rewards == [1.0, 0.0]
 
 
 @pytest.mark.podman

@@ -12,7 +12,6 @@ from clawrl.bench import Layout, RolloutStatus, TaskLoadError, load_task, run_ro
 from clawrl.bench.pytest_summary import parse_pytest_summary
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tb1_word_count"
-requires_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
 
 _SUMMARY = """\
 =========================== short test summary info ============================
@@ -99,7 +98,7 @@ def test_bad_tb1_tasks_are_load_errors(tmp_path: Path, edit: object, needle: str
         load_task(root)
 
 
-@requires_podman
+@pytest.mark.podman
 @pytest.mark.slow
 def test_tb1_task_oracle_passes_noop_scores_zero() -> None:
     """Built from its Dockerfile (FROM python:3.13-slim-bookworm → the local base, RUN

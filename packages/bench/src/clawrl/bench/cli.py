@@ -102,6 +102,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="do not build tasks' Dockerfiles: run every task in the default root",
     )
+    p.add_argument(
+        "--agent-network",
+        action="store_true",
+        default=None,
+        help="trusted tasks only: the agent phase of tasks that declare a network gets "
+        "podman's bridge network (what this host reaches)",
+    )
     p.add_argument("--list", action="store_true", help="list the selected tasks and exit")
     return p
 
@@ -229,6 +236,7 @@ async def _run(
         agent_timeout_s=cfg.agent_timeout_s or None,
         retries=cfg.retries,
         task_images=cfg.task_images,
+        agent_network=cfg.agent_network,
     )
     specs = plan_rollouts(tasks, harnesses, cfg.samples)
     needs_model = any(h.needs_model for h in harnesses)
@@ -328,6 +336,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"bench: {len(tasks)} tasks × {len(harnesses)} harnesses × {cfg.samples} samples "
         f"→ {out_dir}"
     )
+    if cfg.agent_network:
+        opted = [t.id for t in tasks if t.network]
+        console.print(
+            f"[yellow]--agent-network: the agent phase of {len(opted)} task(s) that declare a "
+            "network runs on podman's bridge network: it reaches what this host reaches (here "
+            "the package registries), not only the model socket"
+            + (f": {', '.join(opted[:10])}" if opted else "")
+            + "[/yellow]"
+        )
     try:
         return asyncio.run(_run(cfg, tasks, harnesses, out_dir, console))
     except (BenchError, ProxyStartError) as exc:

@@ -30,6 +30,8 @@ Example ``bench.toml`` (all keys optional; these are the defaults)::
     html = true
     task_images = true            # build each task's Dockerfile (Harbor) into its image;
                                   # false: every task runs in the default root
+    agent_network = false         # true: the agent phase of tasks that declare a network
+                                  # gets podman's bridge (trusted tasks only)
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class BenchConfig(BaseModel):
     run_id: str = ""
     html: bool = True
     task_images: bool = True
+    agent_network: bool = False
 
     @field_validator("slice", mode="before")
     @classmethod

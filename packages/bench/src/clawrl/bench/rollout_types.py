@@ -79,6 +79,10 @@ class RolloutOptions(BaseModel):
         task_images: build each task's Dockerfile (Harbor ``environment/Dockerfile``) into
             the image its agent and verifier sandboxes run (:mod:`clawrl.bench.task_image`);
             ``False``: every task runs in the default root (the host's ``/usr``).
+        agent_network: give the agent phase of tasks that declare a network (Harbor
+            ``allow_internet``, Terminal-Bench 1's compose network) podman's ``bridge``
+            network — what the host reaches (here: the package registries); for trusted
+            tasks only. ``False`` (default): the agent reaches only the model socket.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -93,6 +97,7 @@ class RolloutOptions(BaseModel):
     diff_cap_bytes: int = Field(default=64 * 1024, ge=0)
     keep_records: bool = True
     task_images: bool = True
+    agent_network: bool = False
 
 
 @dataclass(frozen=True)

@@ -268,7 +268,7 @@ class RolloutRunner:
             ws_path == PurePosixPath(r) or PurePosixPath(r) in ws_path.parents
             for r in _WRITABLE_ROOTS
         )
-        fields = TaskEnvironments.agent_fields(task, image)
+        fields = TaskEnvironments.agent_fields(task, image, self.options.agent_network)
         return SandboxSpec(
             image=fields["image"] or self.sandbox_image,
             files={task.workspace_path: workspace},

@@ -10,7 +10,8 @@
   rebuilding;
 * :meth:`~TaskEnvironments.agent_fields` gives the agent sandbox the image and the image's
   own environment (podman expanded its ``ENV`` lines), and never a network: the agent
-  phase reaches only the model socket, whatever the task declares;
+  phase reaches only the model socket, whatever the task declares, unless the run opts
+  trusted tasks in (``RolloutOptions.agent_network``, ``bench --agent-network``);
 * :meth:`~TaskEnvironments.verify_executor` runs the verifier in a fresh sandbox of the
   same image, sized from the task's limits, with podman's default ``bridge`` network when
   the task declares it (Harbor ``allow_internet = true``), else ``--network none``.
@@ -101,12 +102,17 @@ class TaskEnvironments:
             return exc
 
     @staticmethod
-    def agent_fields(task: Task, image: TaskImage | None) -> dict[str, Any]:
+    def agent_fields(
+        task: Task, image: TaskImage | None, agent_network: bool = False
+    ) -> dict[str, Any]:
         """``SandboxSpec`` fields of the agent sandbox: ``image`` and ``env`` (the image's
-        environment, else the task's) and ``network="none"`` in every case."""
+        environment, else the task's) and ``network``: ``"none"`` unless ``agent_network``
+        (the ``--agent-network`` opt-in) and the task declares a network, then
+        :data:`VERIFIER_NETWORK`."""
+        network = VERIFIER_NETWORK if agent_network and task.network else "none"
         if image is None:
-            return {"image": None, "env": dict(task.env), "network": "none"}
-        return {"image": image.tag, "env": dict(image.env), "network": "none"}
+            return {"image": None, "env": dict(task.env), "network": network}
+        return {"image": image.tag, "env": dict(image.env), "network": network}
 
     def verify_executor(self, task: Task, image: TaskImage | None, default: Executor) -> Executor:
         """The executor of ``task``'s verifier: ``default`` for a task without an image,

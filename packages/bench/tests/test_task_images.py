@@ -90,6 +90,18 @@ def test_harbor_limits_and_env_without_a_build() -> None:
     assert sb.limits.memory_bytes == 2048 << 20 and sb.network == "none"
 
 
+@pytest.mark.parametrize(
+    ("line", "network"),
+    [("allow_internet = true", True), ('network_mode = "public"', True), ("", False)],
+)
+def test_harbor_network_declarations(tmp_path: Path, line: str, network: bool) -> None:
+    root = tmp_path / "t"
+    shutil.copytree(SLUGIFY, root)
+    toml = (root / "task.toml").read_text().replace("allow_internet = false", line)
+    (root / "task.toml").write_text(toml)
+    assert load_task(root).network is network
+
+
 @pytest.mark.parametrize("memory", ['"lots"', "true"])
 def test_bad_harbor_memory_is_a_load_error(tmp_path: Path, memory: str) -> None:
     root = tmp_path / "t"

@@ -86,6 +86,29 @@ def test_verifier_that_cannot_run_is_an_error(
     assert reason in r.reason, r.reason
 
 
+@pytest.mark.parametrize(
+    ("script", "status", "reward"),
+    [
+        # Harbor's `exit "$rc"` after writing 0: the agent failed the tests, a scored 0
+        ("echo 0 > /logs/verifier/reward.txt\nexit 1\n", VerifierStatus.OK, 0.0),
+        # a positive reward from a non-zero exit is never trusted
+        ("echo 1 > /logs/verifier/reward.txt\nexit 1\n", VerifierStatus.ERROR, 0.0),
+        # killed after writing 0 (128 + 9): not a plain failure status
+        ("echo 0 > /logs/verifier/reward.txt\nkill -9 $$\n", VerifierStatus.ERROR, 0.0),
+        # a 0 from a verifier whose tool is missing stays a verifier error
+        ("echo 0 > /logs/verifier/reward.txt\nuvx pytest\nexit 1\n", VerifierStatus.ERROR, 0.0),
+    ],
+)
+def test_failed_tests_exit_after_a_zero_is_graded(
+    tmp_path: Path, executor: SandboxExecutor, script: str, status: VerifierStatus, reward: float
+) -> None:
+    task = harbor_task(tmp_path / "task", script)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    r = verify(task, ws, executor)
+    assert (r.status, r.reward) == (status, reward), r
+
+
 AGENT_FAILURES = {
     # the agent did not write the module the tests import: its failure, scored 0
     "agent-module-missing": "import solution\n\ndef test_it():\n    assert solution.answer == 42\n",

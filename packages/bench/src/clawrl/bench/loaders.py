@@ -503,7 +503,9 @@ def _load_harbor(root: Path) -> Task:
         if v is not None
     }
     limits = _harbor_limits(root, environment)
-    allow_internet = environment.get("allow_internet", False)
+    # Harbor 1.x: allow_internet = true; schema 2.0: network_mode = "public"
+    mode = environment.get("network_mode", "none")
+    allow_internet = environment.get("allow_internet", mode in ("public", "bridge", "host"))
     if not isinstance(allow_internet, bool):
         raise TaskLoadError(root, "task.toml: [environment] allow_internet must be a boolean")
     category = metadata.get("category")

@@ -20,8 +20,10 @@ Verification never trusts the agent's workspace beyond its plain files:
    cannot write that directory nor the verifier's files, nor signal the checker;
 4. the verifier must exit 0: a verifier that exits non-zero or is killed is a
    ``verifier-error`` and one still running at its timeout a ``verifier-timeout``, whatever
-   reward it wrote (code the verifier ran may have written a reward, then killed it;
-   a Terminal-Bench 1 verifier may also exit 1, pytest's "tests failed"); a
+   reward it wrote (code the verifier ran may have written a reward, then killed it) —
+   except a plain failure status (1-125) that reports failed tests: pytest's exit 1 under
+   Terminal-Bench 1 grading, or a Harbor ``test.sh`` that wrote reward 0 then ``exit $rc``,
+   which are graded (a zero cannot be a tampering gain); a
    missing, unparsable, non-finite or out-of-range reward or sub-score is a
    ``verifier-error`` too — never a pass; so is a reward below 1 from a verifier whose
    output shows it could not run (its command not found, its test runner's module
@@ -239,9 +241,7 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
                 f"verifier exceeded {task.timeouts.verifier_s:g} s",
             )
         cause = cannot_run_reason(result.stdout, result.stderr, task.verifier.mount_path)
-        # pytest exits 1 when tests failed: Terminal-Bench 1 grades from its summary then
-        failed_tests = task.verifier.reward_channel == "pytest" and result.exit_code == 1
-        if result.exit_code != 0 and not failed_tests:
+        if result.exit_code != 0 and not _failed_tests_exit(task, result, reward_dir, cause):
             why = f" ({cause})" if cause else ""
             return _failure(
                 result,
@@ -255,6 +255,22 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
         else:
             verdict = _from_reward_dir(result, reward_dir)
         return _distrust(verdict, result, cause)
+
+
+def _failed_tests_exit(task: Task, result: ExecResult, reward_dir: Path, cause: str | None) -> bool:
+    """Whether a non-zero exit is the verifier reporting failed tests, to be graded anyway:
+    pytest's exit 1 under Terminal-Bench 1's summary grading, or a Harbor ``test.sh`` that
+    wrote reward 0 and then ``exit $rc`` with a plain status (1-125; not killed, not 127,
+    no sign that it could not run). A zero cannot be a tampering gain; any other reward
+    from a non-zero exit stays untrusted."""
+    if cause is not None or result.exit_code is None or not 1 <= result.exit_code <= 125:
+        return False
+    if task.verifier.reward_channel == "pytest":
+        return result.exit_code == 1
+    if task.verifier.reward_channel != "file":
+        return False
+    verdict = _from_reward_dir(result, reward_dir)
+    return verdict.ok and verdict.reward == 0.0
 
 
 def _distrust(verdict: VerifierResult, result: ExecResult, cause: str | None) -> VerifierResult:

@@ -65,6 +65,7 @@ def test_froms_are_rewritten_but_stages_and_flags_kept() -> None:
         ("node:20-bookworm", "bookworm", ("nodejs", "npm")),
         ("ubuntu:24.04", "bookworm", ()),
         ("debian:trixie-slim", "trixie", ()),
+        ("alpine:3.20", "bookworm", ()),
         ("ghcr.io/some/thing:1", "bookworm", ()),
     ],
 )
@@ -170,6 +171,20 @@ _NET_TEST = """\
 if curl -sS -m 20 -o /dev/null https://pypi.org/simple/pytest/ && [ "$(cat /app/agent_net)" = none ]
 then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
 """
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_alpine_apk_add_through_the_shim(tmp_path: Path) -> None:
+    """FROM alpine (a public Harbor example: RUN apk add --no-cache bash) builds on the
+    Debian stand-in: apk add installs the same-named Debian packages."""
+    root = _task_with(
+        tmp_path,
+        "FROM alpine:3.20\nRUN apk update && apk add --no-cache bash jq py3-yaml\nWORKDIR /work\n",
+        "command -v jq && python3 -c 'import yaml' && echo 1 > /logs/verifier/reward.txt\n",
+    )
+    (r,) = asyncio.run(run_rollouts([load_task(root)], ["noop"], concurrency=1))
+    assert r.status is RolloutStatus.OK and r.reward == 1.0, r
 
 
 @pytest.mark.podman

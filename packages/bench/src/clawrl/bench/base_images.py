@@ -29,6 +29,7 @@ from pathlib import Path
 from clawrl.sandbox import ImageBuildError, Podman, build_image
 
 __all__ = [
+    "APK_SHIM",
     "BASE_PACKAGES",
     "BASE_RECIPES",
     "BaseRecipe",
@@ -70,6 +71,36 @@ CMD ["sleep", "infinity"]
 """
 
 
+#: ``apk`` on a Debian stand-in for ``alpine:*``: ``apk add`` installs the Debian packages
+#: of the same names (a few Alpine names mapped), ``apk update`` is a no-op.
+APK_SHIM = r"""#!/bin/sh
+# clawrl: Alpine's apk on a Debian stand-in base (see clawrl.bench.base_images)
+set -e
+cmd="$1"; [ $# -gt 0 ] && shift
+case "$cmd" in
+  add|del)
+    pkgs=""
+    for a in "$@"; do
+      case "$a" in
+        -*) ;;
+        build-base) pkgs="$pkgs build-essential" ;;
+        py3-*) pkgs="$pkgs python3-${a#py3-}" ;;
+        *) pkgs="$pkgs ${a%%[=<>~]*}" ;;
+      esac
+    done
+    [ -n "$pkgs" ] || exit 0
+    if [ "$cmd" = add ]; then
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs
+    else
+      apt-get remove -y -qq $pkgs
+    fi ;;
+  update|upgrade|cache|info) exit 0 ;;
+  *) echo "apk $cmd: not supported by clawrl's apk shim" >&2; exit 1 ;;
+esac
+"""
+
+
 @dataclass(frozen=True)
 class BaseRecipe:
     """How a family of registry images is stood in for locally.
@@ -80,12 +111,14 @@ class BaseRecipe:
         suite: Debian suite the base is bootstrapped from.
         extra_packages: Debian packages on top of :data:`BASE_PACKAGES`.
         differs: where the stand-in is not what the registry image is (for the README).
+        apk_shim: install :data:`APK_SHIM` as ``/sbin/apk`` (the ``alpine:*`` stand-in).
     """
 
     patterns: tuple[str, ...]
     suite: str = "bookworm"
     extra_packages: tuple[str, ...] = ()
     differs: str = ""
+    apk_shim: bool = False
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -95,7 +128,10 @@ class BaseRecipe:
     @property
     def tag(self) -> str:
         """The local base's image tag (named by a digest of the recipe)."""
-        key = f"base{_FINISH_VERSION}|{self.suite}|{','.join(self.packages)}|{_host_cas_digest()}"
+        key = (
+            f"base{_FINISH_VERSION}|{self.suite}|{','.join(self.packages)}|{_host_cas_digest()}"
+            + ("|apk" if self.apk_shim else "")
+        )
         return f"localhost/clawrl-base:{self.suite}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
@@ -143,6 +179,13 @@ BASE_RECIPES: tuple[BaseRecipe, ...] = (
         ("ubuntu:*", "buildpack-deps:*"),
         differs="Debian bookworm, not Ubuntu: same apt package names for the common tools, "
         "other versions (e.g. Python 3.11, not 3.10 / 3.12)",
+    ),
+    BaseRecipe(
+        ("alpine:*",),
+        apk_shim=True,
+        differs="Debian bookworm, not Alpine: glibc, not musl; `apk add X` is a shim over "
+        "apt-get (same names, `py3-X` → `python3-X`, `build-base` → `build-essential`), so an "
+        "Alpine-only package name fails the build",
     ),
     BaseRecipe(
         ("*",),
@@ -195,9 +238,11 @@ async def ensure_base_image(
             for i, cert in enumerate(_host_cas()):
                 shutil.copyfile(cert, Path(tmp) / "ca" / f"host-{i}-{cert.name}")
             containerfile = Path(tmp) / "Containerfile"
-            containerfile.write_text(
-                _FINISH.format(debootstrap=debootstrap, recipe=recipe.tag.split(":")[1])
-            )
+            text = _FINISH.format(debootstrap=debootstrap, recipe=recipe.tag.split(":")[1])
+            if recipe.apk_shim:
+                (Path(tmp) / "apk").write_text(APK_SHIM)
+                text += "COPY --chmod=0755 apk /sbin/apk\n"
+            containerfile.write_text(text)
             res = await podman.run(
                 "build", "--pull=never", "-t", recipe.tag, "-f", str(containerfile), tmp,
                 check=False, timeout=900,

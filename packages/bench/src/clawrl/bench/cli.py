@@ -177,7 +177,8 @@ def _progress_printer(
 def _print_tables(console: Console, results: Sequence[RolloutResult], cfg: BenchConfig) -> None:
     summary = summarize(results, cfg.ks, cfg.pass_threshold)
     t = Table(title="per harness")
-    for col in ("harness", "tasks", "scored", "infra (excluded)", "verifier errors", "mean score"):
+    cols = ("harness", "tasks", "scored", "infra (excluded)", "env (excluded)", "verifier errors")
+    for col in (*cols, "mean score"):
         t.add_column(col)
     for k in cfg.ks:
         t.add_column(f"pass@{k}")
@@ -188,6 +189,7 @@ def _print_tables(console: Console, results: Sequence[RolloutResult], cfg: Bench
             str(g.n_tasks),
             str(g.n_scored),
             str(g.n_infra_error),
+            str(g.n_env_error),
             str(g.n_verifier_error),
             "–" if g.mean_score is None else f"{g.mean_score:.3f}",
             *["–" if g.pass_at_k.get(k) is None else f"{g.pass_at_k[k]:.3f}" for k in cfg.ks],

@@ -118,6 +118,23 @@ def test_bad_harbor_memory_is_a_load_error(tmp_path: Path, memory: str) -> None:
 
 @pytest.mark.podman
 @pytest.mark.slow
+def test_base_image_from_several_event_loops() -> None:
+    """Concurrent requests for one base in one event loop, then again in a new loop (the RL
+    loop and the tests run a runner per asyncio.run): a lock bound to the first loop
+    deadlocked the second."""
+    from clawrl.bench import ensure_base_image
+    from clawrl.sandbox import Podman
+
+    async def three() -> set[str]:
+        recipe, podman = base_recipe_for("python:3"), Podman()
+        tags = asyncio.gather(*(ensure_base_image(recipe, podman) for _ in range(3)))
+        return set(await asyncio.wait_for(tags, 600))
+
+    assert asyncio.run(three()) == asyncio.run(three()) == {base_recipe_for("python:3").tag}
+
+
+@pytest.mark.podman
+@pytest.mark.slow
 def test_harbor_task_in_its_built_image_oracle_passes_noop_scores_zero() -> None:
     """FROM python:3.11-slim (no registry: the local base), RUN pip install pytest (network
     at build time), ENV with $PATH, WORKDIR, COPY inside and outside the workspace: the

@@ -212,7 +212,8 @@ def base_recipe_for(ref: str) -> BaseRecipe:
     return BASE_RECIPES[-1]
 
 
-_locks: dict[str, asyncio.Lock] = {}
+# one lock per event loop and base: an asyncio.Lock is bound to the loop it first waited in
+_locks: dict[tuple[int, str], asyncio.Lock] = {}
 
 
 async def ensure_base_image(
@@ -226,7 +227,7 @@ async def ensure_base_image(
     Raises:
         ImageBuildError: debootstrap or the finishing build failed (with the log tail).
     """
-    lock = _locks.setdefault(recipe.tag, asyncio.Lock())
+    lock = _locks.setdefault((id(asyncio.get_running_loop()), recipe.tag), asyncio.Lock())
     async with lock:
         if (await podman.run("image", "exists", recipe.tag, check=False)).returncode == 0:
             return recipe.tag

@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from clawrl.bench.agentbench_os import agent_answer, grade_in_sandbox, run_setup
 from clawrl.bench.executors import Executor
@@ -73,7 +73,14 @@ from clawrl.bench.verify import (
     prepare_workspace,
 )
 from clawrl.bench.workspace_diff import FileChange, workspace_diff
-from clawrl.proxy import AsyncAdminClient, ModelEndpoint, ProxyError, SessionInfo, serve
+from clawrl.proxy import (
+    AsyncAdminClient,
+    InferenceBackend,
+    ModelEndpoint,
+    ProxyError,
+    SessionInfo,
+    serve,
+)
 from clawrl.sandbox import (
     CopyLimits,
     Limits,
@@ -92,6 +99,7 @@ __all__ = [
     "RolloutRunner",
     "RolloutSpec",
     "RolloutStatus",
+    "RunnerOptions",
     "plan_rollouts",
     "run_rollouts",
 ]
@@ -127,6 +135,17 @@ def plan_rollouts(
             RolloutSpec(task=t, harness=h, sample_index=i, group_id=group, sampling_seed=sampling)
         )
     return specs
+
+
+class RunnerOptions(TypedDict, total=False):
+    """The keyword options of :class:`RolloutRunner` that :func:`run_rollouts` passes on."""
+
+    concurrency: int
+    run_id: str | None
+    progress: ProgressCallback | None
+    session_hook: SessionHook | None
+    verify_executor: Executor | None
+    sandbox_image: str | None
 
 
 class RolloutRunner:
@@ -544,21 +563,18 @@ async def run_rollouts(
     *,
     samples: int = 1,
     endpoint: ModelEndpoint | None = None,
-    backend: Any = None,
+    backend: InferenceBackend | None = None,
     model_dir: Path | str | None = None,
     options: RolloutOptions | None = None,
-    concurrency: int = 4,
-    run_id: str | None = None,
-    progress: ProgressCallback | None = None,
-    session_hook: SessionHook | None = None,
-    verify_executor: Executor | None = None,
+    **runner_options: Unpack[RunnerOptions],
 ) -> list[RolloutResult]:
     """Run tasks × harnesses × samples and return one :class:`RolloutResult` each.
 
     The model: an already-running proxy (``endpoint``), or a ``backend`` (any clawrl.proxy
     ``InferenceBackend``) served by an in-process proxy for the duration of the call, with
     ``model_dir`` (tokenizer + chat template). Neither is needed when every harness runs
-    without a model (the oracle).
+    without a model (the oracle). ``options`` and ``runner_options`` (concurrency, run id,
+    progress, session hook, verifier executor, sandbox image) are :class:`RolloutRunner`'s.
 
     Raises:
         ValueError: unknown harness name, ``samples`` < 1, or a model harness with neither
@@ -567,16 +583,7 @@ async def run_rollouts(
     specs = plan_rollouts(tasks, harnesses, samples)
 
     async def go(ep: ModelEndpoint | None) -> list[RolloutResult]:
-        runner = RolloutRunner(
-            ep,
-            options,
-            concurrency=concurrency,
-            run_id=run_id,
-            progress=progress,
-            session_hook=session_hook,
-            verify_executor=verify_executor,
-        )
-        return await runner.run(specs)
+        return await RolloutRunner(ep, options, **runner_options).run(specs)
 
     if endpoint is None and backend is not None:
         if model_dir is None:

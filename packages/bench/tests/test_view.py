@@ -143,6 +143,18 @@ def test_train_run(tmp_path: Path) -> None:
 
     d = rollout_data(run.rollouts[0], TokenText(run.model_dir))
     assert d["heat"]["advantage"] == run.rollouts[0].advantage and not d["heat"]["adv_note"]
+    # the update's per-token record: advantage and importance weight on exactly the tokens
+    # the viewer marks trained (positions joined on each trajectory's leaf call)
+    heat = [rollout_data(ro, TokenText(run.model_dir))["heat"] for ro in run.rollouts]
+    assert all(h["per_token"] and not h["iw_note"] for h in heat)
+    for ro, h in zip(run.rollouts, heat, strict=True):
+        trained = [p for p in h["paths"] if p["trained"]]
+        assert trained and all("iw" in p and "adv" in p for p in trained)
+        for p in trained:
+            has_lp = [x is not None for x in p["lp"]]
+            assert [x is not None for x in p["iw"]] == has_lp
+            assert all(a == ro.advantage for a in p["adv"] if a is not None)  # GRPO: shared
+            assert all(0.0 <= w <= 2.0 for w in p["iw"] if w is not None)  # tis_cap = 2
 
 
 def test_group_tree_matches_merged_prefix_tree(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -241,3 +242,19 @@ def test_train_run_curves_steps_and_advantages(browser: Any, tmp_path: Path) -> 
     )
     assert bg and all(b.startswith("rgba(") for b in bg)
     assert js(browser, "return document.querySelectorAll('#heat .t:not(.tr)[style]').length") == 0
+    # importance weights, recorded per token by the update: the mode colours trained tokens
+    # only, and hover shows the weight
+    assert not js(browser, "return document.querySelector('#heat-mode option[value=iw]').disabled")
+    js(browser, "const m = document.getElementById('heat-mode'); m.value = 'iw'; m.onchange();")
+    bg = js(
+        browser, "return [...document.querySelectorAll('#heat .t.tr')].map(s => s.style.background)"
+    )
+    assert bg and all(b.startswith("rgba(") for b in bg)
+    assert js(browser, "return document.querySelectorAll('#heat .t:not(.tr)[style]').length") == 0
+    js(
+        browser,
+        "document.querySelector('#heat .t.tr').dispatchEvent(new MouseEvent('mouseover', "
+        "{bubbles: true}))",
+    )
+    hover = js(browser, "return document.getElementById('hover').textContent")
+    assert re.search(r"importance weight \d+\.\d{3}", hover), hover

@@ -11,6 +11,7 @@ The optimiser step is the trainer's job (:mod:`clawrl.rl_core.trainer`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,6 +61,10 @@ class PreparedRL:
         weight: w_m for policy / KL / entropy / SFT terms (aggregation × corrections).
         advantage: A_m (None for SFT).
         value_weight, returns, old_values: value-loss inputs (None without a value function).
+        importance_weight: the correction factor c_m folded into ``weight`` (RL only): the
+            TIS weight min(ρ, C) of ρ = π_old / π_rollout (Yao et al. 2025, "Your efficient
+            RL framework secretly brings you off-policy RL training"), times 0 where a ratio
+            mask drops the token, 1 with no correction configured.
         metrics: scalar diagnostics (corrections, advantages).
     """
 
@@ -68,6 +73,7 @@ class PreparedRL:
     value_weight: np.ndarray | None = None
     returns: np.ndarray | None = None
     old_values: np.ndarray | None = None
+    importance_weight: np.ndarray | None = None
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -407,8 +413,9 @@ def prepare_rl(
     pol_w = w * mult
     if algorithm == "grpo":
         adv = _grpo_advantage(batch, traj_reward, tg, grpo_cfg, metrics)
-        return PreparedRL(weight=pol_w, advantage=adv, metrics=metrics)
-    return _ppo_prepared(batch, old, traj_reward, inc, pol_w, w, ppo_cfg or PPOConfig(), metrics)
+        return PreparedRL(weight=pol_w, advantage=adv, importance_weight=mult, metrics=metrics)
+    ppo = _ppo_prepared(batch, old, traj_reward, inc, pol_w, w, ppo_cfg or PPOConfig(), metrics)
+    return dataclasses.replace(ppo, importance_weight=mult)
 
 
 def prepare_sft(batch: TreeBatch, loss_cfg: LossConfig | None = None) -> PreparedRL:

@@ -141,6 +141,9 @@ class Trainer:
             ref_model.requires_grad_(False)
         self.step = 0
         self.policy_version = 0
+        #: the last :meth:`rl_step`'s batch, prepared per-membership quantities (advantage,
+        #: importance weight, weight) and old pass, for logging (None before the first step)
+        self.last_update: tuple[TreeBatch, PreparedRL, OldPass] | None = None
         self.data_position = 0
 
     # ------------------------------------------------------------------ helpers
@@ -221,6 +224,7 @@ class Trainer:
             groups=groups,
             current_version=self.policy_version,
         )
+        self.last_update = (batch, prepared, old)
         n_mb = self._minibatch_count(len(pieces))
         lr = float(self.scheduler.get_last_lr()[0])
         stats, norms = self._update_epochs(batch, pieces, prepared, old, n_mb)

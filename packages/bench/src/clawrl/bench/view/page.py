@@ -28,8 +28,8 @@ __all__ = ["build_view", "group_data", "rollout_data"]
 
 _ADV_NOTE = "advantages: this run recorded none (a bench run is not trained) — logprob only"
 _IW_NOTE = (
-    "importance weights: not recorded (the trainer's logprobs are not saved per token); "
-    "the rollout logprob is shown"
+    "importance weights: none recorded for this rollout (a bench run is not trained; a train "
+    "run records them for its trained rollouts) — the rollout logprob is shown"
 )
 
 
@@ -39,12 +39,14 @@ def _max_leaves(run: ViewRun) -> int | None:
 
 
 def _heat(ro: ViewRollout, vt: ViewTree) -> dict[str, Any]:
-    paths = heat_paths(vt)
+    paths = heat_paths(vt, ro.tokens)
+    per_token = any("adv" in p for p in paths)
     return {
         "paths": paths,
         "advantage": ro.advantage,
-        "adv_note": "" if ro.advantage is not None else _ADV_NOTE,
-        "iw_note": _IW_NOTE,
+        "adv_note": "" if ro.advantage is not None or per_token else _ADV_NOTE,
+        "iw_note": "" if per_token else _IW_NOTE,
+        "per_token": per_token,
     }
 
 

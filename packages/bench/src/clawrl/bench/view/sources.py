@@ -43,6 +43,9 @@ class ViewRollout:
         status, reason, reward, subscores, verifier, workspace_diff, end_reason, timing:
             what the run recorded (``reward`` is ``None`` where it recorded none).
         advantage: the rollout's recorded advantage (``None``: the run recorded none).
+        tokens: a train rollout's trained tokens per trajectory (by leaf call id), as the
+            update saw them: ``position``, ``advantage``, ``importance_weight``, ... lists
+            (rl-core's ``rollouts/step-NNNN.jsonl``); empty for a bench run.
         transcript: the conversation the harness logged (``{"role", "text"}``).
         records: the call records, by ``seq``.
     """
@@ -63,6 +66,7 @@ class ViewRollout:
     end_reason: str = ""
     timing: dict[str, float] = field(default_factory=dict)
     advantage: float | None = None
+    tokens: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     transcript: list[dict[str, str]] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
 
@@ -264,6 +268,7 @@ def _train_rollout(rid: str, recs: list[dict[str, Any]], row: dict[str, Any] | N
         end_reason=r.end_reason if r else "",
         timing=r.timing if r else {},
         advantage=r.advantage if r else None,
+        tokens=dict((row or {}).get("tokens") or {}),
         transcript=r.transcript if r else [],
         records=recs,
     )

@@ -2,27 +2,72 @@
 
 One line per rollout of the step: bench's :class:`~clawrl.bench.RolloutResult` without its
 call records (those are in ``<out>/capture/``) and without the harness's raw stdout/stderr
-(its logs stay), plus ``step`` (1-based, as in ``metrics.jsonl``), ``trained`` (the rollout
-is in the step's trees) and ``advantage``: with ``algo.name = "grpo"`` the rollout's GRPO
-advantage (:func:`clawrl.rl_core.grpo_advantages` over the trained rollouts' rewards and
-groups, as the update computes it; every trajectory of the rollout shares it), else
-``None`` (PPO's advantages are per token, from the value model, and not written). bench's
-viewer (``bench view``) reads these files.
+(its logs stay), plus:
+
+- ``step`` (1-based, as in ``metrics.jsonl``) and ``trained`` (the rollout is in the step's
+  trees);
+- ``tokens``: per trajectory of the rollout that was trained, keyed by its leaf call id, the
+  trained tokens as the update saw them — ``position`` (depth on the path, 0 = the root
+  token), ``advantage`` (A, per token), ``importance_weight`` (the correction factor c folded
+  into the loss weight: TIS weight of π_old / π_rollout, 0 where a ratio mask drops the
+  token; see :class:`~clawrl.rl_core.PreparedRL`), ``old_logprob`` (π_old, the trainer's
+  own pass) and ``rollout_logprob`` (what the engine reported): float lists aligned with
+  ``position``. From the step's last update (``algo.updates_per_step`` > 1: the last);
+- ``advantage``: the rollout's advantage when all its trained tokens share one (GRPO), else
+  ``None`` (PPO's advantages vary per token: see ``tokens``).
+
+bench's viewer (``bench view``) reads these files.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
 from clawrl.bench import RolloutResult
-from clawrl.rl_core.advantages import grpo_advantages
-from clawrl.rl_core.config import GRPOConfig
+from clawrl.rl_core.packing import TreeBatch
+from clawrl.rl_core.step import OldPass, PreparedRL
 from clawrl.rl_core.train.trees import BuiltTrees
 
-__all__ = ["write_step_rollouts"]
+__all__ = ["trained_tokens", "write_step_rollouts"]
+
+_FIELDS = ("advantage", "importance_weight", "old_logprob", "rollout_logprob")
+
+
+def trained_tokens(
+    batch: TreeBatch, prepared: PreparedRL, old: OldPass
+) -> dict[str, dict[str, dict[str, list[Any]]]]:
+    """``{rollout_id: {leaf_call_id: {"position": [...], "advantage": [...], ...}}}``: every
+    membership of the update's batch, by trajectory (see the module docstring)."""
+    m_tok = np.asarray(batch.mem_token, dtype=np.int64)
+    values = {
+        "advantage": prepared.advantage,
+        "importance_weight": prepared.importance_weight,
+        "old_logprob": np.asarray(old.logprobs)[m_tok],
+        "rollout_logprob": np.asarray(batch.mem_logprob),
+    }
+    positions = np.asarray(batch.position_ids, dtype=np.int64)[m_tok]
+    out: dict[str, dict[str, dict[str, list[Any]]]] = {}
+    for m, k in enumerate(np.asarray(batch.mem_traj, dtype=np.int64)):
+        traj = batch.trajectories[int(k)]
+        row = out.setdefault(traj.rollout_id, {}).setdefault(
+            traj.leaf_call_id, {"position": [], **{f: [] for f in _FIELDS}}
+        )
+        row["position"].append(int(positions[m]))
+        for f in _FIELDS:
+            v = values[f]
+            row[f].append(None if v is None else round(float(v[m]), 6))
+    return out
+
+
+def _rollout_advantage(tokens: dict[str, dict[str, list[Any]]] | None) -> float | None:
+    if not tokens:
+        return None
+    seen = {a for row in tokens.values() for a in row["advantage"]}
+    return seen.pop() if len(seen) == 1 and None not in seen else None
 
 
 def write_step_rollouts(
@@ -30,26 +75,20 @@ def write_step_rollouts(
     step: int,
     results: Sequence[RolloutResult],
     built: BuiltTrees,
-    grpo: GRPOConfig | None,
+    update: tuple[TreeBatch, PreparedRL, OldPass] | None,
 ) -> Path:
-    """Write ``<out>/rollouts/step-<step:04d>.jsonl`` (see the module docstring); ``grpo``:
-    the GRPO settings when the run trains with GRPO, else ``None``. Returns the path."""
-    adv: dict[str, float] = {}
-    ids = [r for r in built.rewards if r in built.groups]
-    if grpo is not None and ids:
-        values = grpo_advantages(
-            np.asarray([built.rewards[r] for r in ids], dtype=np.float64),
-            [built.groups[r] for r in ids],
-            scale_by_std=grpo.scale_by_std,
-            eps=grpo.eps,
-        )
-        adv = {r: float(a) for r, a in zip(ids, values, strict=True)}
+    """Write ``<out>/rollouts/step-<step:04d>.jsonl`` (see the module docstring);
+    ``update``: the trainer's :attr:`~clawrl.rl_core.Trainer.last_update` of this step, or
+    ``None`` when the step trained nothing. Returns the path."""
+    tokens = trained_tokens(*update) if update is not None else {}
     path = Path(out) / "rollouts" / f"step-{step:04d}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as f:
         for x in results:
             row = x.model_dump(mode="json", exclude={"records", "stdout", "stderr"})
+            mine = tokens.get(x.rollout_id)
             row.update(step=step, trained=x.rollout_id in built.groups)
-            row["advantage"] = adv.get(x.rollout_id)
+            row["advantage"] = _rollout_advantage(mine)
+            row["tokens"] = mine or {}
             f.write(orjson.dumps(row) + b"\n")
     return path

@@ -42,7 +42,7 @@ from clawrl.bench.jsonl import *  # noqa: F403
 from clawrl.bench.learnable import *  # noqa: F403
 from clawrl.bench.loaders import *  # noqa: F403
 from clawrl.bench.metrics import *  # noqa: F403
-from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
+from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS, SessionHook
 from clawrl.bench.runner import *  # noqa: F403
 from clawrl.bench.sandbox_executor import *  # noqa: F403
 from clawrl.bench.task import *  # noqa: F403
@@ -57,6 +57,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BenchConfig",
     "DEFAULT_MAX_TURNS",
+    "SessionHook",
     "__version__",
     "select_tasks",
     *_agentbench_os.__all__,

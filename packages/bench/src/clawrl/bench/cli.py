@@ -47,7 +47,7 @@ from clawrl.bench.runner import (
     plan_rollouts,
 )
 from clawrl.bench.task import Task
-from clawrl.proxy import ProxyStartError
+from clawrl.proxy import ProxyStartError, SessionInfo
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -251,7 +251,7 @@ async def _run(
                 _model(cfg, console)
             )
 
-        async def hook(session: Any, spec: RolloutSpec) -> None:
+        async def hook(session: SessionInfo, spec: RolloutSpec) -> None:
             # scripted model: feed the reference harness each task's oracle as tool calls
             if scripted is not None and spec.harness.name == "reference" and spec.task.solution:
                 with contextlib.suppress(ValueError):

@@ -63,7 +63,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 if TYPE_CHECKING:
-    from clawrl.proxy import InferenceBackend, ModelEndpoint
+    from clawrl.proxy import InferenceBackend, ModelEndpoint, SessionInfo
 
 __all__ = ["main"]
 
@@ -328,7 +328,7 @@ def _agent_backend(
     scripted = make_backend(BackendConfig(kind="scripted", model_dir=build_default_model("byte")))
     assert isinstance(scripted, ScriptedBackend)
 
-    async def script(session: Any, intent: IntentRecord) -> None:
+    async def script(session: SessionInfo, intent: IntentRecord) -> None:
         scripted.script(
             session.session_id, scripted_agent_completions(scripted_sim.queries_for(intent))
         )

@@ -24,10 +24,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clawrl.proxy.backends.base import InferenceBackend
 from clawrl.proxy.serving import BackendConfig, make_backend
+
+if TYPE_CHECKING:
+    from clawrl.proxy.render import ChatRenderer
 
 __all__ = ["main"]
 
@@ -176,7 +179,10 @@ def _model_dir(args: argparse.Namespace) -> Path:
 
 
 def _backend(
-    args: argparse.Namespace, model_dir: Path, renderer: Any, cleanup: list[Callable[[], None]]
+    args: argparse.Namespace,
+    model_dir: Path,
+    renderer: ChatRenderer,
+    cleanup: list[Callable[[], None]],
 ) -> InferenceBackend:
     url = args.sglang_url
     if args.backend == "sglang" and args.launch_sglang:

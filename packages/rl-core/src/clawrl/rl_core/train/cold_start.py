@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from clawrl.bench import RolloutResult, Task, plan_rollouts
+from clawrl.bench import RolloutResult, RolloutSpec, Task, plan_rollouts
 from clawrl.bench.harness import HarnessAdapter, oracle_completions
 from clawrl.prefixtree import Call, PrefixTree, merge_trees
-from clawrl.proxy import BackendConfig, format_assistant_text, make_backend
+from clawrl.proxy import BackendConfig, SessionInfo, format_assistant_text, make_backend
 from clawrl.rl_core.config import LossConfig, OptimConfig, TrainerConfig
 from clawrl.rl_core.sft import epoch_batches
 from clawrl.rl_core.train.errors import TrainError
@@ -48,7 +48,7 @@ async def _capture(
     scripted = make_backend(BackendConfig(kind="scripted", model_dir=loop.model_dir))
     async with loop.serve_backend(scripted) as sep:
 
-        async def hook(session: Any, spec: Any) -> None:
+        async def hook(session: SessionInfo, spec: RolloutSpec) -> None:
             await sep.admin.script(session.session_id, scripted_turns(spec.task))
 
         runner = loop.runner(

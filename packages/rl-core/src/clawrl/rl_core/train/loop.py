@@ -54,6 +54,7 @@ from clawrl.bench import (
     RolloutResult,
     RolloutRunner,
     SandboxExecutor,
+    SessionHook,
     Task,
     check_host_verification,
     generate_learnable_tasks,
@@ -173,7 +174,7 @@ class TrainLoop:
         endpoint: ModelEndpoint,
         *,
         max_turns: int | None = None,
-        session_hook: Any = None,
+        session_hook: SessionHook | None = None,
         run_id: str | None = None,
         scripted: bool = False,
     ) -> RolloutRunner:
@@ -469,14 +470,15 @@ class TrainLoop:
         built = build_group_trees(data, max_leaves=self.cfg.rollout.max_leaves, merge_groups=True)
         row["time/trees"] = time.time() - t0
         row.update(tree_row(built))
-        grpo = self.cfg.algo.trainer.grpo if self.cfg.algo.name == "grpo" else None
-        write_step_rollouts(self.out, step + 1, results, built, grpo)  # for `bench view`
         t0 = time.time()
+        self.rl_trainer.last_update = None
         if built.trees:
             row.update(await self._train_on(built))
         else:
             row["update_skipped"] = True
         row["time/update"] = time.time() - t0
+        update = self.rl_trainer.last_update
+        write_step_rollouts(self.out, step + 1, results, built, update)  # for `bench view`
         return row
 
     def _rollout_data(

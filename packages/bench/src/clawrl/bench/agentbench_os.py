@@ -28,16 +28,14 @@ as in AgentBench. A task whose check needs the ``start`` processes alive cannot 
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import shlex
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from clawrl.bench.errors import TaskLoadError
+from clawrl.bench.staging import stage_files
 from clawrl.bench.task import (
     ANSWER_PATH,
     SOLUTION_MOUNT,
@@ -120,27 +118,8 @@ def _grader(evaluation: Any, script_dir: Path, where: str) -> AnswerGrader:
 
 def _stage(files: dict[str, str]) -> Path:
     """A content-addressed cache directory holding ``files`` (relative path -> text)."""
-    h = hashlib.sha256(b"agentbench-1")
-    for rel, text in sorted(files.items()):
-        h.update(rel.encode() + b"\0" + text.encode() + b"\0")
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = (Path(xdg) if xdg else Path.home() / ".cache") / "clawrl" / "bench" / "agentbench"
-    dest = base / h.hexdigest()[:16]
-    if dest.is_dir():
-        return dest
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".stage-", dir=base))
-    for rel, text in files.items():
-        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / rel).write_text(text, encoding="utf-8")
-    for d in ("environment", "verifier", "solution"):
-        (tmp / d).mkdir(exist_ok=True)
-    try:
-        tmp.rename(dest)
-    except OSError:
-        if not dest.is_dir():
-            raise
-    return dest
+    data = {rel: text.encode("utf-8") for rel, text in files.items()}
+    return stage_files("agentbench", "agentbench-1", data, ("environment", "verifier", "solution"))
 
 
 def _oracle_script(grader: AnswerGrader) -> str | None:

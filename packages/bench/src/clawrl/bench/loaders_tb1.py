@@ -26,16 +26,13 @@ and ``solution.sh``. How clawrl reads it:
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 from clawrl.bench.errors import TaskLoadError
 from clawrl.bench.loaders import _dockerfile_workspace, _read_text
+from clawrl.bench.staging import stage_files
 from clawrl.bench.task import (
     SOLUTION_MOUNT,
     TESTS_MOUNT,
@@ -143,29 +140,7 @@ def _stage(root: Path) -> Path:
             files[f"tests/{name}"] = text.encode()
     if (root / "solution.sh").is_file():
         files["solution/solution.sh"] = (root / "solution.sh").read_bytes()
-    h = hashlib.sha256(_STAGE_VERSION.encode())
-    for rel, data in files.items():
-        h.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = (Path(xdg) if xdg else Path.home() / ".cache") / "clawrl" / "bench" / "tb1"
-    dest = base / h.hexdigest()[:16]
-    if dest.is_dir():
-        return dest
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".stage-", dir=base))
-    try:
-        for rel, data in files.items():
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / rel).write_bytes(data)
-        (tmp / "tests").mkdir(exist_ok=True)
-        try:
-            tmp.rename(dest)
-        except OSError:
-            if not dest.is_dir():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+    return stage_files("tb1", _STAGE_VERSION, files, ("tests",))
 
 
 def load_tb1(root: Path) -> Task:

@@ -8,17 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from clawrl.bench import (
-    Layout,
-    RolloutStatus,
-    TaskEnvironments,
-    TaskLoadError,
-    agent_answer,
-    grade_in_sandbox,
-    load_suite,
-    run_rollouts,
-    run_setup,
-)
+from clawrl.bench import Layout, RolloutStatus, TaskLoadError, load_suite, run_rollouts
+from clawrl.bench.agentbench_os import agent_answer, grade_in_sandbox, run_setup
+from clawrl.bench.task_env import TaskEnvironments
 from clawrl.sandbox import Sandbox, SandboxSpec
 
 SUITE = Path(__file__).parent / "fixtures" / "agentbench_os"

@@ -122,7 +122,7 @@ def test_base_image_from_several_event_loops() -> None:
     """Concurrent requests for one base in one event loop, then again in a new loop (the RL
     loop and the tests run a runner per asyncio.run): a lock bound to the first loop
     deadlocked the second."""
-    from clawrl.bench import ensure_base_image
+    from clawrl.bench.base_images import ensure_base_image
     from clawrl.sandbox import Podman
 
     async def three() -> set[str]:

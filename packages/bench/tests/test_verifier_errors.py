@@ -16,11 +16,11 @@ from clawrl.bench import (
     Task,
     VerifierStatus,
     aggregate,
-    cannot_run_reason,
     load_task,
     run_rollouts,
     verify,
 )
+from clawrl.bench.verifier_diagnosis import cannot_run_reason
 
 pytestmark = pytest.mark.podman
 

@@ -87,6 +87,7 @@ from clawrl.sandbox import (
     Sandbox,
     SandboxCopyLimitError,
     SandboxError,
+    SandboxHosts,
     SandboxSpec,
     owned_tempdir,
 )
@@ -146,6 +147,7 @@ class RunnerOptions(TypedDict, total=False):
     session_hook: SessionHook | None
     verify_executor: Executor | None
     sandbox_image: str | None
+    sandbox_hosts: SandboxHosts | None
 
 
 class RolloutRunner:
@@ -166,6 +168,8 @@ class RolloutRunner:
             :class:`~clawrl.bench.LocalExecutor` (host verification) is refused for tasks
             whose verifier executes workspace code: :meth:`run` raises before any rollout.
         sandbox_image: podman image of agent sandboxes (default: the host-``/usr`` root).
+        sandbox_hosts: podman hosts of the agent sandboxes (default: the local podman); a host
+            that goes down makes its rollouts ``infra-error`` and is excluded.
     """
 
     def __init__(
@@ -179,6 +183,7 @@ class RolloutRunner:
         session_hook: SessionHook | None = None,
         verify_executor: Executor | None = None,
         sandbox_image: str | None = None,
+        sandbox_hosts: SandboxHosts | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -189,6 +194,7 @@ class RolloutRunner:
         self.progress = progress
         self.session_hook = session_hook
         self.sandbox_image = sandbox_image
+        self.sandbox_hosts = sandbox_hosts
         self._own_executor: SandboxExecutor | None = None
         if verify_executor is None:
             verify_executor = self._own_executor = SandboxExecutor(
@@ -354,7 +360,8 @@ class RolloutRunner:
                     assert admin is not None
                     session = await self._open_session(admin, spec, attempt)
                 sb_spec = self.sandbox_spec(spec, initial, image)
-                sb = await Sandbox.create(sb_spec, run_id=self.run_id)
+                hosts = self.sandbox_hosts
+                sb = await (hosts.create if hosts else Sandbox.create)(sb_spec, run_id=self.run_id)
             except (SandboxError, ProxyError, OSError) as exc:
                 await _close_quietly(admin, session)
                 return infra(f"setup: {type(exc).__name__}: {exc}")

@@ -7,6 +7,8 @@ Public API (see the package README for a runnable example):
   files come out through the host (:class:`CopyLimits`, :class:`CopyStats`), never through a
   program of the sandbox;
 * :class:`SandboxPool` — bounded, warm, fair pool of sandboxes, :class:`PoolMetrics`;
+* :class:`SandboxHosts`, :class:`SandboxHost`, :class:`HostHealth` — sandboxes spread over
+  several podman hosts by free capacity, with health and failover;
 * :func:`gc`, :func:`list_containers` — the reaper of dead runs' containers;
 * :func:`owned_tempdir`, :func:`gc_tempdirs` — host temporary directories that name their
   process, and their reaper (for what ``kill -9`` leaves);
@@ -23,6 +25,7 @@ from . import pool as _pool
 from . import sync as _sync
 from .errors import *  # noqa: F403
 from .hostfs import CopyLimits, CopyStats
+from .hosts import HostHealth, SandboxHost, SandboxHosts
 from .image import DEFAULT_IMAGE_PACKAGES, build_image, image_tag
 from .podman import Podman
 from .pool import *  # noqa: F403
@@ -58,12 +61,15 @@ __all__ = [
     "DEFAULT_OUTPUT_CAP",
     "ExecResult",
     "ExecStream",
+    "HostHealth",
     "Limits",
     "MODEL_SOCKET_PATH",
     "OutputChunk",
     "Podman",
     "RunIdentity",
     "Sandbox",
+    "SandboxHost",
+    "SandboxHosts",
     "SandboxSpec",
     "WORKSPACE",
     "__version__",

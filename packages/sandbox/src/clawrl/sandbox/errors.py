@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "ImageBuildError",
+    "NoSandboxHostError",
     "PodmanError",
     "PodmanNotFoundError",
     "PoolClosedError",
@@ -18,6 +19,7 @@ __all__ = [
     "SandboxError",
     "SandboxFileNotFoundError",
     "SandboxGoneError",
+    "SandboxHostDownError",
     "SandboxSpecError",
 ]
 
@@ -57,6 +59,23 @@ class SandboxCreateError(SandboxError):
 
 class SandboxGoneError(SandboxError):
     """The sandbox's container no longer exists or stopped (destroyed, wall clock expired, reaped)."""
+
+
+class SandboxHostDownError(SandboxGoneError):
+    """The podman host of a sandbox stopped answering (confirmed by a probe of that host, never
+    by what the sandbox printed): the sandbox is lost to this run, the host excluded.
+
+    Attributes:
+        host: the :class:`~clawrl.sandbox.SandboxHost` name.
+    """
+
+    def __init__(self, host: str, message: str) -> None:
+        self.host = host
+        super().__init__(message)
+
+
+class NoSandboxHostError(SandboxCreateError):
+    """No sandbox host of a :class:`~clawrl.sandbox.SandboxHosts` is up: nothing can be created."""
 
 
 class SandboxClosedError(SandboxError):

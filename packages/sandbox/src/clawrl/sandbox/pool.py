@@ -17,6 +17,7 @@ from .errors import (
     SandboxError,
     SandboxSpecError,
 )
+from .hosts import HostHealth, SandboxHosts
 from .podman import Podman, shared_podman
 from .reaper import ContainerInfo, RunIdentity, current_identity, gc
 from .sandbox import Sandbox
@@ -92,7 +93,7 @@ class SandboxPool:
     Use as ``async with SandboxPool(...) as pool:`` and ``async with pool.sandbox(spec) as sb:``.
 
     Args:
-        max_sandboxes: global cap (>= 1).
+        max_sandboxes: global cap (>= 1; default 8, or the hosts' total capacity).
         warm: ``[(spec, n), …]`` warm targets.
         reuse: reset released sandboxes instead of destroying them.
         podman: backend (default: the shared one).
@@ -102,12 +103,16 @@ class SandboxPool:
         factory: how the pool creates a sandbox (default: :meth:`Sandbox.create` with the
             pool's podman, run identity and ``create_timeout``); e.g. to spread sandboxes over
             several podman hosts. It must raise :class:`SandboxError` on failure.
+        hosts: spread the sandboxes over several podman hosts by free capacity
+            (:class:`~clawrl.sandbox.SandboxHosts`; instead of ``podman`` and ``factory``);
+            the pool reaps dead runs on each host at start, closes them at close, and
+            :meth:`health` reports them.
     """
 
     def __init__(
         self,
         *,
-        max_sandboxes: int = 8,
+        max_sandboxes: int | None = None,
         warm: Iterable[tuple[SandboxSpec, int]] = (),
         reuse: bool = False,
         podman: Podman | None = None,
@@ -115,7 +120,12 @@ class SandboxPool:
         gc_on_start: bool = True,
         create_timeout: float = 60.0,
         factory: Callable[[SandboxSpec], Awaitable[Sandbox]] | None = None,
+        hosts: SandboxHosts | None = None,
     ) -> None:
+        if hosts is not None and factory is not None:
+            raise SandboxSpecError("give hosts or factory, not both")
+        if max_sandboxes is None:
+            max_sandboxes = hosts.capacity if hosts is not None else 8
         if not isinstance(max_sandboxes, int) or max_sandboxes < 1:
             raise SandboxSpecError(f"max_sandboxes must be an int >= 1, got {max_sandboxes!r}")
         self.max_sandboxes = max_sandboxes
@@ -123,6 +133,7 @@ class SandboxPool:
         self.create_timeout = create_timeout
         self.gc_on_start = gc_on_start
         self._factory = factory
+        self.hosts = hosts
         self._podman = podman or shared_podman()
         ident = current_identity()
         self._identity: RunIdentity = ident.with_run_id(run_id) if run_id else ident
@@ -161,7 +172,15 @@ class SandboxPool:
         if self._started:
             return self
         if self.gc_on_start:
-            self.reaped = await gc(self._podman)
+            podmans = [self._podman]
+            if self.hosts is not None:
+                podmans = [self.hosts.podman(h.name) for h in self.hosts.hosts]
+            for pm in podmans:
+                try:
+                    self.reaped += await gc(pm)
+                except SandboxError:  # a host that does not answer is excluded at first use
+                    if self.hosts is None:
+                        raise
         self._started = True
         self._dispatch()
         return self
@@ -182,6 +201,8 @@ class SandboxPool:
         self._idle.clear()
         self._in_use.clear()
         await asyncio.gather(*(self._destroy(sb) for sb in doomed), return_exceptions=True)
+        if self.hosts is not None:
+            await self.hosts.close()
 
     async def __aenter__(self) -> SandboxPool:
         return await self.start()
@@ -290,6 +311,10 @@ class SandboxPool:
             acquire_wait_s=self._wait_s,
         )
 
+    def health(self) -> list[HostHealth]:
+        """Each podman host's :class:`HostHealth` (``hosts=``); ``[]`` for a one-host pool."""
+        return self.hosts.health() if self.hosts is not None else []
+
     # ------------------------------------------------------------------ internals
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -364,7 +389,11 @@ class SandboxPool:
     async def _new(self, spec: SandboxSpec) -> Sandbox | None:
         self._creating += 1
         try:
-            if self._factory is not None:
+            if self.hosts is not None:
+                sb = await self.hosts.create(
+                    spec, identity=self._identity, timeout=self.create_timeout
+                )
+            elif self._factory is not None:
                 sb = await self._factory(spec)
             else:
                 sb = await Sandbox.create(

@@ -79,11 +79,13 @@ def _register_exit_cleanup(pm: Podman) -> None:
     _EXIT_HOOK.append(True)
 
     def cleanup() -> None:
-        if _LIVE:
-            ids = list(_LIVE)
+        by_host: dict[int, tuple[Podman, list[str]]] = {}  # one rm per podman endpoint
+        for cid, podman in list(_LIVE.items()):
+            by_host.setdefault(id(podman), (podman, []))[1].append(cid)
+        for podman, ids in by_host.values():
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run(
-                    _LIVE[ids[0]].argv("rm", "-f", "--ignore", "-t", "0", *ids),
+                    podman.argv("rm", "-f", "--ignore", "-t", "0", *ids),
                     capture_output=True,
                     timeout=120,
                     check=False,

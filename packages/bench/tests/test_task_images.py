@@ -184,6 +184,32 @@ def test_failed_build_is_an_env_error_kept_out_of_scores(tmp_path: Path) -> None
     assert stats.n_env_error == 2 and stats.n_scored == 0 and stats.mean_score is None
 
 
+@pytest.mark.podman
+@pytest.mark.slow
+def test_build_step_that_cannot_reach_its_host_is_an_env_error(tmp_path: Path) -> None:
+    """A real Harbor task installs Rust with ``curl … sh.rustup.rs | sh``: the pipe exits 0
+    where the host is unreachable, so the build passed and the oracle then failed as if the
+    agent had. The log's name-resolution failure makes it an env-error, and the image is not
+    kept (a second build fails the same way instead of reusing it)."""
+    from clawrl.bench.task_image import TaskImageError, build_task_image
+    from clawrl.sandbox import Podman
+
+    root = _task_with(
+        tmp_path,
+        "FROM debian:bookworm-slim\n"
+        "RUN curl -sSf https://clawrl-unreachable.invalid/install.sh | sh\nWORKDIR /app\n",
+        "echo 1 > /logs/verifier/reward.txt\n",
+    )
+    dockerfile = root / "environment" / "Dockerfile"
+    podman = Podman()
+    for _ in range(2):
+        with pytest.raises(TaskImageError, match="could not reach its host") as info:
+            asyncio.run(build_task_image(dockerfile, dockerfile.parent, podman))
+        assert "clawrl-unreachable.invalid" in info.value.reason
+    (r,) = asyncio.run(run_rollouts([load_task(root)], ["noop"], concurrency=1))
+    assert r.status is RolloutStatus.ENV_ERROR and "could not reach" in r.reason, r
+
+
 _NET_TEST = """\
 if curl -sS -m 20 -o /dev/null https://pypi.org/simple/pytest/ && [ "$(cat /app/agent_net)" = none ]
 then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi

@@ -156,6 +156,21 @@ def test_command_not_found_outside_the_verifier_is_not_a_sign() -> None:
     assert cannot_run_reason("", "/tests/test.sh: 4: uvx: not found", "/tests") is not None
 
 
+def test_missing_tool_after_a_failed_download_names_the_host() -> None:
+    """A public Harbor test.sh: ``curl … astral.sh/uv/install.sh | sh`` then ``uvx``; the
+    reason names the unreachable host, the root cause, beside the missing command."""
+    out = (
+        "curl: (6) Could not resolve host: astral.sh\n"
+        "/tests/test.sh: line 17: /root/.local/bin/env: No such file or directory\n"
+        "/tests/test.sh: line 21: uvx: command not found\n"
+    )
+    reason = cannot_run_reason(out, "", "/tests")
+    assert reason is not None and reason.startswith("command not found: uvx"), reason
+    assert reason.endswith("after Could not resolve host: astral.sh"), reason
+    alone = cannot_run_reason("", "/tests/test.sh: line 2: uvx: command not found", "/tests")
+    assert alone is not None and "after" not in alone
+
+
 def test_rollout_and_report_count_verifier_errors(tmp_path: Path) -> None:
     """Through the runner (noop harness): the rollout is ``verifier-error`` with the reason,
     and the aggregate counts it apart."""

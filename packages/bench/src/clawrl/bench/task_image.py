@@ -18,7 +18,9 @@
    ``WorkingDir`` and ``User``) for the sandboxes that run it.
 
 A failed build raises :class:`TaskImageError` with the tail of the build log; the rollout
-runner reports it as an ``env-error`` (kept out of scores, counted).
+runner reports it as an ``env-error`` (kept out of scores, counted). So does a build that
+exited 0 but whose log shows a step that could not resolve its host (``curl -sSf
+https://sh.rustup.rs | sh`` succeeds as a pipe and installs nothing): its image is removed.
 """
 
 from __future__ import annotations
@@ -40,11 +42,16 @@ from clawrl.sandbox import ImageBuildError, Podman, PodmanError
 __all__ = ["TaskImage", "TaskImageError", "build_task_image", "rewrite_froms", "task_image_tag"]
 
 #: Bumped when the way images are built changes, so that old tags are not reused.
-TASK_IMAGE_VERSION = "1"
+TASK_IMAGE_VERSION = "2"
 _TAIL_CHARS = 4000
 _FROM = re.compile(r"^(?P<lead>\s*FROM\s+)(?P<rest>.*)$", re.IGNORECASE)
 _ARG = re.compile(r"^\s*ARG\s+(?P<name>\w+)(?:=(?P<value>\S*))?\s*$", re.IGNORECASE)
 _VAR = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}|\$(\w+)")
+#: Name-resolution failures of curl, wget, git and Python in a build log.
+_UNREACHABLE = re.compile(
+    r"Could not resolve host:?[^\n]*|unable to resolve host address[^\n]*"
+    r"|Temporary failure in name resolution[^\n]*"
+)
 
 
 class TaskImageError(BenchError):
@@ -210,7 +217,10 @@ async def build_task_image(
 
     Raises:
         TaskImageError: the Dockerfile cannot be read or parsed, a local base or the build
-            failed, or the build ran past ``timeout_s`` — with the log tail.
+            failed, a build step could not resolve its host (``Could not resolve host``,
+            ``unable to resolve host address``, ``Temporary failure in name resolution``
+            in the log of a build that exited 0), or the build ran past ``timeout_s`` —
+            with the log tail.
     """
     try:
         text = dockerfile.read_text(encoding="utf-8")
@@ -231,10 +241,21 @@ async def build_task_image(
                 )  # fmt: skip
             except PodmanError as exc:
                 raise TaskImageError(f"podman build of {dockerfile} failed: {exc}") from exc
+        log = (res.stdout + res.stderr).decode("utf-8", "replace")
         if res.returncode != 0:
-            log = (res.stdout + res.stderr).decode("utf-8", "replace")
             raise TaskImageError(
                 f"podman build of {dockerfile} exited {res.returncode}", log[-_TAIL_CHARS:]
+            )
+        unreachable = _UNREACHABLE.search(log)
+        if unreachable is not None:
+            # e.g. ``curl … | sh`` from a host this machine does not reach: the step
+            # "succeeded" (a pipe hides curl's failure) but installed nothing
+            await podman.run("rmi", "-f", tag, check=False)
+            raise TaskImageError(
+                f"a build step of {dockerfile} could not reach its host "
+                f"({unreachable.group(0).strip()}; only the package registries are "
+                "reachable here): the image would lack what that step installs",
+                log[-_TAIL_CHARS:],
             )
     config = await _inspect(podman, tag)
     raw_env = config.get("Env")

@@ -60,22 +60,27 @@ def cannot_run_reason(stdout: str, stderr: str, mount_path: str) -> str | None:
 
     Returns:
         A short reason naming the first sign found (e.g. ``"command not found: uvx
-        (/tests/test.sh line 3)"``), or ``None``.
+        (/tests/test.sh line 3)"``) — followed by the name-resolution failure when one
+        was printed too (``", after Could not resolve host: astral.sh"``: the tool's
+        installer could not reach its host) — or ``None``.
     """
     text = f"{stderr}\n{stdout}"
     base = mount_path.rstrip("/") + "/"
+    m4 = _NETWORK.search(text)
+    network = m4.group(0).strip()[:200] if m4 is not None else ""
+    # a tool missing because its download could not reach its host: name the host too
+    after = f", after {network}" if network else ""
     for m in _NOT_FOUND.finditer(text):
         if m["script"].startswith(base):
-            return f"command not found: {m['cmd'].strip()} ({m.group(0).strip()})"
+            return f"command not found: {m['cmd'].strip()} ({m.group(0).strip()}){after}"
     m2 = _NO_MODULE_M.search(text)
     if m2 is not None:
-        return f"missing Python module: {m2['mod']} ({m2['python']} -m {m2['mod']})"
+        return f"missing Python module: {m2['mod']} ({m2['python']} -m {m2['mod']}){after}"
     for m3 in _NO_MODULE_IMPORT.finditer(text):
         if m3["mod"].split(".")[0] in RUNNER_MODULES:
-            return f"missing Python module: {m3['mod']} (the test runner is not installed)"
-    m4 = _NETWORK.search(text)
-    if m4 is not None:
-        return f"no network for the verifier: {m4.group(0).strip()[:200]}"
+            return f"missing Python module: {m3['mod']} (the test runner is not installed){after}"
+    if network:
+        return f"no network for the verifier: {network}"
     return None
 
 

@@ -14,6 +14,9 @@ need=()
 command -v podman >/dev/null 2>&1 || need+=(podman)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# sandboxes on other podman hosts reach the model through socat relays (packages/sandbox
+# README, "Sandboxes on several hosts"; tests/test_sandbox_hosts_e2e.py)
+command -v socat >/dev/null 2>&1 || need+=(socat)
 # podman --init (the sandboxes' PID 1, reaps orphans) needs catatonit
 [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
 # the SGLang installer (tools/sglang/install.sh) builds a stub libcuda with cc and nm

@@ -123,6 +123,24 @@ def test_harbor_errors(tmp_path: Path) -> None:
     expect_error(root, "COPY source")
 
 
+def test_harbor_copy_of_a_missing_file_loads_the_suite(tmp_path: Path) -> None:
+    """Two public Harbor tasks COPY a data file their repository lacks; the suite still
+    loads (the build fails as that task's env-error) and the load notes the path."""
+    suite = tmp_path / "suite"
+    for name, copy in (("broken", "COPY data/access.log /workspace/access.log\n"), ("ok", "")):
+        root = suite / name
+        (root / "tests").mkdir(parents=True)
+        (root / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+        (root / "instruction.md").write_text("x")
+        (root / "task.toml").write_text("")
+        (root / "environment").mkdir()
+        (root / "environment" / "Dockerfile").write_text(f"FROM x\nWORKDIR /workspace\n{copy}")
+    tasks = {t.id: t for t in load_suite(suite)}
+    assert set(tasks) == {"broken", "ok"}
+    assert tasks["broken"].workspace_sources == ()
+    assert any("data/access.log" in n for n in tasks["broken"].notes), tasks["broken"].notes
+
+
 def test_harbor_copy_outside_workdir_is_noted(tmp_path: Path) -> None:
     root = tmp_path / "h"
     (root / "tests").mkdir(parents=True)

@@ -450,8 +450,11 @@ def _dockerfile_workspace(
     ``WORKDIR``, default ``/app``), the ``COPY``/``ADD`` sources (from ``context``) that land
     in it, and notes on those that land elsewhere (only the image build places them).
 
+    A source that does not exist in ``context`` (a glob, or a file the task lacks) is only
+    noted: the image build places it, or fails as that task's ``env-error``.
+
     Raises:
-        TaskLoadError: the Dockerfile cannot be read, or a source is not in ``context``.
+        TaskLoadError: the Dockerfile cannot be read, or a source lies outside ``context``.
     """
     parsed: dict[str, Any] = (
         _parse_dockerfile(root, dockerfile)
@@ -462,12 +465,17 @@ def _dockerfile_workspace(
     sources: list[WorkspaceSource] = []
     notes: list[str] = []
     context = context.resolve()
+    where = context.relative_to(root.resolve()).as_posix() if context != root else "."
     for at, src, dest in parsed["copies"]:
         dest_path = PurePosixPath(at) / dest
         host = (context / src).resolve()
-        if not host.is_relative_to(context) or not host.exists():
-            where = context.relative_to(root.resolve()).as_posix() if context != root else "."
+        if not host.is_relative_to(context):
             raise TaskLoadError(root, f"Dockerfile: COPY source {src!r} not in {where}/")
+        if not host.exists():
+            # a glob, or a file the task forgot: the image build places it or fails (an
+            # env-error of this task, not a suite that cannot load)
+            notes.append(f"COPY {src}: no such path in {where}/; left to the image build")
+            continue
         if dest_path == workdir or workdir in dest_path.parents:
             rel = str(dest_path.relative_to(workdir)) or "."
             if host.is_file() and dest.endswith("/"):

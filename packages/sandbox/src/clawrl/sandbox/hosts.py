@@ -18,8 +18,8 @@ waits when every host is full, and watches each host's health:
   which bench records as an ``infra-error`` rollout; the others go on;
 * the containers a down host still holds are *stranded*: :meth:`SandboxHosts.reap_stranded`
   (called by the monitor while the host is down, and by :meth:`SandboxHosts.close`) removes
-  them once the host answers again (every container of this object's runs on that host). A host
-  that never comes back takes them with it; a sandbox with a wall clock removes itself anyway.
+  them by id once the host answers again. A host that never comes back takes them with it;
+  a sandbox with a wall clock removes itself anyway.
 
 Host-side operations (:meth:`Sandbox.kill_all`, copy-out, :meth:`Sandbox.get_file`,
 :meth:`Sandbox.wipe`) read the sandbox through ``/proc/<pid>`` of the orchestrator's machine,
@@ -52,7 +52,7 @@ from .errors import (
 from .execute import ExecOptions
 from .hostfs import SandboxInit
 from .podman import Podman
-from .reaper import RunIdentity, current_identity, gc
+from .reaper import RunIdentity, current_identity
 from .sandbox import _LIVE, Sandbox
 from .spec import ExecResult, SandboxSpec
 
@@ -214,7 +214,6 @@ class _HostState:
     failed: int = 0
     lost: int = 0
     stranded: list[str] = field(default_factory=list)
-    run_ids: set[str] = field(default_factory=set)
     last_ok: float = 0.0
 
     @property
@@ -291,7 +290,8 @@ class _HostedSandbox(Sandbox):
             if self._down() is not None:
                 self._closed = True
                 _LIVE.pop(self.id, None)
-                hp.state.stranded.append(self.id)
+                if self.id not in hp.state.stranded:  # created as the host went down
+                    hp.state.stranded.append(self.id)
             else:
                 await super().destroy()
         finally:
@@ -412,7 +412,6 @@ class SandboxHosts:
         ident = identity or current_identity()
         if run_id is not None:
             ident = ident.with_run_id(run_id)
-        st.run_ids.add(ident.run_id)
         if spec.model_socket is not None and st.host.model_socket is not None:
             spec = dataclasses.replace(spec, model_socket=st.host.model_socket)
         try:
@@ -421,7 +420,7 @@ class SandboxHosts:
             )
         except SandboxError as e:
             st.failed += 1
-            await self.check(st, _error_text(e))
+            await self._probe(st)  # a bad spec leaves it up; an unreachable host goes down
             if not st.up:
                 raise SandboxHostDownError(
                     st.host.name, f"sandbox host {st.host.name} went down: {st.podman.down_reason}"
@@ -517,25 +516,32 @@ class SandboxHosts:
         if not st.up:
             return
         st.lost += len(st.in_use)
+        st.stranded += [sb.id for sb in st.in_use if sb.id not in st.stranded]
         st.podman.cut_off(reason or "marked down")
         self._wake()
 
     async def reap_stranded(self) -> list[str]:
-        """Remove, on every down host that answers again, all containers of the runs this
-        object created there (the stranded ones and any a failed creation left).
+        """Remove the stranded containers of every down host that answers again.
+
+        Only the containers recorded as stranded (alive on the host when it went down) are
+        removed, by id; one whose creation was cut off by the host's fall is not known by id
+        and ends with its wall clock (``Limits.wall_clock_s``).
 
         Returns:
             The ids removed.
         """
         removed: list[str] = []
         for st in self._states:
-            if st.up or not st.run_ids or await self._ping(st) is not None:
+            if st.up or not st.stranded or await self._ping(st) is not None:
                 continue
             pm = Podman(runtime=st.podman.runtime or "", global_args=st.podman.global_args)
-            for rid in sorted(st.run_ids):
-                with contextlib.suppress(SandboxError):
-                    removed += [c.id for c in await gc(pm, run_id=rid, force=True)]
-            st.stranded.clear()
+            ids = list(st.stranded)
+            with contextlib.suppress(SandboxError):
+                await pm.run(
+                    "rm", "-f", "--ignore", "-t", "0", *ids, timeout=self.probe_timeout_s * 6
+                )
+                st.stranded = [i for i in st.stranded if i not in ids]
+                removed += ids
         return removed
 
     def _ensure_monitor(self) -> None:
@@ -567,6 +573,8 @@ class SandboxHosts:
         await self.reap_stranded()
 
     async def __aenter__(self) -> SandboxHosts:
+        """Probe every host once (one that does not answer starts down), start the monitor."""
+        await asyncio.gather(*(self._probe(s) for s in self._states))
         self._ensure_monitor()
         return self
 
@@ -577,13 +585,3 @@ class SandboxHosts:
 def _set_done(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def _error_text(e: BaseException) -> str:
-    """The messages of ``e`` and its causes (podman's stderr is in a PodmanError cause)."""
-    parts: list[str] = []
-    cur: BaseException | None = e
-    while cur is not None and len(parts) < 5:
-        parts.append(cur.stderr if isinstance(cur, PodmanError) else str(cur))
-        cur = cur.__cause__
-    return "\n".join(parts)

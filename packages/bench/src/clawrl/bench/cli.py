@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ from clawrl.bench.runner import (
 )
 from clawrl.bench.task import Task
 from clawrl.proxy import ProxyStartError, SessionInfo
+from clawrl.sandbox import SandboxHosts
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -222,6 +224,19 @@ def _print_tables(console: Console, results: Sequence[RolloutResult], cfg: Bench
         )
 
 
+def _options(cfg: BenchConfig) -> RolloutOptions:
+    """The runner's options from the configuration."""
+    return RolloutOptions(
+        max_turns=cfg.max_turns,
+        # the scripted backend's completions (whole oracle scripts) are never cut
+        max_tokens=(cfg.max_tokens or None) if cfg.model != "scripted" else None,
+        agent_timeout_s=cfg.agent_timeout_s or None,
+        retries=cfg.retries,
+        task_images=cfg.task_images,
+        agent_network=cfg.agent_network,
+    )
+
+
 async def _run(
     cfg: BenchConfig,
     tasks: list[Task],
@@ -231,15 +246,7 @@ async def _run(
 ) -> int:
     started = time.time()
     run_id = cfg.run_id or f"bench-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
-    options = RolloutOptions(
-        max_turns=cfg.max_turns,
-        # the scripted backend's completions (whole oracle scripts) are never cut
-        max_tokens=(cfg.max_tokens or None) if cfg.model != "scripted" else None,
-        agent_timeout_s=cfg.agent_timeout_s or None,
-        retries=cfg.retries,
-        task_images=cfg.task_images,
-        agent_network=cfg.agent_network,
-    )
+    options = _options(cfg)
     specs = plan_rollouts(tasks, harnesses, cfg.samples)
     needs_model = any(h.needs_model for h in harnesses)
     async with contextlib.AsyncExitStack() as stack:
@@ -266,6 +273,10 @@ async def _run(
             transient=False,
         ) as progress:
             bar = progress.add_task("rollouts", total=len(specs))
+            hosts = None
+            if cfg.sandbox_hosts:
+                hosts = SandboxHosts([h.host() for h in cfg.sandbox_hosts])
+                await stack.enter_async_context(hosts)
             runner = RolloutRunner(
                 endpoint,
                 options,
@@ -273,8 +284,10 @@ async def _run(
                 run_id=run_id,
                 progress=_progress_printer(progress, bar, console),
                 session_hook=hook,
+                sandbox_hosts=hosts,
             )
             results = await runner.run(specs)
+            health = [dataclasses.asdict(h) for h in hosts.health()] if hosts else []
     meta = {
         "run_id": run_id,
         "started": started,
@@ -285,6 +298,7 @@ async def _run(
         "n_tasks": len(tasks),
         "n_rollouts": len(results),
         "argv": sys.argv,
+        "sandbox_hosts": health,
     }
     paths = write_results(
         out_dir,

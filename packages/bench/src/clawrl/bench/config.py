@@ -32,6 +32,19 @@ Example ``bench.toml`` (all keys optional; these are the defaults)::
                                   # false: every task runs in the default root
     agent_network = false         # true: the agent phase of tasks that declare a network
                                   # gets podman's bridge (trusted tasks only)
+    sandbox_hosts = []            # [] = agent sandboxes on the local podman only
+
+    # Instead of `sandbox_hosts = []`: agent sandboxes on several podman hosts, spread by
+    # free capacity (verifiers stay on this machine), one table per host; a remote host
+    # needs the model relay of clawrl-sandbox's README, "Sandboxes on several hosts":
+    [[sandbox_hosts]]
+    name = "local"
+    capacity = 8                  # sandboxes alive at once on it
+    [[sandbox_hosts]]
+    name = "box2"
+    capacity = 32
+    url = "ssh://root@box2/run/podman/podman.sock"   # podman --url; or connection = "NAME"
+    model_socket = "/run/clawrl-relay/model.sock"    # the relay's socket on box2
 """
 
 from __future__ import annotations
@@ -48,13 +61,49 @@ from clawrl.bench.errors import BenchError
 from clawrl.bench.loaders import load_builtin_suite, load_suite, load_task
 from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
 from clawrl.bench.task import CATEGORIES, DIFFICULTIES, Task
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from clawrl.sandbox import SandboxHost, SandboxSpecError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-__all__ = ["BenchConfig", "ConfigError", "load_config", "select_tasks"]
+__all__ = ["BenchConfig", "ConfigError", "SandboxHostConfig", "load_config", "select_tasks"]
 
 
 class ConfigError(BenchError):
     """The configuration file or an override is invalid (the message names the key)."""
+
+
+class SandboxHostConfig(BaseModel):
+    """One ``[[sandbox_hosts]]`` table: a podman endpoint for agent sandboxes
+    (:class:`clawrl.sandbox.SandboxHost`; ``""`` = not set)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    capacity: int = Field(ge=0)
+    url: str = ""
+    connection: str = ""
+    model_socket: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> SandboxHostConfig:
+        try:
+            self.host()
+        except SandboxSpecError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def host(self) -> SandboxHost:
+        """The :class:`~clawrl.sandbox.SandboxHost` it describes.
+
+        Raises:
+            SandboxSpecError: an invalid name, url or connection.
+        """
+        return SandboxHost(
+            self.name,
+            self.capacity,
+            url=self.url or None,
+            connection=self.connection or None,
+            model_socket=Path(self.model_socket) if self.model_socket else None,
+        )
 
 
 class BenchConfig(BaseModel):
@@ -86,6 +135,17 @@ class BenchConfig(BaseModel):
     html: bool = True
     task_images: bool = True
     agent_network: bool = False
+    sandbox_hosts: list[SandboxHostConfig] = Field(default_factory=list)
+
+    @field_validator("sandbox_hosts")
+    @classmethod
+    def _check_hosts(cls, hosts: list[SandboxHostConfig]) -> list[SandboxHostConfig]:
+        names = [h.name for h in hosts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"sandbox host names must be unique, got {names}")
+        if hosts and sum(h.capacity for h in hosts) < 1:
+            raise ValueError("the sandbox hosts have no capacity (all 0)")
+        return hosts
 
     @field_validator("slice", mode="before")
     @classmethod

@@ -167,6 +167,14 @@ def test_missing_tool_after_a_failed_download_names_the_host() -> None:
     reason = cannot_run_reason(out, "", "/tests")
     assert reason is not None and reason.startswith("command not found: uvx"), reason
     assert reason.endswith("after Could not resolve host: astral.sh"), reason
+    apt = cannot_run_reason(
+        "W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  "
+        "Temporary failure resolving 'deb.debian.org'\n"
+        "/tests/test.sh: line 9: pytest: command not found\n",
+        "",
+        "/tests",
+    )
+    assert apt is not None and apt.endswith("Temporary failure resolving 'deb.debian.org'")
     alone = cannot_run_reason("", "/tests/test.sh: line 2: uvx: command not found", "/tests")
     assert alone is not None and "after" not in alone
 

@@ -34,27 +34,17 @@ from clawrl.proxy.parse import parse_completion
 from clawrl.proxy.record import CallRecord
 from clawrl.proxy.render import ChatRenderer
 from clawrl.proxy.session import Session, SessionManager, call_seed
-from clawrl.proxy.splice import Generation, PromptBuild, build_prompt, canonical_key
+from clawrl.proxy.splice import (
+    Generation,
+    PromptBuild,
+    build_prompt,
+    canonical_key,
+    text_chars,
+)
 
 __all__ = ["CallOutcome", "ChatCall", "ClientDisconnected", "ProxyCore", "TrainingSampling"]
 
 log = logging.getLogger("clawrl.proxy")
-
-
-def _text_chars(value: Any) -> int:
-    """Characters in the strings (and object keys) of a JSON-like value."""
-    n = 0
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            n += len(v)
-        elif isinstance(v, list):
-            stack.extend(v)
-        elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-    return n
 
 
 class ProxyCore:
@@ -153,7 +143,11 @@ class ProxyCore:
             ProxyRequestError: the template cannot render the conversation.
         """
         limit = self.backend.max_context
-        chars = _text_chars([call.messages, call.tools])
+        cache = session.prompt_cache if session is not None else None
+        if cache is not None:
+            chars = cache.text_chars(call.messages, call.tools)
+        else:
+            chars = text_chars([call.messages, call.tools])
         if chars > limit * self.renderer.max_chars_per_token:
             raise ContextLengthExceededError(
                 f"the request holds {chars} characters of text, more than a context window of "
@@ -167,6 +161,7 @@ class ProxyCore:
             call.tools,
             session.memory if session else None,
             max_tokens=limit - 1,
+            cache=cache,
         )
 
     def sampling_for(

@@ -371,7 +371,11 @@ class ChatRenderer:
             ) from e
 
     def segments(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        start: int = 0,
     ) -> list[RenderUnit]:
         """Split the rendered prompt (with generation prompt) into units.
 
@@ -383,10 +387,21 @@ class ChatRenderer:
         conversation equals the concatenation of its units rendered alone, for every kind of
         turn), units are rendered alone and cached; otherwise the split is computed from
         prefix renders and checked, falling back to a single unit (no splicing).
+
+        Args:
+            start: return only the units from message ``start`` on (it must begin a unit:
+                the units before it are those of ``segments(messages, tools)``). Needs a
+                segmentable template.
+
+        Raises:
+            ProxyRequestError: the template cannot render the conversation.
+            ValueError: ``start > 0`` with a template that is not segmentable.
         """
         if self.segmentable:
-            units = self._unit_pieces(messages, tools, cache=True)
+            units = self._unit_pieces(messages, tools, cache=True, start=start)
             return [u for u in units if u.text]
+        if start:
+            raise ValueError("segments from a start message need a segmentable template")
         full = self.render_text(messages, tools, add_generation_prompt=True)
         try:
             units = self._unit_pieces(messages, tools, cache=False)
@@ -409,10 +424,17 @@ class ChatRenderer:
         return [u for u in units if u.text]
 
     def _unit_pieces(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, cache: bool
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        cache: bool,
+        start: int = 0,
     ) -> list[RenderUnit]:
         units: list[RenderUnit] = []
         for gi, (a, b) in enumerate(_unit_groups(messages)):
+            if a < start:
+                continue
             with_tools = tools if (gi == 0 and a == 0) else None
             if gi == 0 and tools and messages[0].get("role") != "system":
                 # the tools-only system block precedes the first message

@@ -20,7 +20,7 @@ from clawrl.proxy.capture import (
 )
 from clawrl.proxy.errors import AuthenticationError, SessionClosedError, SessionNotFoundError
 from clawrl.proxy.record import CallRecord
-from clawrl.proxy.splice import CallHistory, SpliceMemory
+from clawrl.proxy.splice import CallHistory, PromptCache, SpliceMemory
 
 __all__ = ["Session", "SessionManager", "call_seed"]
 
@@ -57,6 +57,8 @@ class Session:
     records: list[CallRecord] = field(default_factory=list)
     memory: SpliceMemory = field(default_factory=SpliceMemory)
     history: CallHistory = field(default_factory=CallHistory)
+    #: the last prompt built, so the next one tokenizes only new messages
+    prompt_cache: PromptCache = field(default_factory=PromptCache)
     _seq: itertools.count = field(default_factory=itertools.count)
     calls: int = 0
     sampling_seed: int | None = None
@@ -188,6 +190,7 @@ class SessionManager:
                 s.writer.close()
                 s.writer = None
             s.memory.clear()
+            s.prompt_cache.clear()
         return s
 
     def all(self) -> list[Session]:

@@ -34,9 +34,17 @@ import numpy as np
 import orjson
 from clawrl.proxy.errors import ContextLengthExceededError
 from clawrl.proxy.record import PromptRelation
-from clawrl.proxy.render import ChatRenderer
+from clawrl.proxy.render import ChatRenderer, RenderUnit
 
-__all__ = ["CallHistory", "PromptBuild", "SpliceMemory", "build_prompt", "canonical_key"]
+__all__ = [
+    "CallHistory",
+    "PromptBuild",
+    "PromptCache",
+    "SpliceMemory",
+    "build_prompt",
+    "canonical_key",
+    "text_chars",
+]
 
 
 def js_number(x: int | float) -> int | float:
@@ -120,6 +128,12 @@ class Generation:
     completion_ids: tuple[int, ...]
 
 
+def _is_prompt(prompt: tuple[int, ...], head: list[int], tail: list[int]) -> bool:
+    """``list(prompt) == head + tail`` without building either list."""
+    n = len(head)
+    return prompt[n:] == tuple(tail) and prompt[:n] == tuple(head)
+
+
 class SpliceMemory:
     """Per-session map canonical key -> generations with that key (latest last)."""
 
@@ -129,16 +143,22 @@ class SpliceMemory:
     def remember(self, key: bytes, generation: Generation) -> None:
         self._by_key.setdefault(key, []).append(generation)
 
-    def lookup(self, key: bytes, expected_prompt: list[int]) -> Generation | None:
-        """The generation for ``key``: preferably one whose prompt is ``expected_prompt``
-        (the same place in the conversation: the ids so far plus the generation prompt),
-        else the latest."""
+    def version(self, key: bytes) -> int:
+        """Number of generations remembered with ``key``."""
+        gens = self._by_key.get(key)
+        return len(gens) if gens else 0
+
+    def lookup(
+        self, key: bytes, ids_so_far: list[int], generation_prompt: list[int]
+    ) -> Generation | None:
+        """The generation for ``key``: preferably one whose prompt is ``ids_so_far +
+        generation_prompt`` (the same place in the conversation), else the latest."""
         gens = self._by_key.get(key)
         if not gens:
             return None
-        n = len(expected_prompt)
+        n = len(ids_so_far) + len(generation_prompt)
         for g in reversed(gens):
-            if len(g.prompt_ids) == n and list(g.prompt_ids) == expected_prompt:
+            if len(g.prompt_ids) == n and _is_prompt(g.prompt_ids, ids_so_far, generation_prompt):
                 return g
         return gens[-1]
 
@@ -162,6 +182,129 @@ class PromptBuild:
     unit_ends: list[tuple[int, str]] = field(default_factory=list)
 
 
+def text_chars(value: Any) -> int:
+    """Characters in the strings (and object keys) of a JSON-like value."""
+    n = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            n += len(v)
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+    return n
+
+
+@dataclass
+class _BuiltUnit:
+    """One unit of a built prompt, as :class:`PromptCache` keeps it for the next call.
+
+    ``key``/``version``: for a single assistant message, its canonical key and the number
+    of generations :class:`SpliceMemory` held for that key when the unit was built (a new
+    generation with the key could change the splice). ``info``: its ``matched`` entry.
+    """
+
+    first: int
+    last: int
+    role: str
+    end: int
+    key: bytes | None = None
+    version: int = 0
+    info: dict[str, Any] | None = None
+    spliced: bool = False
+
+
+@dataclass
+class _CachedPrompt:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    tools_chars: int
+    chars: list[int]  # chars[i]: characters of the client's strings in messages[:i]
+    units: list[_BuiltUnit]
+    ids: list[int]
+
+
+class PromptCache:
+    """The last prompt built for a session, so that the next prompt of a conversation that
+    appends re-renders and re-tokenizes only its new messages.
+
+    The messages the new request shares with the last one (compared by value, from the
+    start) keep their units' ids; the result is exactly :func:`build_prompt` without a
+    cache (its per-unit tokenization is a function of the unit and of the ids before it).
+    A unit is not reused when its grouping may change (a run of tool messages that the new
+    request extends) or when the splice memory has gained a generation with the key of a
+    reused assistant turn since. Only for segmentable templates (:meth:`ChatRenderer.segments`).
+    """
+
+    def __init__(self) -> None:
+        self._last: _CachedPrompt | None = None
+
+    def clear(self) -> None:
+        self._last = None
+
+    def common_prefix(self, messages: list[dict[str, Any]], tools: Any) -> int:
+        """Number of leading messages equal to the last prompt's (0 when the tools differ)."""
+        last = self._last
+        if last is None or tools != last.tools:
+            return 0
+        n = min(len(messages), len(last.messages))
+        k = 0
+        old = last.messages
+        while k < n and messages[k] == old[k]:
+            k += 1
+        return k
+
+    def text_chars(self, messages: list[dict[str, Any]], tools: Any) -> int:
+        """:func:`text_chars` of ``[messages, tools]``, counting only what is new."""
+        last = self._last
+        k = self.common_prefix(messages, tools)
+        if last is None or (k == 0 and tools != last.tools):
+            return text_chars([messages, tools])
+        return last.tools_chars + last.chars[k] + text_chars(messages[k:])
+
+    def reusable(
+        self, messages: list[dict[str, Any]], tools: Any, memory: SpliceMemory | None
+    ) -> list[_BuiltUnit]:
+        """The leading units of the last prompt that the prompt of ``messages`` shares."""
+        last = self._last
+        k = self.common_prefix(messages, tools)
+        if last is None or k == 0:
+            return []
+        out: list[_BuiltUnit] = []
+        for u in last.units:
+            if u.last >= k:
+                break
+            grows = k < len(messages) and messages[k].get("role") == "tool"
+            if u.role == "tool" and u.last == k - 1 and grows:
+                break  # the new request extends this run of tool messages
+            if u.key is not None and (memory is None or memory.version(u.key) != u.version):
+                break
+            out.append(u)
+        return out
+
+    def store(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Any,
+        units: list[_BuiltUnit],
+        ids: list[int],
+    ) -> None:
+        last = self._last
+        k = self.common_prefix(messages, tools)
+        if last is not None and k:
+            chars = last.chars[: k + 1]
+            tools_chars = last.tools_chars
+        else:
+            chars = [0]
+            tools_chars = text_chars(tools)
+        for m in messages[len(chars) - 1 :]:
+            chars.append(chars[-1] + text_chars(m))
+        self._last = _CachedPrompt(list(messages), tools, tools_chars, chars, units, ids)
+
+
 def build_prompt(
     renderer: ChatRenderer,
     messages: list[dict[str, Any]],
@@ -169,6 +312,7 @@ def build_prompt(
     memory: SpliceMemory | None,
     *,
     max_tokens: int | None = None,
+    cache: PromptCache | None = None,
 ) -> PromptBuild:
     """Render ``messages`` (+ generation prompt) to ids, splicing generated ids for echoed
     assistant turns found in ``memory``.
@@ -178,58 +322,129 @@ def build_prompt(
 
     Args:
         max_tokens: stop tokenizing once the prompt has more ids than this.
+        cache: the session's :class:`PromptCache`: the messages shared with its last prompt
+            are not rendered or tokenized again (same ids), and this prompt is kept in it.
 
     Raises:
         ProxyRequestError: the template cannot render the conversation.
         ContextLengthExceededError: the prompt has more than ``max_tokens`` ids.
     """
-    units = renderer.segments(messages, tools)
-    defused: list[str | None] = [None] * len(units)
-    (safe_messages, safe_tools), changed = renderer.defuse([messages, tools])
-    if changed:
-        safe_units = renderer.segments(safe_messages, safe_tools)
-        if [(u.first, u.last) for u in safe_units] == [(u.first, u.last) for u in units]:
-            defused = [u.text for u in safe_units]
-        else:  # the template split the defused conversation differently: encode it instead
-            units = safe_units
-            messages = safe_messages
+    reused = (
+        cache.reusable(messages, tools, memory)
+        if cache is not None and renderer.segmentable
+        else []
+    )
+    start = reused[-1].last + 1 if reused else 0
+    split = _split(renderer, messages, tools, start)
+    if split is None and start:  # the defused suffix splits differently: build it whole
+        reused, start = [], 0
+        split = _split(renderer, messages, tools, 0)
     out = PromptBuild(ids=[])
-    gp = renderer.generation_prompt
-    end_text = renderer.turn_end_text
-    stops = renderer.stop_token_ids
-
-    def check_room() -> None:
+    built: list[_BuiltUnit] = []
+    if reused:
+        out.ids = cache._last.ids[: reused[-1].end] if cache and cache._last else []
+        for b in reused:
+            if b.info is not None:
+                out.matched.append(b.info)
+                if b.spliced:
+                    out.spliced.append(b.info)
+            out.unit_ends.append((b.end, b.role))
+        built.extend(reused)
+    if split is None:  # the template split the defused conversation differently
+        units, messages, defused = _defused_units(renderer, messages, tools)
+        if cache is not None:  # encoded from defused messages throughout: nothing to reuse
+            cache.clear()
+            cache = None
+    else:
+        units, defused = split
+    for ui, u in enumerate(units):
+        built.append(_build_unit(renderer, messages, u, defused[ui], memory, out))
         if max_tokens is not None and len(out.ids) > max_tokens:
             raise ContextLengthExceededError(
                 f"the prompt has more than {max_tokens} tokens (the room in the context window)",
                 param="messages",
             )
-
-    for ui, u in enumerate(units):
-        role = messages[u.first].get("role", "") if 0 <= u.first < len(messages) else ""
-        if memory is not None and u.first == u.last and role == "assistant":
-            msg = messages[u.first]
-            gen = memory.lookup(message_key(msg), out.ids + renderer.generation_prompt_ids)
-            idx = u.text.rfind(end_text) if end_text else -1
-            if gen is not None and u.text.startswith(gp) and idx >= 0:
-                comp = list(gen.completion_ids)
-                if not comp or comp[-1] not in stops:
-                    comp.append(stops[0])  # a length-truncated turn, closed as the template does
-                trailer = u.text[idx + len(end_text) :]
-                new = renderer.generation_prompt_ids + comp + renderer.encode_cached(trailer)
-                plain = renderer.encode_unit(u.text, defused[ui])
-                info = {"message_index": u.first, "call_id": gen.call_id}
-                out.matched.append(info)
-                if new != plain:
-                    out.spliced.append(info)
-                out.ids.extend(new)
-                out.unit_ends.append((len(out.ids), role))
-                check_room()
-                continue
-        out.ids.extend(renderer.encode_unit(u.text, defused[ui]))
-        out.unit_ends.append((len(out.ids), role))
-        check_room()
+    if cache is not None:
+        if renderer.segmentable:
+            cache.store(messages, tools, built, out.ids)
+        else:
+            cache.clear()
     return out
+
+
+def _split(
+    renderer: ChatRenderer,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    start: int,
+) -> tuple[list[RenderUnit], list[str | None]] | None:
+    """The units from message ``start`` on and their defused texts (None where a unit has no
+    control-token text); None when the defused conversation splits differently."""
+    units = renderer.segments(messages, tools, start=start)
+    defused: list[str | None] = [None] * len(units)
+    head = messages[:start]
+    (safe_tail, safe_tools), changed = renderer.defuse(
+        [messages[start:], tools if start == 0 else None]
+    )
+    if changed:
+        safe_units = renderer.segments(
+            head + safe_tail, safe_tools if start == 0 else tools, start=start
+        )
+        if [(u.first, u.last) for u in safe_units] != [(u.first, u.last) for u in units]:
+            return None
+        defused = [u.text for u in safe_units]
+    return units, defused
+
+
+def _defused_units(
+    renderer: ChatRenderer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> tuple[list[RenderUnit], list[dict[str, Any]], list[str | None]]:
+    (safe_messages, safe_tools), _ = renderer.defuse([messages, tools])
+    units = renderer.segments(safe_messages, safe_tools)
+    return units, safe_messages, [None] * len(units)
+
+
+def _build_unit(
+    renderer: ChatRenderer,
+    messages: list[dict[str, Any]],
+    u: RenderUnit,
+    defused: str | None,
+    memory: SpliceMemory | None,
+    out: PromptBuild,
+) -> _BuiltUnit:
+    """Append the ids of unit ``u`` to ``out`` (splicing an echoed assistant turn's
+    generated ids where ``memory`` has them) and describe it for :class:`PromptCache`."""
+    role = messages[u.first].get("role", "") if 0 <= u.first < len(messages) else ""
+    role = role if isinstance(role, str) else ""
+    if memory is not None and u.first == u.last and role == "assistant":
+        key = message_key(messages[u.first])
+        done = _BuiltUnit(u.first, u.last, role, 0, key=key, version=memory.version(key))
+        gp = renderer.generation_prompt
+        end_text = renderer.turn_end_text
+        gen = memory.lookup(key, out.ids, renderer.generation_prompt_ids)
+        idx = u.text.rfind(end_text) if end_text else -1
+        if gen is not None and u.text.startswith(gp) and idx >= 0:
+            comp = list(gen.completion_ids)
+            if not comp or comp[-1] not in renderer.stop_token_ids:
+                comp.append(renderer.stop_token_ids[0])  # a length-truncated turn, closed
+            trailer = u.text[idx + len(end_text) :]
+            new = renderer.generation_prompt_ids + comp + renderer.encode_cached(trailer)
+            plain = renderer.encode_unit(u.text, defused)
+            done.info = {"message_index": u.first, "call_id": gen.call_id}
+            out.matched.append(done.info)
+            if new != plain:
+                done.spliced = True
+                out.spliced.append(done.info)
+            out.ids.extend(new)
+            done.end = len(out.ids)
+            out.unit_ends.append((done.end, role))
+            return done
+    else:
+        done = _BuiltUnit(u.first, u.last, role, 0)
+    out.ids.extend(renderer.encode_unit(u.text, defused))
+    done.end = len(out.ids)
+    out.unit_ends.append((done.end, role))
+    return done
 
 
 class CallHistory:

@@ -11,7 +11,7 @@ import pytest
 from clawrl.bench import Layout, RolloutStatus, TaskLoadError, load_suite, run_rollouts
 from clawrl.bench.agentbench_os import agent_answer, grade_in_sandbox, run_setup
 from clawrl.bench.task_env import TaskEnvironments
-from clawrl.sandbox import Sandbox, SandboxSpec
+from clawrl.sandbox import Sandbox, SandboxSpec, kill_all_but
 
 SUITE = Path(__file__).parent / "fixtures" / "agentbench_os"
 
@@ -70,8 +70,9 @@ async def _grades(answers: list[str | None], index: int) -> list[float]:
     for answer in answers:
         spec = SandboxSpec(image=image.tag, env=image.env, read_only_root=False, forwarder=False)
         async with await Sandbox.create(spec) as sb:
-            assert await run_setup(task, sb) is None
-            await sb.kill_all()
+            setup = await run_setup(task, sb, init=False)  # the image ran the init scripts
+            assert setup.error is None
+            await kill_all_but(sb, setup.sessions)
             rewards.append((await grade_in_sandbox(task, sb, answer)).reward)
     return rewards
 

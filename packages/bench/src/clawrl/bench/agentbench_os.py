@@ -6,32 +6,48 @@ string (bash), ``{"code": …, "language": …}`` or ``{"file": …}`` (relative
 directory, default the JSON file's directory). Each entry is one :class:`~clawrl.bench.Task`
 with id ``<file stem>-<index:05d>`` (AgentBench's numbering):
 
-* the sandbox image is built from a one-line Dockerfile ``FROM <create.image or
-  ubuntu:22.04>`` — no registry here, so the local base (:mod:`clawrl.bench.base_images`);
-* ``create.init`` scripts run to completion and ``start`` is started in the background in
-  the agent's sandbox before the agent (:func:`run_setup`);
+* the sandbox image is built from a Dockerfile ``FROM <create.image or ubuntu:22.04>``
+  (no registry here, so the local base of :mod:`clawrl.bench.base_images`) whose ``RUN``
+  steps are the ``create.init`` scripts, in ``/root``, with the build's network (AgentBench
+  runs them in the task's container before the agent, where ``apt install`` works); a
+  failing init is a failed build, an ``env-error``. Without task images they run in the
+  agent's sandbox instead (:func:`run_setup`);
+* ``start`` is started in the background, as the leader of its own session, in the agent's
+  sandbox before the agent; that session survives the end of the agent phase (the agent's
+  processes are killed, :func:`~clawrl.sandbox.kill_all_but`) and runs while the checks
+  run, as in AgentBench — unless its leader died, then none of it is spared;
 * the **answer channel**: the agent's final answer is the file :data:`~clawrl.bench.ANSWER_PATH`
   if it wrote one, else the harness's last assistant message, whose last ``answer(…)`` (the
   AgentBench action) wins over the whole text (:func:`agent_answer`);
-* grading runs in the agent's own sandbox after every agent process was killed
-  (:func:`grade_in_sandbox`), as AgentBench does: ``match`` compares the answer (exact, or a
-  regular expression), ``check`` runs each script with the arguments ``answer, earlier
-  outputs…`` (``null`` = the ``example`` script) and passes iff all exit 0;
+* grading runs in the agent's own sandbox (:func:`grade_in_sandbox`), as AgentBench does:
+  ``match`` compares the answer (exact, or a regular expression), ``check`` runs each
+  script with the arguments ``answer, earlier outputs…`` (``null`` = the ``example``
+  script) and passes iff all exit 0;
 * the oracle (``solution``) writes the example's output (or the expected ``match``) to the
   answer file.
 
-Trust: the check scripts are passed as ``-c`` arguments of fresh processes (no file the
-agent could have replaced) after ``kill_all``; but they read machine state the agent left,
-as in AgentBench. A task whose check needs the ``start`` processes alive cannot pass here
-(they are killed with the agent's).
+Trust (the agent is root in that sandbox, whose root filesystem is writable): before any
+check runs, every process the agent left is dead and the sandbox's root is compared with
+its image (``podman diff``); a change to what a check executes or loads — anything under
+``/usr``, ``/bin``, ``/sbin``, ``/lib*``, or the ``/etc`` files that steer the dynamic
+loader, shells, Python, Perl, git, PAM and ``alternatives`` (:data:`PROTECTED_PATHS`) —
+refuses grading: ``verifier-error``, reward 0, reason ``tampering: …`` (scored, counted).
+The checks run as fresh processes with absolute interpreters (``/bin/bash --noprofile
+--norc``, ``python3 -I``: no startup files, no user site directory), the check code as a
+``-c`` argument (no file the agent could replace), ``PATH`` fixed to the system
+directories and ``BASH_ENV`` / ``ENV`` / ``LD_*`` empty. The checks still read the machine
+state the agent left, as in AgentBench.
 """
 
 from __future__ import annotations
 
+import asyncio
+import fnmatch
 import json
 import re
 import shlex
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from clawrl.bench.errors import TaskLoadError
@@ -47,14 +63,18 @@ from clawrl.bench.task import (
     VerifierSpec,
 )
 from clawrl.bench.verify import VerifierResult, VerifierStatus
-from clawrl.sandbox import Sandbox, SandboxError
+from clawrl.sandbox import PinnedSession, Sandbox, SandboxError, pin_session, root_changes
 
 __all__ = [
+    "CHECK_ENV",
+    "PROTECTED_PATHS",
+    "SetupResult",
     "agent_answer",
     "grade_in_sandbox",
     "is_agentbench_file",
     "load_agentbench_os",
     "run_setup",
+    "tampered_paths",
 ]
 
 DEFAULT_IMAGE = "ubuntu:22.04"
@@ -65,6 +85,26 @@ _INSTRUCTION = (
 )
 _ANSWER_CALL = re.compile(r"answer\((.*)\)", re.DOTALL)
 _SCRIPT_TIMEOUT_S = 60.0
+_INIT_DIR = "/clawrl-init"
+
+#: What the agent must not change for its sandbox to be graded: these paths and everything
+#: below them (``*`` as in :func:`fnmatch.fnmatchcase`, within one path component).
+PROTECTED_PATHS: tuple[str, ...] = (
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+    "/etc/ld.so.*", "/etc/profile", "/etc/profile.d", "/etc/bash.bashrc", "/etc/environment",
+    "/etc/alternatives", "/etc/python*", "/etc/perl", "/etc/gitconfig", "/etc/pam.d",
+    "/etc/security", "/etc/nsswitch.conf",
+)  # fmt: skip
+#: The environment of every check (on top of the image's): system PATH, no startup files.
+CHECK_ENV: dict[str, str] = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "BASH_ENV": "",
+    "ENV": "",
+    "LD_PRELOAD": "",
+    "LD_LIBRARY_PATH": "",
+    "LD_AUDIT": "",
+}
 
 
 def _script(obj: Any, script_dir: Path, where: str) -> Script | None:
@@ -122,6 +162,21 @@ def _stage(files: dict[str, str]) -> Path:
     return stage_files("agentbench", "agentbench-1", data, ("environment", "verifier", "solution"))
 
 
+def _environment(image: str, init: list[Script]) -> dict[str, str]:
+    """The image's build context: a Dockerfile ``FROM image`` running each init script."""
+    files: dict[str, str] = {}
+    lines = [f"FROM {image}"]
+    for i, script in enumerate(init):
+        name = f"init-{i}.{'py' if script.language == 'python' else 'sh'}"
+        files[f"environment/{name}"] = script.code
+        run = "python3" if script.language == "python" else "bash"
+        lines += [f"COPY {name} {_INIT_DIR}/{name}", f"RUN cd /root && {run} {_INIT_DIR}/{name}"]
+    if init:
+        lines.append(f"RUN rm -rf {_INIT_DIR}")
+    files["environment/Dockerfile"] = "\n".join(lines) + "\n"
+    return files
+
+
 def _oracle_script(grader: AnswerGrader) -> str | None:
     """solve.sh: the example's output (or the expected match) into the answer file."""
     write = f"mkdir -p {shlex.quote(str(Path(ANSWER_PATH).parent))}\n"
@@ -148,7 +203,7 @@ def _entry_task(entry: Any, index: int, path: Path, script_dir: Path) -> Task:
     ]
     grader = _grader(entry.get("evaluation"), script_dir, where)
     image = str(create.get("image") or DEFAULT_IMAGE)
-    files = {"environment/Dockerfile": f"FROM {image}\n"}
+    files = _environment(image, [s for s in init if s is not None])
     oracle = _oracle_script(grader)
     if oracle is not None:
         files["solution/solve.sh"] = "#!/bin/bash\n" + oracle
@@ -230,31 +285,56 @@ def load_agentbench_os(path: Path | str, script_dir: Path | str | None = None) -
 
 
 def _argv(script: Script, params: list[str]) -> list[str]:
+    """A fresh process running ``script`` with ``params`` (absolute interpreters, no
+    startup files, no user site directory)."""
     if script.language == "python":
-        return ["python3", "-c", script.code, *params]
-    return ["bash", "-c", script.code, "--", *params] if params else ["bash", "-c", script.code]
+        return ["/usr/bin/env", "python3", "-I", "-c", script.code, *params]
+    return ["/bin/bash", "--noprofile", "--norc", "-c", script.code, "--", *params]
 
 
-async def run_setup(task: Task, sb: Sandbox) -> str | None:
-    """Run ``task``'s init scripts, then start its start script in the background, in
-    ``sb``; returns why setup failed (``None`` when it did not).
+@dataclass(frozen=True)
+class SetupResult:
+    """What :func:`run_setup` did: why it failed (``None``: it did not) and the sessions of
+    the task's own processes (``start``) that must survive the agent phase."""
+
+    error: str | None = None
+    sessions: tuple[PinnedSession, ...] = ()
+
+
+async def _start(script: Script, sb: Sandbox) -> PinnedSession:
+    """Start ``script`` in the background as the leader of a new session (the leader then
+    sleeps forever, so the session id stays its own) and pin that session."""
+    body = f"{shlex.join(_argv(script, []))} & exec sleep infinity"
+    line = f"setsid /bin/bash --noprofile --norc -c {shlex.quote(body)} </dev/null >/dev/null 2>&1 & echo $!"
+    res = await sb.exec(
+        ["/bin/sh", "-c", line], timeout=_SCRIPT_TIMEOUT_S, workdir="/root", env=CHECK_ENV
+    )
+    pid = int(res.stdout.decode().strip() or "0")
+    for _ in range(100):  # until setsid ran
+        try:
+            return await pin_session(sb, pid)
+        except SandboxError as exc:
+            last = exc
+            await asyncio.sleep(0.02)
+    raise SandboxError(f"start script: {last}")
+
+
+async def run_setup(task: Task, sb: Sandbox, *, init: bool = True) -> SetupResult:
+    """Run ``task``'s init scripts (unless ``init`` is False: its image already ran them),
+    then start its start script in the background, in ``sb``.
 
     Raises:
-        SandboxError: the sandbox cannot run commands.
+        SandboxError: the sandbox cannot run commands, or the start script's session
+            could not be pinned.
     """
-    for i, script in enumerate(task.init_scripts):
+    for i, script in enumerate(task.init_scripts if init else ()):
         res = await sb.exec(_argv(script, []), timeout=_SCRIPT_TIMEOUT_S, workdir="/root")
         if not res.ok:
             tail = (res.stdout + res.stderr).decode("utf-8", "replace")[-2000:]
-            return f"init script {i} exited {res.exit_code}:\n{tail}"
-    if task.start_script is not None:
-        inner = shlex.join(_argv(task.start_script, []))
-        await sb.exec(
-            ["bash", "-c", f"nohup setsid {inner} >/dev/null 2>&1 < /dev/null &"],
-            timeout=_SCRIPT_TIMEOUT_S,
-            workdir="/root",
-        )
-    return None
+            return SetupResult(f"init script {i} exited {res.exit_code}:\n{tail}")
+    if task.start_script is None:
+        return SetupResult()
+    return SetupResult(sessions=(await _start(task.start_script, sb),))
 
 
 def _last_assistant(logs: dict[str, str]) -> str | None:
@@ -294,11 +374,48 @@ def _result(ok: bool, reason: str, subs: dict[str, float] | None = None) -> Veri
     )
 
 
+def tampered_paths(changes: list[tuple[str, str]]) -> list[str]:
+    """The ``(kind, path)`` root changes (``podman diff``) that touch :data:`PROTECTED_PATHS`,
+    as ``"<kind> <path>"`` lines."""
+
+    def protected(path: str) -> bool:
+        p = PurePosixPath(path)
+        return any(
+            fnmatch.fnmatchcase(str(q), pattern)
+            for q in (p, *p.parents)
+            for pattern in PROTECTED_PATHS
+        )
+
+    return [f"{kind} {path}" for kind, path in changes if protected(path)]
+
+
+async def _tampering(sb: Sandbox) -> VerifierResult | None:
+    """The refusal to grade ``sb`` when the agent changed what checks execute (``None``
+    when it did not, or could not: a read-only root)."""
+    if sb.spec.read_only_root:
+        return None
+    try:
+        bad = tampered_paths((await root_changes(sb)).all())
+    except SandboxError as exc:
+        return VerifierResult(
+            reward=0.0, status=VerifierStatus.ERROR, reason=f"tampering check failed: {exc}"
+        )
+    if not bad:
+        return None
+    shown = ", ".join(bad[:8]) + (f" (+{len(bad) - 8} more)" if len(bad) > 8 else "")
+    return VerifierResult(
+        reward=0.0,
+        status=VerifierStatus.ERROR,
+        reason=f"tampering: the agent changed what the checks run ({shown}); not graded",
+    )
+
+
 async def grade_in_sandbox(task: Task, sb: Sandbox, answer: str | None) -> VerifierResult:
     """Grade ``answer`` for ``task`` (which has a :attr:`~clawrl.bench.Task.grader`) in the
-    agent's sandbox ``sb``, whose agent processes are already dead. A wrong answer is
-    ``ok`` with reward 0 and the reason; a sandbox that cannot run the checks is an
-    ``infra-error``.
+    agent's sandbox ``sb``, whose agent processes are already dead (see the module
+    docstring's trust rules). A wrong answer is ``ok`` with reward 0 and the reason; a
+    sandbox whose protected paths changed is a ``verifier-error`` (reward 0, reason
+    ``tampering: …``); one that cannot run the checks is an ``infra-error``.
 
     Raises:
         ValueError: ``task`` has no grader.
@@ -306,6 +423,9 @@ async def grade_in_sandbox(task: Task, sb: Sandbox, answer: str | None) -> Verif
     g = task.grader
     if g is None:
         raise ValueError(f"task {task.id!r} has no answer grader")
+    refused = await _tampering(sb)
+    if refused is not None:
+        return refused
     if g.match_answer is not None or g.match_regex is not None:
         got = "" if answer is None else (answer.strip() if g.strip else answer)
         if g.match_answer is not None:
@@ -318,7 +438,9 @@ async def grade_in_sandbox(task: Task, sb: Sandbox, answer: str | None) -> Verif
         run = script if script is not None else g.example
         assert run is not None  # checked at load time
         try:
-            res = await sb.exec(_argv(run, params), timeout=_SCRIPT_TIMEOUT_S, workdir="/root")
+            res = await sb.exec(
+                _argv(run, params), timeout=_SCRIPT_TIMEOUT_S, workdir="/root", env=CHECK_ENV
+            )
         except SandboxError as exc:
             return VerifierResult(
                 reward=0.0, status=VerifierStatus.INFRA_ERROR, reason=f"check {i}: {exc}"

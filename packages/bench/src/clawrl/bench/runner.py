@@ -60,6 +60,7 @@ from clawrl.bench.runner_helpers import (
     _close_quietly,
     _collect_logs,
     _refused,
+    _result,
     _verify_never_raises,
 )
 from clawrl.bench.sandbox_executor import SandboxExecutor
@@ -89,6 +90,7 @@ from clawrl.sandbox import (
     SandboxError,
     SandboxHosts,
     SandboxSpec,
+    kill_all_but,
     owned_tempdir,
 )
 
@@ -294,6 +296,9 @@ class RolloutRunner:
             for r in _WRITABLE_ROOTS
         )
         fields = TaskEnvironments.agent_fields(task, image, self.options.agent_network)
+        # AgentBench tasks change the system (users, /etc): a writable root, which its
+        # grader checks for tampering before it runs anything there
+        graded_here = task.grader is not None and image is not None
         return SandboxSpec(
             image=fields["image"] or self.sandbox_image,
             files={task.workspace_path: workspace},
@@ -308,7 +313,7 @@ class RolloutRunner:
             ),
             model_socket=(self.endpoint.model_socket if h.needs_model and self.endpoint else None),
             read_only_mounts=h.mounts(task),
-            read_only_root=writable,
+            read_only_root=writable and not graded_here,
             labels={"clawrl-bench.task": task.id[:60], "clawrl-bench.harness": h.name},
         )
 
@@ -369,7 +374,9 @@ class RolloutRunner:
             harness_out: dict[str, Any] = {}
             try:
                 async with sb:
-                    harness_out = await self._run_harness(spec, sb, session, final, timing)
+                    harness_out = await self._run_harness(
+                        spec, sb, session, final, timing, built=image is not None
+                    )
             except (SandboxError, OSError) as exc:
                 extra: dict[str, Any] = {"session_id": session.session_id} if session else {}
                 await _close_quietly(admin, session)
@@ -460,16 +467,18 @@ class RolloutRunner:
         session: SessionInfo | None,
         final: Path,
         timing: dict[str, float],
+        built: bool = False,
     ) -> dict[str, Any]:
-        """Launch, wait (timeout), collect logs and the final workspace. Raises SandboxError
-        on infrastructure failures."""
+        """Launch, wait (timeout), collect logs and the final workspace (``built``: the
+        sandbox runs the task's built image, which already ran its init scripts). Raises
+        SandboxError on infrastructure failures."""
         task, h, opts = spec.task, spec.harness, self.options
         timeout = opts.agent_timeout_s or task.timeouts.agent_s
         launch = h.launch(self._context(task, session, timeout))
         await sb.put_files({f"{HARNESS_LOG_DIR}/.keep": b"", **dict(launch.files)})
-        setup_error = await run_setup(task, sb)
-        if setup_error is not None:  # the task's own init failed: not the agent's doing
-            return {**_refused(setup_error, None), "status": RolloutStatus.ENV_ERROR}
+        setup = await run_setup(task, sb, init=not built)
+        if setup.error is not None:  # the task's own init failed: not the agent's doing
+            return {**_refused(setup.error, None), "status": RolloutStatus.ENV_ERROR}
         t0 = time.time()
         res = await sb.exec(
             list(launch.argv),
@@ -480,9 +489,10 @@ class RolloutRunner:
         )
         timing["harness"] = time.time() - t0
         t1 = time.time()
-        # The agent phase is over: no process it started may survive to touch what is read.
+        # The agent phase is over: no process it started may survive to touch what is read
+        # (the task's own start sessions do).
         try:
-            await sb.kill_all()
+            await kill_all_but(sb, setup.sessions)
         except SandboxError as exc:
             if not await sb.alive():
                 raise
@@ -525,43 +535,6 @@ class RolloutRunner:
             "logs": logs,
             "graded": graded,
         }
-
-
-def _result(
-    base: dict[str, Any],
-    harness_out: dict[str, Any],
-    verdict: VerifierResult,
-    session: SessionInfo | None,
-    records: list[dict[str, Any]],
-    diff: list[FileChange],
-    timing: dict[str, float],
-    opts: RolloutOptions,
-) -> RolloutResult:
-    """A verified rollout's result: the harness outcome, overruled by a verifier failure."""
-    status, reason = harness_out["status"], harness_out["reason"]
-    if verdict.status is VerifierStatus.INFRA_ERROR:
-        status, reason = RolloutStatus.INFRA_ERROR, f"verifier: {verdict.reason}"
-    elif status is RolloutStatus.OK and not verdict.ok:
-        status, reason = RolloutStatus.VERIFIER_ERROR, f"{verdict.status}: {verdict.reason}"
-    return RolloutResult(
-        **base,
-        status=status,
-        reason=reason,
-        reward=verdict.reward,
-        subscores=dict(verdict.subscores),
-        verifier=verdict,
-        session_id=session.session_id if session else "",
-        records=records if opts.keep_records else [],
-        n_calls=len(records),
-        end_reason=harness_out["end_reason"],
-        turns=harness_out["turns"],
-        exit_code=harness_out["exit_code"],
-        stdout=harness_out["stdout"],
-        stderr=harness_out["stderr"],
-        logs=harness_out["logs"],
-        workspace_diff=diff,
-        timing=timing,
-    )
 
 
 async def run_rollouts(

@@ -1,6 +1,6 @@
 """Helpers of the rollout runner (:mod:`clawrl.bench.runner`): closing a lost session,
-collecting harness logs, the outcome of a refused workspace, and verification that never
-raises."""
+collecting harness logs, the outcome of a refused workspace, verification that never
+raises, and a verified rollout's result."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from clawrl.bench.executors import Executor
-from clawrl.bench.rollout_types import RolloutStatus
+from clawrl.bench.rollout_types import RolloutOptions, RolloutResult, RolloutStatus
 from clawrl.bench.task import Task
 from clawrl.bench.verify import VerifierResult, VerifierStatus, verify
+from clawrl.bench.workspace_diff import FileChange
 from clawrl.proxy import AsyncAdminClient, ProxyError, SessionInfo
 from clawrl.sandbox import Sandbox, SandboxCopyLimitError
 
@@ -67,6 +68,43 @@ def _verify_never_raises(task: Task, final: Path, executor: Executor) -> Verifie
             status=VerifierStatus.ERROR,
             reason=f"verification failed: {type(exc).__name__}: {str(exc)[:500]}",
         )
+
+
+def _result(
+    base: dict[str, Any],
+    harness_out: dict[str, Any],
+    verdict: VerifierResult,
+    session: SessionInfo | None,
+    records: list[dict[str, Any]],
+    diff: list[FileChange],
+    timing: dict[str, float],
+    opts: RolloutOptions,
+) -> RolloutResult:
+    """A verified rollout's result: the harness outcome, overruled by a verifier failure."""
+    status, reason = harness_out["status"], harness_out["reason"]
+    if verdict.status is VerifierStatus.INFRA_ERROR:
+        status, reason = RolloutStatus.INFRA_ERROR, f"verifier: {verdict.reason}"
+    elif status is RolloutStatus.OK and not verdict.ok:
+        status, reason = RolloutStatus.VERIFIER_ERROR, f"{verdict.status}: {verdict.reason}"
+    return RolloutResult(
+        **base,
+        status=status,
+        reason=reason,
+        reward=verdict.reward,
+        subscores=dict(verdict.subscores),
+        verifier=verdict,
+        session_id=session.session_id if session else "",
+        records=records if opts.keep_records else [],
+        n_calls=len(records),
+        end_reason=harness_out["end_reason"],
+        turns=harness_out["turns"],
+        exit_code=harness_out["exit_code"],
+        stdout=harness_out["stdout"],
+        stderr=harness_out["stderr"],
+        logs=harness_out["logs"],
+        workspace_diff=diff,
+        timing=timing,
+    )
 
 
 def _cap(text: str, cap: int) -> str:

@@ -9,6 +9,8 @@ Public API (see the package README for a runnable example):
 * :class:`SandboxPool` — bounded, warm, fair pool of sandboxes, :class:`PoolMetrics`;
 * :class:`SandboxHosts`, :class:`SandboxHost`, :class:`HostHealth` — sandboxes spread over
   several podman hosts by free capacity, with health and failover;
+* :func:`kill_all_but`, :func:`pin_session`, :func:`root_changes` — what a grader in a used
+  sandbox needs: the task's own processes kept alive, the root's changes listed;
 * :func:`gc`, :func:`list_containers` — the reaper of dead runs' containers;
 * :func:`owned_tempdir`, :func:`gc_tempdirs` — host temporary directories that name their
   process, and their reaper (for what ``kill -9`` leaves);
@@ -22,6 +24,7 @@ Public API (see the package README for a runnable example):
 # other modules only the names below are re-exported.
 from . import errors as _errors
 from . import pool as _pool
+from . import sessions as _sessions
 from . import sync as _sync
 from .errors import *  # noqa: F403
 from .hostfs import CopyLimits, CopyStats
@@ -40,6 +43,7 @@ from .reaper import (
 )
 from .rootfs import default_rootfs
 from .sandbox import DEFAULT_OUTPUT_CAP, ExecStream, Sandbox
+from .sessions import *  # noqa: F403
 from .spec import (
     MODEL_SOCKET_PATH,
     WORKSPACE,
@@ -84,5 +88,6 @@ __all__ = [
     "parse_size",
     *_errors.__all__,
     *_pool.__all__,
+    *_sessions.__all__,
     *_sync.__all__,
 ]

@@ -26,7 +26,7 @@ import re
 import signal
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -223,8 +223,11 @@ def _kill(pid: int, init: SandboxInit) -> None:
         os.close(pidfd)
 
 
-def kill_sandbox_processes(init: SandboxInit, timeout_s: float = 10.0) -> int:
-    """SIGKILL every process of the sandbox but its PID 1, until none is left.
+def kill_sandbox_processes(
+    init: SandboxInit, timeout_s: float = 10.0, spared: Callable[[int], bool] | None = None
+) -> int:
+    """SIGKILL every process of the sandbox but its PID 1 (and those ``spared(host pid)``
+    keeps), until none is left.
 
     Repeats the sweep while new processes appear (a fork racing the sweep); each sweep lists
     the sandbox's PID namespace from the host's ``/proc``.
@@ -240,7 +243,7 @@ def kill_sandbox_processes(init: SandboxInit, timeout_s: float = 10.0) -> int:
     deadline = time.monotonic() + timeout_s
     killed = 0
     while True:
-        pids = _members(init)
+        pids = [p for p in _members(init) if spared is None or not spared(p)]
         if not pids:
             return killed
         if time.monotonic() > deadline:

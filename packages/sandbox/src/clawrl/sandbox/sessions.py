@@ -1,0 +1,169 @@
+"""What a grader that runs in a used sandbox needs: surviving task processes and root changes.
+
+A grader that runs in the sandbox an agent used (AgentBench OS checks) must know that nothing
+the agent left runs, while the task's own background processes (AgentBench ``start``)
+do, and that the agent changed none of the programs the grader runs:
+
+* :func:`pin_session` pins a *session* of processes by its leader (host pid and start time,
+  read from the host's ``/proc``); :func:`kill_all_but` SIGKILLs every process of the
+  sandbox but its PID 1 and the members of pinned sessions whose leader is still the pinned
+  process. A process can join a session only by being forked inside it, and a session's id
+  cannot be reused while its leader lives, so nothing the agent starts passes as a member;
+  a session whose leader died (or was killed) is not spared at all;
+* :func:`root_changes` lists what changed in the sandbox's root filesystem against its image
+  (``podman diff``: the container's own overlay layer; tmpfs places such as ``/tmp`` and the
+  home directory are not part of it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import PodmanError, SandboxError
+from .hostfs import SandboxInit, kill_sandbox_processes
+from .reaper import process_start_ticks
+
+if TYPE_CHECKING:
+    from .sandbox import Sandbox
+
+__all__ = ["PinnedSession", "RootChanges", "kill_all_but", "pin_session", "root_changes"]
+
+
+@dataclass(frozen=True)
+class PinnedSession:
+    """A session of sandbox processes :func:`kill_all_but` spares.
+
+    Attributes:
+        sandbox_pid: the leader's pid inside the sandbox.
+        host_pid: the leader's pid on the host (= the session id seen from the host).
+        start_ticks: the leader's start time (clock ticks since boot), which tells it from a
+            later process with a recycled pid.
+    """
+
+    sandbox_pid: int
+    host_pid: int
+    start_ticks: int
+
+    def alive(self) -> bool:
+        """Whether the pinned leader still runs (same pid, same start time)."""
+        return process_start_ticks(self.host_pid) == self.start_ticks
+
+
+@dataclass(frozen=True)
+class RootChanges:
+    """Paths (absolute, inside the sandbox) changed in the root filesystem since creation."""
+
+    added: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+
+    def all(self) -> list[tuple[str, str]]:
+        """``(kind, path)`` pairs, kind ``A`` / ``C`` / ``D`` as ``podman diff`` prints."""
+        return [
+            *(("A", p) for p in self.added),
+            *(("C", p) for p in self.changed),
+            *(("D", p) for p in self.deleted),
+        ]
+
+
+def _stat_fields(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return []
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def _session_of(pid: int) -> int | None:
+    """Host session id of host process ``pid`` (field 6 of proc(5)), None if gone."""
+    fields = _stat_fields(pid)
+    return int(fields[3]) if len(fields) > 3 else None
+
+
+def _sandbox_pid(pid: int) -> int | None:
+    """The innermost pid of host process ``pid`` (the last ``NSpid`` entry)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _find_leader(init: SandboxInit, sandbox_pid: int) -> PinnedSession:
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            same_ns = os.readlink(f"/proc/{pid}/ns/pid") == init.pid_ns
+        except OSError:
+            continue
+        if not same_ns or _sandbox_pid(pid) != sandbox_pid:
+            continue
+        ticks = process_start_ticks(pid)
+        if ticks is None or _session_of(pid) != pid:
+            raise SandboxError(f"sandbox process {sandbox_pid} is not a session leader")
+        return PinnedSession(sandbox_pid, pid, ticks)
+    raise SandboxError(f"no process {sandbox_pid} in the sandbox")
+
+
+async def pin_session(sb: Sandbox, sandbox_pid: int) -> PinnedSession:
+    """Pin the session led by the sandbox's process ``sandbox_pid`` (its pid inside).
+
+    Raises:
+        SandboxError: no such process, or it is not a session leader (``setsid``).
+        SandboxGoneError: the sandbox is gone.
+    """
+    init = await sb._find_init()
+    return await asyncio.to_thread(_find_leader, init, sandbox_pid)
+
+
+async def kill_all_but(
+    sb: Sandbox, keep: Collection[PinnedSession] = (), timeout: float = 10.0
+) -> int:
+    """:meth:`Sandbox.kill_all`, sparing the members of the ``keep`` sessions whose leader is
+    still the pinned process (checked at every sweep). Returns how many were signalled.
+
+    Raises:
+        SandboxGoneError: the sandbox is gone.
+        SandboxError: some process was still alive after ``timeout`` seconds.
+    """
+    sb._check_open()
+    init = await sb._find_init()
+
+    def spared(pid: int) -> bool:
+        live = {s.host_pid for s in keep if s.alive()}
+        return bool(live) and _session_of(pid) in live
+
+    return await asyncio.to_thread(kill_sandbox_processes, init, timeout, spared)
+
+
+async def root_changes(sb: Sandbox) -> RootChanges:
+    """What changed in ``sb``'s root filesystem against its image (``podman diff``).
+
+    Raises:
+        SandboxError: podman could not tell (e.g. a ``--rootfs`` sandbox, or it is gone).
+    """
+    sb._check_open()
+    try:
+        res = await sb._podman.run("diff", "--format", "json", sb.id, timeout=60)
+        data = json.loads(res.stdout.decode("utf-8", "replace") or "{}")
+    except (PodmanError, ValueError) as exc:
+        raise SandboxError(f"cannot list the root changes of {sb.name}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SandboxError(f"podman diff of {sb.name}: unexpected output")
+
+    def paths(key: str) -> tuple[str, ...]:
+        value = data.get(key) or []
+        return tuple(sorted(str(p) for p in value)) if isinstance(value, list) else ()
+
+    return RootChanges(paths("added"), paths("changed"), paths("deleted"))

@@ -73,6 +73,7 @@ def test_clawgym_fields() -> None:
 
 def test_load_suite_of_fixtures() -> None:
     assert [t.id for t in load_suite(FIXTURES)] == [
+        "clawgym_tabulate",
         "clawgym_word_stats",
         "harbor_greeting",
         "harbor_slugify",

@@ -37,6 +37,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from clawrl.bench.clawgym import CHECKER_JSON, VERIFY_SCRIPT, with_clawgym_image
 from clawrl.bench.errors import TaskLoadError
 from clawrl.bench.task import (
     CATEGORIES,
@@ -96,11 +97,17 @@ def detect_layout(path: Path | str) -> Layout:
 
 
 def load_task(path: Path | str) -> Task:
-    """Load the task directory ``path`` in whichever layout it is written.
+    """Load the task directory ``path`` in whichever layout it is written; a ClawGym task
+    gets the ClawGym image of its own imports (:func:`clawrl.bench.clawgym.with_clawgym_image`).
 
     Raises:
         TaskLoadError: the directory is not a valid task; ``reason`` says why.
     """
+    task = _load_one(path)
+    return with_clawgym_image([task])[0] if task.layout is Layout.CLAWGYM else task
+
+
+def _load_one(path: Path | str) -> Task:
     root = Path(path).resolve()
     layout = detect_layout(root)
     try:
@@ -124,7 +131,8 @@ def load_suite(path: Path | str) -> list[Task]:
 
     ``path`` may also be a single task directory. Hidden directories and directories
     without any task file are skipped; a directory that looks like a task but fails to load
-    raises.
+    raises. ClawGym tasks share one ClawGym image built from the imports of all of them
+    (:func:`clawrl.bench.clawgym.with_clawgym_image`).
 
     Raises:
         TaskLoadError: a task failed to load, ``path`` is not a directory, no task was
@@ -136,7 +144,7 @@ def load_suite(path: Path | str) -> list[Task]:
     if _looks_like_task(root):
         return [load_task(root)]
     tasks = [
-        load_task(child)
+        _load_one(child)
         for child in sorted(root.iterdir())
         if child.is_dir() and not child.name.startswith((".", "_")) and _looks_like_task(child)
     ]
@@ -146,7 +154,7 @@ def load_suite(path: Path | str) -> list[Task]:
         if any(is_agentbench_file(p) for p in root.iterdir()):
             return _check_unique(root, load_agentbench_os(root))
         raise TaskLoadError(root, "no task directories (or AgentBench OS .json files) found")
-    return _check_unique(root, tasks)
+    return _check_unique(root, with_clawgym_image(tasks))
 
 
 def builtin_suite_dir() -> Path:
@@ -586,8 +594,16 @@ def _load_clawgym(root: Path) -> Task:
         verifier=VerifierSpec(
             files_dir=reward,
             mount_path=str(mount / "reward"),
-            command=("bash", str(mount / "reward" / "reward.sh")),
+            command=(
+                "bash",
+                "-c",
+                VERIFY_SCRIPT,
+                "clawgym-verify",
+                str(mount / "reward"),
+                str(mount),
+            ),
             reward_channel="stdout",
+            subscores_file=CHECKER_JSON,
         ),
         solution=_solution(root, ("bash", f"{SOLUTION_MOUNT}/solve.sh")),
         metadata=metadata,

@@ -120,6 +120,10 @@ class VerifierSpec(_Frozen):
             pytest's ``-rA`` summary on stdout, reward 1 iff every test passed
             (Terminal-Bench 1, :mod:`clawrl.bench.pytest_summary`).
         env: extra environment variables (in-sandbox paths).
+        subscores_file: a file the verifier writes into :data:`REWARD_MOUNT` holding its
+            checker's JSON (ClawGym: ``checker.json``), mapped to sub-scores by
+            :func:`clawrl.bench.clawgym.checker_subscores`; with the ``"stdout"`` channel it
+            replaces the JSON printed on stdout. ``None``: none.
         executes_workspace_code: whether the verifier runs code from the workspace (the
             agent's module, script or program) rather than only reading its files. Such a
             verifier is never run on the host (:class:`~clawrl.bench.HostVerificationError`).
@@ -131,6 +135,7 @@ class VerifierSpec(_Frozen):
     command: tuple[str, ...]
     reward_channel: Literal["file", "stdout", "pytest"] = "file"
     env: dict[str, str] = Field(default_factory=dict)
+    subscores_file: str | None = Field(default=None, pattern=r"^[\w.-]+$")
     executes_workspace_code: bool = True
 
 

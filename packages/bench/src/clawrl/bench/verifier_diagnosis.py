@@ -18,7 +18,10 @@ The signs are chosen so that the agent's own failures are not mistaken for them:
 * ``<python>: No module named <mod>`` — the interpreter's ``-m`` runner (``python3 -m
   pytest``) lacks its module; and ``ModuleNotFoundError: No module named '<mod>'`` for the
   test runners' own modules only (:data:`RUNNER_MODULES`: a missing ``'solution'`` module
-  is the agent's failure);
+  is the agent's failure); and a ``ModuleNotFoundError`` for a known third-party package
+  (the ClawGym image's tables, :data:`clawrl.bench.clawgym.DEBIAN_PACKAGES` / ``PIP_PACKAGES``)
+  raised by an import in a trusted file under the mount path (the checker itself imports
+  ``yaml`` and the image lacks it; a module the agent was to write is never such a name);
 * name resolution failures (``Could not resolve host``, ``Temporary failure in name
   resolution``, apt's ``Temporary failure resolving 'host'``, ``Name or service not
   known``, uv's ``dns error``) and ``Network is unreachable``: the verifier needs a
@@ -44,6 +47,7 @@ _NO_MODULE_M = re.compile(
     r"^(?P<python>\S*python[\d.]*): No module named (?P<mod>[\w.]+)\s*$", re.MULTILINE
 )
 _NO_MODULE_IMPORT = re.compile(r"No module named '(?P<mod>[\w.]+)'")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"\n]+)", line \d+', re.MULTILINE)
 _NETWORK = re.compile(
     r"Could not resolve host[^\n]*|Temporary failure in name resolution[^\n]*"
     r"|Name or service not known[^\n]*|dns error[^\n]*|Network is unreachable[^\n]*"
@@ -80,9 +84,19 @@ def cannot_run_reason(stdout: str, stderr: str, mount_path: str) -> str | None:
     for m3 in _NO_MODULE_IMPORT.finditer(text):
         if m3["mod"].split(".")[0] in RUNNER_MODULES:
             return f"missing Python module: {m3['mod']} (the test runner is not installed){after}"
+        frames = list(_FRAME.finditer(text, 0, m3.start()))
+        trusted = frames[-1]["file"] if frames else ""
+        if trusted.startswith(base) and m3["mod"].split(".")[0] in _known_packages():
+            return f"missing Python module: {m3['mod']} (imported by {trusted}){after}"
     if network:
         return f"no network for the verifier: {network}"
     return None
+
+
+def _known_packages() -> frozenset[str]:
+    from clawrl.bench.clawgym import DEBIAN_PACKAGES, PIP_PACKAGES
+
+    return frozenset(DEBIAN_PACKAGES) | frozenset(PIP_PACKAGES)
 
 
 def exit_reason(exit_code: int | None) -> str:

@@ -46,6 +46,7 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from clawrl.bench.clawgym import checker_subscores, last_json_value
 from clawrl.bench.errors import ExecutorError, HostVerificationError
 from clawrl.bench.executors import (
     ExecResult,
@@ -90,6 +91,8 @@ class VerifierResult(BaseModel):
         reward: in [0, 1]; 0.0 whenever ``status`` is not ``ok``.
         subscores: named partial scores, each in [0, 1] (may be empty for a bare
             ``reward.txt``).
+        subscores_note: what of a checker's JSON was not taken as a sub-score and why
+            (ClawGym checkers, :func:`clawrl.bench.clawgym.checker_subscores`); ``""``: all.
         status: see :class:`VerifierStatus`.
         reason: why the status is not ``ok`` (empty when it is).
         exit_code: the verifier's exit status (``None`` if it did not finish).
@@ -101,6 +104,7 @@ class VerifierResult(BaseModel):
 
     reward: float = Field(ge=0.0, le=1.0)
     subscores: dict[str, float] = Field(default_factory=dict)
+    subscores_note: str = ""
     status: VerifierStatus
     reason: str = ""
     exit_code: int | None = None
@@ -249,7 +253,7 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
                 f"verifier {exit_reason(result.exit_code)}{why}; its reward is not trusted",
             )
         if task.verifier.reward_channel == "stdout":
-            verdict = _from_stdout(result)
+            verdict = _from_stdout(result, reward_dir, task.verifier.subscores_file)
         elif task.verifier.reward_channel == "pytest":
             verdict = _from_pytest(result)
         else:
@@ -500,7 +504,12 @@ def _from_pytest(result: ExecResult) -> VerifierResult:
     return _ok(result, reward, subs)
 
 
-def _from_stdout(result: ExecResult) -> VerifierResult:
+def _from_stdout(
+    result: ExecResult, reward_dir: Path, subscores_file: str | None
+) -> VerifierResult:
+    """ClawGym: the last stdout line is the reward; the sub-scores come from the checker's
+    JSON in ``subscores_file`` when it was written, else from the last JSON document printed
+    before the reward, mapped leniently (:func:`~clawrl.bench.clawgym.checker_subscores`)."""
     lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
     if not lines:
         return _failure(
@@ -508,16 +517,19 @@ def _from_stdout(result: ExecResult) -> VerifierResult:
         )
     try:
         reward = _score(lines[-1], "reward (last stdout line)")
-        subs: dict[str, float] = {}
-        for line in reversed(lines[:-1]):
-            if line.startswith("{"):
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(obj, dict):
-                    subs = _subscores(obj)
-                    break
     except ValueError as exc:
         return _failure(result, VerifierStatus.ERROR, f"bad reward: {exc}")
-    return _ok(result, reward, subs)
+    path = reward_dir / subscores_file if subscores_file else None
+    if path is not None and path.is_file() and not path.is_symlink():
+        source, text = subscores_file, path.read_text(encoding="utf-8", errors="replace")
+    else:
+        source, text = "stdout", result.stdout.rstrip().rpartition("\n")[0]
+    subs: dict[str, float] = {}
+    notes: list[str] = []
+    if text.strip():
+        try:
+            subs, notes = checker_subscores(last_json_value(text))
+        except ValueError as exc:
+            notes = [f"{source}: {exc}"]
+    note = "; ".join(notes[:5]) + (f"; and {len(notes) - 5} more" if len(notes) > 5 else "")
+    return _ok(result, reward, subs).model_copy(update={"subscores_note": note})

@@ -4,6 +4,7 @@ run-tests.sh graded by pytest's -rA summary, solution.sh as the oracle."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
@@ -71,6 +72,25 @@ def test_network_mode_none_keeps_the_verifier_offline(tmp_path: Path) -> None:
         compose.replace("    command:", "    network_mode: none\n    command:")
     )
     assert load_task(root).network is False
+
+
+def test_cpus_from_compose_else_every_host_cpu(tmp_path: Path) -> None:
+    """A public TB1 task (parallelize-compute-squares) gates on a process pool being 30 %
+    faster than the sequential run: under Harbor's default of 1 CPU its oracle scored 0
+    (t_par 8.08 s vs t_seq 8.20 s). TB1 sets no limit, so every CPU; a compose limit wins."""
+    assert load_task(FIXTURE).limits.cpus == float(os.cpu_count() or 1)
+    root = _copy(tmp_path)
+    compose = (root / "docker-compose.yaml").read_text()
+    for cpus, expected in (("1.5", 1.5), ('"${CPUS}"', float(os.cpu_count() or 1))):
+        (root / "docker-compose.yaml").write_text(
+            compose.replace("    command:", f"    cpus: {cpus}\n    command:")
+        )
+        assert load_task(root).limits.cpus == expected
+    (root / "docker-compose.yaml").write_text(
+        compose.replace("    command:", "    cpus: lots\n    command:")
+    )
+    with pytest.raises(TaskLoadError, match="cpus"):
+        load_task(root)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,9 @@ and ``solution.sh``. How clawrl reads it:
 * the verifier is ``bash /tests/run-tests.sh`` in the task image, with ``TEST_DIR=/tests``;
   its reward is pytest's ``-rA`` summary (:mod:`clawrl.bench.pytest_summary`: 1 iff every
   test passed, one sub-score per test), as TB1's own pytest parser grades;
+* the sandboxes get the compose service's CPU limit (``cpus`` or
+  ``deploy.resources.limits.cpus``), else every CPU of the host, as TB1 sets none (memory:
+  the default 2048 MB);
 * the verifier phase has a network unless the compose service says ``network_mode:
   none`` — TB1 runs its tests in the task's container with the default network, and its
   ``run-tests.sh`` scripts install pytest; the agent phase never has one;
@@ -26,6 +29,7 @@ and ``solution.sh``. How clawrl reads it:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,7 @@ from clawrl.bench.task import (
     Layout,
     SolutionSpec,
     Task,
+    TaskLimits,
     Timeouts,
     VerifierSpec,
 )
@@ -94,10 +99,29 @@ def _seconds(root: Path, data: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def _compose(root: Path) -> tuple[Path, Path, dict[str, str], bool]:
-    """(dockerfile, build context, environment, network) from ``docker-compose.yaml``."""
+def _cpus(root: Path, service: dict[str, Any]) -> float:
+    """The service's CPU limit (``cpus`` or ``deploy.resources.limits.cpus``); without one,
+    every CPU of this host — TB1 sets none, so its tasks run with all of them (a task's
+    speed-up test fails under Harbor's default of 1)."""
+    deploy = service.get("deploy")
+    resources = deploy.get("resources") if isinstance(deploy, dict) else None
+    limits = resources.get("limits") if isinstance(resources, dict) else None
+    raw = service.get("cpus", limits.get("cpus") if isinstance(limits, dict) else None)
+    if raw is None or "${" in str(raw):  # absent, or a TB1 harness variable
+        return float(os.cpu_count() or 1)
+    try:
+        cpus = float(raw)
+    except ValueError:
+        raise TaskLoadError(root, f"docker-compose.yaml: cpus {raw!r} is not a number") from None
+    if cpus <= 0:
+        raise TaskLoadError(root, f"docker-compose.yaml: cpus {raw!r} must be positive")
+    return cpus
+
+
+def _compose(root: Path) -> tuple[Path, Path, dict[str, str], bool, float]:
+    """(dockerfile, build context, environment, network, cpus) from ``docker-compose.yaml``."""
     if not (root / "docker-compose.yaml").is_file():
-        return root / "Dockerfile", root, {}, True
+        return root / "Dockerfile", root, {}, True, _cpus(root, {})
     services = _yaml(root, "docker-compose.yaml").get("services")
     if not isinstance(services, dict) or len(services) != 1:
         n = len(services) if isinstance(services, dict) else 0
@@ -122,7 +146,7 @@ def _compose(root: Path) -> tuple[Path, Path, dict[str, str], bool]:
         if "${" not in str(v) and str(k) != "TEST_DIR"  # TB1 harness variables
     }
     network = str(service.get("network_mode", "")).lower() != "none"
-    return dockerfile, context, env, network
+    return dockerfile, context, env, network, _cpus(root, service)
 
 
 def _stage(root: Path) -> Path:
@@ -154,7 +178,7 @@ def load_tb1(root: Path) -> Task:
     data = _yaml(root, "task.yaml")
     if not (root / "run-tests.sh").is_file():
         raise TaskLoadError(root, "Terminal-Bench 1 layout: run-tests.sh is missing")
-    dockerfile, context, compose_env, network = _compose(root)
+    dockerfile, context, compose_env, network, cpus = _compose(root)
     parsed, workdir, sources, notes = _dockerfile_workspace(root, dockerfile, context)
     timeouts = {
         k: v
@@ -184,6 +208,7 @@ def load_tb1(root: Path) -> Task:
         workspace_path=str(workdir),
         workspace_sources=tuple(sources),
         timeouts=Timeouts(**timeouts),
+        limits=TaskLimits(cpus=cpus),
         network=network,
         verifier=VerifierSpec(
             files_dir=staged / "tests",

@@ -10,7 +10,7 @@ Usage (the CPU is shared: niced, concurrency 2)::
 The suite is ClawGym's eval tasks copied locally (never committed; see bench's README,
 "ClawGym-Bench"). Runs ``bench --harness noop`` twice (the first builds the ClawGym image
 unless it is cached already) and ``--harness oracle``, or summarises given results.json
-files in that order. Writes ``tools/perf/results/clawgym_noop.json`` and prints it.
+files in that order. The oracle runs only the tasks that have a solution. Writes ``tools/perf/results/clawgym_noop.json`` and prints it.
 """
 
 from __future__ import annotations
@@ -27,12 +27,15 @@ from typing import Any
 OUT = Path(__file__).parent / "results" / "clawgym_noop.json"
 
 
-def run(suite: Path, harness: str, out: Path) -> tuple[Path, float]:
-    """``bench --suite suite --harness harness`` into ``out``; its results.json and wall s."""
+def run(suite: Path, harness: str, out: Path, ids: list[str] | None = None) -> tuple[Path, float]:
+    """``bench --suite suite --harness harness`` (only tasks ``ids`` if given) into ``out``;
+    its results.json and wall seconds."""
     cmd = [
         "nice", "-n", "10", "uv", "run", "--no-sync", "bench", "--suite", str(suite),
         "--harness", harness, "--concurrency", "2", "--output-dir", str(out), "--no-html",
     ]  # fmt: skip
+    if ids:
+        cmd += ["--task-id", *ids]
     t0 = time.time()
     subprocess.run(cmd, check=False)
     return out / "results.json", time.time() - t0
@@ -75,19 +78,18 @@ def main() -> None:
     ap.add_argument("--suite", type=Path, required=True)
     ap.add_argument("--results", type=Path, nargs=3, metavar=("COLD", "WARM", "ORACLE"))
     args = ap.parse_args()
+    tasks = sorted(p.name for p in args.suite.iterdir() if (p / "data_entry.json").is_file())
+    solved = [t for t in tasks if (args.suite / t / "solution" / "solve.sh").is_file()]
     if args.results:
         runs = [(p, None) for p in args.results]
     else:
         tmp = Path(tempfile.mkdtemp(prefix="clawgym-perf-"))
-        runs = [
-            run(args.suite, h, tmp / n)
-            for h, n in (("noop", "cold"), ("noop", "warm"), ("oracle", "oracle"))
-        ]
-    tasks = sorted(p.name for p in args.suite.iterdir() if (p / "data_entry.json").is_file())
+        runs = [run(args.suite, "noop", tmp / "cold"), run(args.suite, "noop", tmp / "warm")]
+        runs.append(run(args.suite, "oracle", tmp / "oracle", solved))
     out = {
         "suite": str(args.suite),
         "tasks": tasks,
-        "with_solution": sum((args.suite / t / "solution" / "solve.sh").is_file() for t in tasks),
+        "with_solution": solved,
         "noop_cold": summary(*runs[0]),
         "noop_warm": summary(*runs[1]),
         "oracle": summary(*runs[2]),

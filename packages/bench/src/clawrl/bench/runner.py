@@ -304,6 +304,7 @@ class RolloutRunner:
             files={task.workspace_path: workspace},
             env=fields["env"],
             network=fields["network"],
+            user=fields["user"],
             limits=Limits(
                 memory=f"{memory}m",
                 cpus=task.limits.cpus,

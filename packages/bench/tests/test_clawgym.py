@@ -27,6 +27,8 @@ from clawrl.bench.clawgym import (
 )
 from clawrl.bench.executors import ExecResult, ExecSpec
 from clawrl.bench.verify import VerifierStatus, prepare_workspace
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TABULATE = FIXTURES / "clawgym_tabulate"
@@ -202,3 +204,20 @@ def test_a_checker_missing_a_known_package_cannot_run() -> None:
     # the agent's own module missing, or an agent-written file importing a package: its failure
     assert cannot_run_reason("", tb(f"{mount}/check.py", "compute"), mount) is None
     assert cannot_run_reason("", tb("/root/.openclaw/workspace/run.py", "numpy"), mount) is None
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@given(_JSON)
+@settings(max_examples=300, deadline=None)
+def test_any_json_gives_scores_in_range_and_never_raises(data: Any) -> None:
+    subs, notes = checker_subscores(data)
+    assert all(isinstance(k, str) and 0.0 <= v <= 1.0 for k, v in subs.items())
+    assert all(isinstance(n, str) for n in notes)

@@ -7,6 +7,8 @@
 # Idempotent: a complete environment (marker file `.clawrl-complete`) is left untouched.
 # Steps:
 #   1. `uv venv` + `uv pip install sglang==0.5.23` (~3 GB download, ~10 GB on disk);
+#      and `sglang-router==0.3.2` (SGLang's load balancer, for several workers behind one
+#      URL; ~30 MB; also added to an environment installed before it was listed here);
 #   2. a stub `libcuda.so.1` in `<env>/clawrl-stub/`: the registry's sglang-kernel wheel
 #      only ships CUDA builds that link against the driver. The stub exports every `cu*`
 #      symbol those shared objects leave undefined (found with `nm -D --undefined-only`),
@@ -19,11 +21,23 @@ set -euo pipefail
 SGLANG_VERSION="${CLAWRL_SGLANG_VERSION:-0.5.23}"
 ENV_DIR="${CLAWRL_SGLANG_ENV:-${HOME}/.cache/clawrl/sglang-${SGLANG_VERSION}}"
 PYTHON="${CLAWRL_SGLANG_PYTHON:-3.11}"
+ROUTER_VERSION="${CLAWRL_SGLANG_ROUTER_VERSION:-0.3.2}"
 MARKER="${ENV_DIR}/.clawrl-complete"
 
 log() { printf '[sglang-install] %s\n' "$*" >&2; }
 
+# sglang-router at ROUTER_VERSION in the environment (a no-op when it is there already)
+ensure_router() {
+  local have
+  have=$("${ENV_DIR}/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang-router"))' 2>/dev/null || true)
+  if [ "${have}" != "${ROUTER_VERSION}" ]; then
+    log "uv pip install sglang-router==${ROUTER_VERSION}"
+    VIRTUAL_ENV="${ENV_DIR}" uv pip install --quiet --python "${ENV_DIR}/bin/python" "sglang-router==${ROUTER_VERSION}"
+  fi
+}
+
 if [ -f "${MARKER}" ]; then
+  ensure_router
   log "already installed: ${ENV_DIR}"
   echo "${ENV_DIR}"
   exit 0
@@ -42,6 +56,7 @@ log "uv venv ${ENV_DIR} (python ${PYTHON})"
 uv venv --quiet --allow-existing --python "${PYTHON}" "${ENV_DIR}"
 log "uv pip install sglang==${SGLANG_VERSION} (first time: a few minutes, ~3 GB download)"
 VIRTUAL_ENV="${ENV_DIR}" uv pip install --quiet --python "${ENV_DIR}/bin/python" "sglang==${SGLANG_VERSION}"
+ensure_router
 
 # --- the stub libcuda.so.1 ---------------------------------------------------------------
 STUB_DIR="${ENV_DIR}/clawrl-stub"
@@ -68,7 +83,7 @@ ln -sf libcuda.so.1 "${STUB_DIR}/libcuda.so"
 
 log "smoke check: import sglang"
 LD_LIBRARY_PATH="${STUB_DIR}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" SGLANG_USE_CPU_ENGINE=1 \
-  "${ENV_DIR}/bin/python" -c 'import sglang, sys; print("sglang", sglang.__version__, file=sys.stderr)'
+  "${ENV_DIR}/bin/python" -c 'import sglang, sglang_router.launch_router, sys; print("sglang", sglang.__version__, file=sys.stderr)'
 
 echo "${SGLANG_VERSION} $(date -u +%FT%TZ) $(( $(date +%s) - start ))s" > "${MARKER}"
 log "done in $(( $(date +%s) - start )) s: ${ENV_DIR}"

@@ -22,6 +22,16 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def other_model_dir(model_dir: Path) -> Path:
+    """Same architecture and tokenizer as ``model_dir``, another initialisation seed."""
+    from clawrl.proxy.model_kit import build_default_model
+
+    other = Path(build_default_model("byte", seed=1))
+    assert other != model_dir
+    return other
+
+
+@pytest.fixture(scope="session")
 def renderer(model_dir: Path) -> Any:
     from clawrl.proxy import ChatRenderer
 

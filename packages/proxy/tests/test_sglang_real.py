@@ -64,16 +64,6 @@ def sglang_python() -> Path:
     return env / "bin" / "python"
 
 
-@pytest.fixture(scope="session")
-def other_model_dir(model_dir: Path) -> Path:
-    """Same architecture and tokenizer as ``model_dir``, another initialisation seed."""
-    from clawrl.proxy.model_kit import build_default_model
-
-    other = Path(build_default_model("byte", seed=1))
-    assert other != model_dir
-    return other
-
-
 @pytest.fixture(scope="module")  # stop SGLang (its CPU scheduler busy-polls) once these tests end
 def sglang_server(
     sglang_python: Path, model_dir: Path, tmp_path_factory: pytest.TempPathFactory

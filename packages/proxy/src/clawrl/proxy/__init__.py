@@ -17,6 +17,7 @@ from clawrl.proxy.app import *  # noqa: F403
 from clawrl.proxy.backends import base as _backends
 from clawrl.proxy.backends.base import *  # noqa: F403
 from clawrl.proxy.backends.sglang import SGLangBackend
+from clawrl.proxy.backends.sglang_router import SGLangRouterBackend, WorkerStatus
 from clawrl.proxy.capture import *  # noqa: F403
 from clawrl.proxy.client import *  # noqa: F403
 from clawrl.proxy.core import ChatCall, ProxyCore, TrainingSampling
@@ -49,6 +50,11 @@ from clawrl.proxy.server import *  # noqa: F403
 from clawrl.proxy.serving import *  # noqa: F403
 from clawrl.proxy.session import *  # noqa: F403
 from clawrl.proxy.sglang_launcher import SGLangServer, launch_sglang
+from clawrl.proxy.sglang_router_launcher import (
+    SGLangCluster,
+    launch_sglang_cluster,
+    launch_sglang_router,
+)
 
 if TYPE_CHECKING:  # at run time loaded lazily by __getattr__ (it imports torch)
     from clawrl.proxy.backends.embedded import EmbeddedBackend
@@ -83,16 +89,21 @@ __all__ = [
     "ProxyError",
     "ProxyRequestError",
     "SGLangBackend",
+    "SGLangCluster",
+    "SGLangRouterBackend",
     "SGLangServer",
     "SessionClosedError",
     "SessionNotFoundError",
     "TrainingSampling",
     "UnsupportedParameterError",
+    "WorkerStatus",
     "__version__",
     "build_default_model",
     "check_model_dir",
     "fetch_model",
     "launch_sglang",
+    "launch_sglang_cluster",
+    "launch_sglang_router",
     "list_models",
     "resolve_model",
     *_app.__all__,

@@ -49,7 +49,9 @@ class BackendConfig:
         ignore it).
     device, max_batch_size, seed, policy_version: the embedded backend's torch device,
         concurrent generations, sampling seed and initial policy version.
-    sglang_url: the running SGLang server (``http(s)://host:port``).
+    sglang_url: the running SGLang server (``http(s)://host:port``), or with
+        ``sglang_router`` an sglang-router in front of several (``SGLangRouterBackend``;
+        its workers ``sglang_worker_urls``, or the router's own list when empty).
     script_default, token_delay_s: the scripted backend's completion for a session whose
         script is empty (default ``"Done."``) and its delay between streamed tokens.
     null_completion_ids, vocab_size: the null backend's fixed completion and vocabulary.
@@ -62,6 +64,8 @@ class BackendConfig:
     seed: int | None = None
     policy_version: int = 0
     sglang_url: str = ""
+    sglang_router: bool = False
+    sglang_worker_urls: tuple[str, ...] = ()
     script_default: str | None = None
     token_delay_s: float = 0.0
     null_completion_ids: tuple[int, ...] = ()
@@ -100,6 +104,14 @@ def make_backend(config: BackendConfig) -> InferenceBackend:
     if kind == "sglang":
         if not config.sglang_url:
             raise ValueError("backend kind 'sglang' needs sglang_url")
+        if config.sglang_router:
+            from clawrl.proxy.backends.sglang_router import SGLangRouterBackend
+
+            return SGLangRouterBackend(
+                config.sglang_url,
+                list(config.sglang_worker_urls) or None,
+                initial_policy_version=config.policy_version,
+            )
         from clawrl.proxy.backends.sglang import SGLangBackend
 
         return SGLangBackend(config.sglang_url, initial_policy_version=config.policy_version)

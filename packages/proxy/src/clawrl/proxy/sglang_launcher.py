@@ -155,6 +155,23 @@ class SGLangServer:
             self._finalizer = None
         _kill_group(self.process, grace_s)
 
+    def wait_healthy(
+        self, timeout_s: float = 900.0, *, progress: bool = False, route: str = "/health"
+    ) -> float:
+        """Wait until ``GET route`` answers 200; sets and returns :attr:`startup_s`
+        (seconds since this call began). The server is stopped when it fails.
+
+        Raises:
+            SGLangLaunchError: the process exited, or no 200 within ``timeout_s``.
+        """
+        what = "sglang-router" if "sglang_router" in " ".join(self.command) else "SGLang"
+        try:
+            self.startup_s = _wait_healthy(self, timeout_s, progress, route, what)
+        except BaseException:
+            self.stop(grace_s=5.0)
+            raise
+        return self.startup_s
+
     def __enter__(self) -> SGLangServer:
         return self
 
@@ -177,6 +194,8 @@ def launch_sglang(
     startup_timeout_s: float = 900.0,
     progress: bool = True,
     die_with_parent: bool = True,
+    niceness: int = 0,
+    wait: bool = True,
 ) -> SGLangServer:
     """Start ``python -m sglang.launch_server`` for ``model_dir`` and wait until its
     ``/health`` answers 200.
@@ -200,6 +219,10 @@ def launch_sglang(
             process dies (``prctl(PR_SET_PDEATHSIG)``), so a killed test run or CI job never
             leaves SGLang behind. Applied only when called from the main thread (the signal
             fires when the *launching thread* exits).
+        niceness: added to the server's nice value (``os.nice`` in the child; 0: none), so
+            a CPU server shares a busy machine politely.
+        wait: wait for ``/health`` here (False: return at once; call
+            :meth:`SGLangServer.wait_healthy` later, e.g. after starting several servers).
 
     Returns:
         The running :class:`SGLangServer` (use as a context manager, or call ``stop()``).
@@ -226,15 +249,12 @@ def launch_sglang(
         py, model, host, port, device, dtype, skip_tokenizer_init, extra_args, env
     )
     log_file = _log_file(log_path)
-    proc = _spawn(cmd, child_env, log_file, die_with_parent)
+    proc = _spawn(cmd, child_env, log_file, die_with_parent, niceness)
     url = f"http://{host}:{port}"
     server = SGLangServer(url=url, process=proc, log_path=log_file, command=cmd)
     server._finalizer = weakref.finalize(server, _kill_group, proc, 5.0)
-    try:
-        server.startup_s = _wait_healthy(server, startup_timeout_s, progress)
-    except BaseException:
-        server.stop(grace_s=5.0)
-        raise
+    if wait:
+        server.wait_healthy(startup_timeout_s, progress=progress)
     return server
 
 
@@ -284,10 +304,21 @@ def _log_file(log_path: str | os.PathLike[str] | None) -> Path:
 
 
 def _spawn(
-    cmd: list[str], env: dict[str, str], log_file: Path, die_with_parent: bool
+    cmd: list[str],
+    env: dict[str, str],
+    log_file: Path,
+    die_with_parent: bool,
+    niceness: int = 0,
 ) -> subprocess.Popen[bytes]:
     """Start the server in its own process group, its output going to ``log_file``."""
     pdeathsig = die_with_parent and threading.current_thread() is threading.main_thread()
+
+    def preexec() -> None:  # runs in the child between fork and exec
+        if niceness:
+            os.nice(niceness)
+        if pdeathsig:
+            _set_parent_death_signal()
+
     with open(log_file, "wb") as out:
         return subprocess.Popen(
             cmd,
@@ -296,11 +327,22 @@ def _spawn(
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,  # own process group: stop() kills the whole tree
-            preexec_fn=_set_parent_death_signal if pdeathsig else None,
+            preexec_fn=preexec if (pdeathsig or niceness) else None,
         )
 
 
-def _wait_healthy(server: SGLangServer, timeout_s: float, progress: bool) -> float:
+def _wait_healthy(
+    server: SGLangServer,
+    timeout_s: float,
+    progress: bool,
+    route: str = "/health",
+    what: str = "SGLang",
+) -> float:
+    """Seconds until ``GET route`` answered 200.
+
+    Raises:
+        SGLangLaunchError: the process exited, or no 200 within ``timeout_s``.
+    """
     start = time.monotonic()
     status_cm: contextlib.AbstractContextManager[object]
     status = None
@@ -308,7 +350,7 @@ def _wait_healthy(server: SGLangServer, timeout_s: float, progress: bool) -> flo
         from rich.console import Console
 
         console = Console(stderr=True)
-        status = console.status("starting SGLang")
+        status = console.status(f"starting {what}")
         status_cm = status
     else:
         status_cm = contextlib.nullcontext()
@@ -317,18 +359,18 @@ def _wait_healthy(server: SGLangServer, timeout_s: float, progress: bool) -> flo
             elapsed = time.monotonic() - start
             if not server.alive:
                 raise SGLangLaunchError(
-                    f"SGLang exited with code {server.process.returncode} during start-up "
+                    f"{what} exited with code {server.process.returncode} during start-up "
                     f"(log {server.log_path}):\n{server.log_tail()}"
                 )
             if elapsed > timeout_s:
                 raise SGLangLaunchError(
-                    f"SGLang not healthy after {timeout_s:.0f} s (log {server.log_path}):\n"
+                    f"{what} not healthy after {timeout_s:.0f} s (log {server.log_path}):\n"
                     f"{server.log_tail()}"
                 )
             with contextlib.suppress(httpx.HTTPError):
-                if client.get(f"{server.url}/health").status_code == 200:
+                if client.get(f"{server.url}{route}").status_code == 200:
                     return elapsed
             if status is not None:
                 last = server.log_tail(1).strip()[-100:]
-                status.update(f"starting SGLang at {server.url}: {elapsed:4.0f} s  {last}")
+                status.update(f"starting {what} at {server.url}: {elapsed:4.0f} s  {last}")
             time.sleep(1.0)

@@ -111,6 +111,9 @@ class SGLangBackend(InferenceBackend):
             stops; requests keep their KV cache) or ``"abort"`` (running requests end with
             finish reason "aborted").
         api_key: SGLang's ``--api-key`` / ``--admin-api-key``, sent as a bearer token.
+        session_header: an HTTP header that carries ``request.session_id`` on every
+            ``/generate`` (e.g. ``"X-SMG-Routing-Key"`` for sglang-router's ``manual``
+            policy, which keeps one key on one worker); None: no such header.
         extra_sampling_params: more SGLang ``sampling_params`` merged into every request
             (e.g. ``{"ignore_eos": True}`` for benchmarks; it also disables
             ``stop_token_ids``). They override the mapped values.
@@ -134,6 +137,7 @@ class SGLangBackend(InferenceBackend):
         pause_mode: PauseMode = "retract",
         api_key: str | None = None,
         extra_sampling_params: Mapping[str, Any] | None = None,
+        session_header: str | None = None,
     ):
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
@@ -155,6 +159,7 @@ class SGLangBackend(InferenceBackend):
         self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._extra_sampling = dict(extra_sampling_params or {})
+        self._session_header = session_header
         self._client: httpx.AsyncClient | None = None
         self._aborted: set[str] = set()
         self._running: set[str] = set()
@@ -334,7 +339,14 @@ class SGLangBackend(InferenceBackend):
         self._running.add(rid)
         try:
             try:
-                async with self._http().stream("POST", "/generate", json=body) as resp:
+                headers = (
+                    {self._session_header: request.session_id}
+                    if self._session_header and request.session_id
+                    else None
+                )
+                async with self._http().stream(
+                    "POST", "/generate", json=body, headers=headers
+                ) as resp:
                     if resp.status_code != 200:
                         text = (await resp.aread()).decode("utf-8", "replace")
                         raise status_error(resp.status_code, "/generate", text)
@@ -355,9 +367,7 @@ class SGLangBackend(InferenceBackend):
                 if not ids:
                     raise
                 finished = True
-                yield GenerationResult(
-                    ids, lps, "error", version_at_send, self._version, error=str(e)
-                )
+                yield self._failed(ids, lps, last, version_at_send, e)
                 return
             if last is None:
                 raise SGLangUnavailableError("SGLang closed the /generate stream without a result")
@@ -367,7 +377,7 @@ class SGLangBackend(InferenceBackend):
             if not ids or finished:
                 raise
             finished = True
-            yield GenerationResult(ids, lps, "error", version_at_send, self._version, error=str(e))
+            yield self._failed(ids, lps, last, version_at_send, e)
         except (GeneratorExit, asyncio.CancelledError):
             # The consumer stopped early (client disconnect, cancellation). Closing the
             # stream already makes SGLang abort; say so explicitly as well.
@@ -378,6 +388,27 @@ class SGLangBackend(InferenceBackend):
         finally:
             self._running.discard(rid)
             self._aborted.discard(rid)
+
+    def _failed(
+        self,
+        ids: list[int],
+        lps: list[float],
+        last: Mapping[str, Any] | None,
+        version_at_send: int,
+        exc: BaseException,
+    ) -> GenerationResult:
+        """The "error" result of a generation that failed after ``ids`` were streamed
+        (``last``: the last chunk received; its weight version is kept in ``extra``)."""
+        meta = (last or {}).get("meta_info") or {}
+        extra: dict[str, Any] = {}
+        if "weight_version" in meta:
+            extra["sglang_weight_version"] = meta["weight_version"]
+        end = self._parse_version(meta.get("weight_version"), self._version)
+        spans = meta.get("weight_versions")
+        start = end if "weight_version" in meta else version_at_send
+        if isinstance(spans, list) and spans and isinstance(spans[0], Mapping):
+            start = self._parse_version(spans[0].get("version"), start)
+        return GenerationResult(ids, lps, "error", start, end, error=str(exc), extra=extra)
 
     def _result(
         self,
@@ -442,14 +473,24 @@ class SGLangBackend(InferenceBackend):
             self._aborted.add(request_id)
         await self._post("/abort_request", {"rid": request_id})
 
+    def mark_aborted(self, request_id: str) -> None:
+        """Report the running generation ``request_id`` as "aborted" when it ends (for a
+        caller that aborted it by another route, e.g. on the worker behind a router).
+        Unknown ids are ignored."""
+        if request_id in self._running:
+            self._aborted.add(request_id)
+
     async def _abort_quietly(self, request_id: str) -> None:
         with contextlib.suppress(BackendError):
             await self._post("/abort_request", {"rid": request_id})
 
-    async def update_weights(self, path: str, version: int) -> None:
+    async def update_weights(
+        self, path: str, version: int, *, weight_version: str | None = None
+    ) -> None:
         """Load an HF checkpoint directory of the same architecture
         (``POST /update_weights_from_disk {model_path, weight_version}``); afterwards
-        :attr:`policy_version` is ``version``.
+        :attr:`policy_version` is ``version``. ``weight_version``: the string SGLang
+        reports in results (default ``str(version)``; ``"<version>@<tag>"`` parses too).
 
         Raises:
             SGLangRequestError: SGLang refused (``success: false``: missing directory,
@@ -461,7 +502,10 @@ class SGLangBackend(InferenceBackend):
             raise SGLangRequestError(f"weights directory not found: {path}")
         reply = await self._post(
             "/update_weights_from_disk",
-            {"model_path": str(p.resolve()), "weight_version": str(int(version))},
+            {
+                "model_path": str(p.resolve()),
+                "weight_version": weight_version or str(int(version)),
+            },
         )
         if not isinstance(reply, Mapping) or not reply.get("success", False):
             raise SGLangRequestError(f"SGLang refused the weight update from {path}: {reply!r}")
@@ -492,10 +536,12 @@ class SGLangBackend(InferenceBackend):
         if isinstance(raw, int) and not isinstance(raw, bool):
             return raw
         if isinstance(raw, str):
+            # "<version>@<worker>": a worker behind a router tagged by SGLangRouterBackend
+            head = raw.split("@", 1)[0]
             try:
-                return int(raw)
+                return int(head)
             except ValueError:
-                return self._initial_version if raw == "default" else fallback
+                return self._initial_version if head == "default" else fallback
         return fallback
 
     async def _send(

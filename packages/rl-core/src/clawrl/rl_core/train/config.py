@@ -81,12 +81,15 @@ class BackendConfig:
         ``/update_weights_from_disk`` through the proxy's load-weights admin call).
     max_batch_size: embedded backend's concurrent generations.
     device: embedded backend's torch device.
+    sglang_router: ``sglang_url`` is an sglang-router in front of several SGLang workers
+        (the proxy's ``SGLangRouterBackend``: weights synced to every worker).
     """
 
     kind: Literal["embedded", "sglang"] = "embedded"
     max_batch_size: int = 16
     device: str = "cpu"
     sglang_url: str = ""
+    sglang_router: bool = False
 
 
 @dataclass

@@ -393,7 +393,9 @@ class TrainLoop:
                 policy_version=self.state.policy_version,
             )
         else:
-            config = BackendConfig(kind=b.kind, sglang_url=b.sglang_url)
+            config = BackendConfig(
+                kind=b.kind, sglang_url=b.sglang_url, sglang_router=b.sglang_router
+            )
         return make_backend(config)
 
     def _sample_tasks(self, train: Sequence[Task], step: int) -> list[Task]:

@@ -7,7 +7,7 @@ functions (advantages, losses, corrections), the trainer orchestrates.
 
 # Each module whose whole public set (its ``__all__``) is public here is star-imported and its
 # ``__all__`` spliced into ours, so each name is listed once, where it is defined; from the
-# others (flex, trainer) only the names below are re-exported.
+# others (flex, trainer, distributed) only the names below are re-exported.
 from clawrl.rl_core import advantages as _advantages
 from clawrl.rl_core import config as _config
 from clawrl.rl_core import corrections as _corrections
@@ -22,6 +22,7 @@ from clawrl.rl_core import value as _value
 from clawrl.rl_core.advantages import *  # noqa: F403
 from clawrl.rl_core.config import *  # noqa: F403
 from clawrl.rl_core.corrections import *  # noqa: F403
+from clawrl.rl_core.distributed import partition_by_tokens
 from clawrl.rl_core.errors import *  # noqa: F403
 from clawrl.rl_core.flex import tree_block_mask
 from clawrl.rl_core.forward import *  # noqa: F403
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Trainer",
     "__version__",
+    "partition_by_tokens",
     "seed_everything",
     "tree_block_mask",
     *_advantages.__all__,

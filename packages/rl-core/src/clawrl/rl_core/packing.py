@@ -370,7 +370,12 @@ def _make_piece(
     )
 
 
-def split_by_token_budget(batch: TreeBatch, token_budget: int | None = None) -> list[TreePiece]:
+def split_by_token_budget(
+    batch: TreeBatch,
+    token_budget: int | None = None,
+    *,
+    token_ranges: Sequence[tuple[int, int]] | None = None,
+) -> list[TreePiece]:
     """Cut a forest into pieces of at most ``token_budget`` tokens without changing results.
 
     Each piece owns a contiguous DFS range ``[a, b)`` and prepends the ancestor chain of
@@ -383,16 +388,27 @@ def split_by_token_budget(batch: TreeBatch, token_budget: int | None = None) -> 
 
     Args:
         batch: the forest.
-        token_budget: most tokens per piece (context included); ``None`` = one piece.
+        token_budget: most tokens per piece (context included); ``None`` = one piece per
+            range.
+        token_ranges: cover only these global token ranges ``[lo, hi)`` (ascending, disjoint;
+            a multi-process rank's trees, see :func:`clawrl.rl_core.partition_by_tokens`);
+            ``None`` = the whole forest. A piece never crosses a range boundary.
 
     Raises:
         TokenBudgetError: a path is longer than ``token_budget`` (depth + 1 > budget).
+        PackingError: a range outside ``[0, N]`` or out of order.
     """
     n = batch.num_tokens
+    ranges = [(0, n)] if token_ranges is None else [(int(a), int(b)) for a, b in token_ranges]
+    prev = 0
+    for lo, hi in ranges:
+        if not prev <= lo <= hi <= n:
+            raise PackingError(f"token range [{lo}, {hi}) is out of order or outside [0, {n}]")
+        prev = hi
     mem_order = np.argsort(batch.mem_token, kind="stable")
     mem_sorted_tok = batch.mem_token[mem_order]
     if token_budget is None:
-        return [_make_piece(batch, 0, n, mem_order, mem_sorted_tok)]
+        return [_make_piece(batch, a, b, mem_order, mem_sorted_tok) for a, b in ranges if a < b]
     if token_budget < 1:
         raise TokenBudgetError(f"token_budget must be >= 1, got {token_budget}")
     depth = batch.position_ids
@@ -403,9 +419,10 @@ def split_by_token_budget(batch: TreeBatch, token_budget: int | None = None) -> 
             f"longer than token_budget={token_budget}"
         )
     pieces = []
-    a = 0
-    while a < n:
-        b = min(n, a + token_budget - int(depth[a]))
-        pieces.append(_make_piece(batch, a, b, mem_order, mem_sorted_tok))
-        a = b
+    for lo, hi in ranges:
+        a = lo
+        while a < hi:
+            b = min(hi, a + token_budget - int(depth[a]))
+            pieces.append(_make_piece(batch, a, b, mem_order, mem_sorted_tok))
+            a = b
     return pieces

@@ -1,4 +1,4 @@
-"""Trainer on accelerate: one process on CPU; ``accelerate launch`` (multi-GPU, FSDP) as is.
+"""Trainer on accelerate: one process, or data-parallel ranks under ``accelerate launch``.
 
 The trainer orchestrates; the math is in :mod:`advantages`, :mod:`losses`,
 :mod:`corrections` and :mod:`step`. One call of :meth:`Trainer.rl_step` is one optimiser
@@ -12,6 +12,11 @@ step on a batch of packed trees:
    (:func:`minibatch_indices`); per minibatch, forward + backward per piece (gradients
    accumulate), clip the gradient norm, AdamW step, LR-schedule step; step and policy
    version + 1.
+
+Under ``accelerate launch --num_processes N`` (DDP; CPU/gloo or GPU) every rank gets the
+whole batch, trains the trees :func:`~clawrl.rl_core.partition_by_tokens` deals it, and the
+step equals the one-process step (:mod:`clawrl.rl_core.distributed`); checkpoints are then
+sharded (:mod:`clawrl.rl_core.sharded_checkpoint`).
 """
 
 from __future__ import annotations
@@ -26,12 +31,25 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.utils import DistributedType
 from clawrl.prefixtree import PackedTree
 from clawrl.rl_core.checkpoint import load_checkpoint, save_checkpoint
 from clawrl.rl_core.config import Aggregation, TrainerConfig
+from clawrl.rl_core.distributed import (
+    allreduce_grads,
+    allreduce_old_pass,
+    allreduce_stats,
+    partition_by_tokens,
+    tree_token_ranges,
+)
 from clawrl.rl_core.errors import ConfigError, MinibatchCapWarning
 from clawrl.rl_core.forward import TreeModel
 from clawrl.rl_core.packing import TreeBatch, TreePiece, split_by_token_budget
+from clawrl.rl_core.sharded_checkpoint import (
+    is_sharded_checkpoint,
+    load_sharded_checkpoint,
+    save_sharded_checkpoint,
+)
 from clawrl.rl_core.step import (
     OldPass,
     PreparedRL,
@@ -71,6 +89,22 @@ def minibatch_indices(
     return [np.sort(part) for part in np.array_split(perm, n_mb)]
 
 
+#: accelerate modes the tree step runs under with several processes: data parallel only
+_DATA_PARALLEL = frozenset(
+    {DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU}
+)
+
+
+def _check_distributed(acc: Accelerator) -> None:
+    """Raise ConfigError for a multi-process mode the tree step does not support."""
+    if acc.num_processes > 1 and acc.distributed_type not in _DATA_PARALLEL:
+        raise ConfigError(
+            f"the tree-packed step runs data-parallel ranks only (DDP: MULTI_CPU / MULTI_GPU), "
+            f"not {acc.distributed_type}: ranks own different numbers of pieces, and sharded "
+            "parameters would need a collective in every forward"
+        )
+
+
 class Trainer:
     """Tree-packed GRPO / PPO / SFT trainer.
 
@@ -85,7 +119,9 @@ class Trainer:
             when ``config.bf16`` is "auto"/True, full precision on CPU.
 
     Raises:
-        ConfigError: a KL coefficient without reference model, or bf16 forced on CPU.
+        ConfigError: a KL coefficient without reference model, bf16 forced on CPU, or
+            several processes under a non-data-parallel accelerate mode (FSDP, DeepSpeed,
+            Megatron: the tree step runs unequal numbers of forwards per rank).
     """
 
     def __init__(
@@ -108,6 +144,7 @@ class Trainer:
         self.accelerator = accelerator or Accelerator(
             cpu=not cuda, mixed_precision="bf16" if bf16 else "no"
         )
+        _check_distributed(self.accelerator)
         seed_everything(cfg.seed)
         head = None
         if cfg.algorithm == "ppo" and critic is None:
@@ -154,6 +191,40 @@ class Trainer:
         assert isinstance(m, TreeModel)
         return m
 
+    @property
+    def _fwd_model(self) -> nn.Module:
+        """The module forwards run through: the wrapper in one process, the unwrapped module
+        with several (no collective inside a forward; gradients are summed by hand)."""
+        return self.model if self.accelerator.num_processes == 1 else self.unwrapped
+
+    @property
+    def _fwd_critic(self) -> Critic | None:
+        if self.critic is None or self.accelerator.num_processes == 1:
+            return self.critic
+        c = self.accelerator.unwrap_model(self.critic)
+        assert isinstance(c, Critic)
+        return c
+
+    def _local_pieces(self, trees: Sequence[PackedTree], batch: TreeBatch) -> list[TreePiece]:
+        """This rank's token-budget pieces: all of them in one process, else the pieces of
+        the trees :func:`partition_by_tokens` deals to this rank."""
+        acc = self.accelerator
+        if acc.num_processes == 1:
+            return split_by_token_budget(batch, self.config.token_budget)
+        sizes = [int(t.input_ids.shape[0]) for t in trees]
+        mine = partition_by_tokens(sizes, acc.num_processes)[acc.process_index]
+        ranges = tree_token_ranges(sizes, mine)
+        if not ranges:
+            return []
+        return split_by_token_budget(batch, self.config.token_budget, token_ranges=ranges)
+
+    def _piece_counts(self, n_local: int) -> list[int]:
+        """Every rank's number of pieces (a gather; ``[n_local]`` in one process)."""
+        if self.accelerator.num_processes == 1:
+            return [n_local]
+        t = torch.tensor([n_local], dtype=torch.int64, device=self.accelerator.device)
+        return [int(x) for x in self.accelerator.gather(t).tolist()]
+
     def _params(self) -> list[nn.Parameter]:
         ps = list(self.model.parameters())
         if self.critic is not None:
@@ -161,8 +232,10 @@ class Trainer:
         return ps
 
     def _apply_gradients(self) -> float:
-        """Clip the gradient norm, AdamW step, LR-schedule step; returns the norm."""
+        """Sum gradients over ranks, clip the gradient norm, AdamW step, LR-schedule step;
+        returns the norm."""
         o = self.config.optim
+        allreduce_grads(self._params(), self.accelerator)
         norm = float("nan")
         if o.max_grad_norm is not None:
             norm = float(self.accelerator.clip_grad_norm_(self._params(), o.max_grad_norm))
@@ -201,17 +274,18 @@ class Trainer:
         """
         cfg = self.config
         batch = TreeBatch.from_trees(trees)
-        pieces = split_by_token_budget(batch, cfg.token_budget)
+        pieces = self._local_pieces(trees, batch)
         self.model.train()
         old = old_pass(
-            self.model,
+            self._fwd_model,
             batch,
             pieces,
             temperature=cfg.loss.temperature,
             chunk_size=cfg.chunk_size,
-            critic=self.critic,
+            critic=self._fwd_critic,
             ref_model=self.ref_model,
         )
+        old = allreduce_old_pass(old, self.accelerator)
         prepared = prepare_rl(
             batch,
             old,
@@ -225,9 +299,11 @@ class Trainer:
             current_version=self.policy_version,
         )
         self.last_update = (batch, prepared, old)
-        n_mb = self._minibatch_count(len(pieces))
+        counts = self._piece_counts(len(pieces))
+        n_mb = self._minibatch_count(min(counts))
         lr = float(self.scheduler.get_last_lr()[0])
         stats, norms = self._update_epochs(batch, pieces, prepared, old, n_mb)
+        stats = allreduce_stats(stats, self.accelerator)
         self.step += 1
         self.policy_version += 1
         stats.update(
@@ -237,16 +313,17 @@ class Trainer:
             lr=lr,
             num_tokens=float(batch.num_tokens),
             num_memberships=float(batch.num_memberships),
-            num_pieces=float(len(pieces)),
+            num_pieces=float(sum(counts)),
             num_minibatches=float(n_mb),
             minibatches_capped=float(n_mb < cfg.num_minibatches),
         )
         return {**stats, **prepared.metrics}
 
     def _minibatch_count(self, n_pieces: int) -> int:
-        """``config.num_minibatches``, capped at the number of pieces (with a warning)."""
+        """``config.num_minibatches``, capped at the number of pieces (the fewest of any
+        rank's; at least 1) with a warning."""
         want = self.config.num_minibatches
-        n_mb = min(want, n_pieces)
+        n_mb = max(1, min(want, n_pieces))
         if n_mb < want:
             warnings.warn(
                 f"step {self.step}: {n_pieces} token-budget pieces for num_minibatches="
@@ -276,14 +353,14 @@ class Trainer:
             for idx in parts:
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_stats = loss_backward(
-                    self.model,
+                    self._fwd_model,
                     batch,
                     [pieces[i] for i in idx],
                     prepared,
                     old,
                     loss_cfg=cfg.loss,
                     ppo_cfg=cfg.ppo,
-                    critic=self.critic,
+                    critic=self._fwd_critic,
                     train_policy=train_policy,
                     chunk_size=cfg.chunk_size,
                     backward=lambda loss: self.accelerator.backward(loss * n_mb),
@@ -305,12 +382,12 @@ class Trainer:
         cfg = self.config
         loss_cfg = dataclasses.replace(cfg.loss, aggregation=aggregation)
         batch = TreeBatch.from_trees(trees)
-        pieces = split_by_token_budget(batch, cfg.token_budget)
+        pieces = self._local_pieces(trees, batch)
         self.model.train()
         prepared = prepare_sft(batch, loss_cfg)
         self.optimizer.zero_grad(set_to_none=True)
         stats = loss_backward(
-            self.model,
+            self._fwd_model,
             batch,
             pieces,
             prepared,
@@ -319,6 +396,7 @@ class Trainer:
             chunk_size=cfg.chunk_size,
             backward=self.accelerator.backward,
         )
+        stats = allreduce_stats(stats, self.accelerator)
         lr = float(self.scheduler.get_last_lr()[0])
         stats["grad_norm"] = self._apply_gradients()
         self.step += 1
@@ -328,37 +406,78 @@ class Trainer:
         return stats
 
     # ------------------------------------------------------------------ persistence
+    def _trained_modules(self) -> nn.Module:
+        """The unwrapped policy (+ value head) and critic as one module (sharded state)."""
+        mods: dict[str, nn.Module] = {"model": self.unwrapped}
+        if self.critic is not None:
+            mods["critic"] = self.accelerator.unwrap_model(self.critic)
+        return nn.ModuleDict(mods)
+
+    def _plain_optimizer(self) -> torch.optim.Optimizer:
+        opt = getattr(self.optimizer, "optimizer", self.optimizer)
+        assert isinstance(opt, torch.optim.Optimizer)
+        return opt
+
     def save_checkpoint(self, path: str | Path, *, data_position: int | None = None) -> Path:
         """Write model, optimizer, scheduler, RNG, step, policy version and data position
-        (safetensors + JSON) to ``path``; only the main process writes."""
+        to ``path``. One process: safetensors + JSON (:mod:`clawrl.rl_core.checkpoint`).
+        Several: collective, a sharded checkpoint every rank writes its share of
+        (:mod:`clawrl.rl_core.sharded_checkpoint`)."""
         if data_position is not None:
             self.data_position = data_position
-        self.accelerator.wait_for_everyone()
+        acc = self.accelerator
+        acc.wait_for_everyone()
         out = Path(path)
-        if self.accelerator.is_main_process:
+        state = {
+            "step": self.step,
+            "policy_version": self.policy_version,
+            "data_position": self.data_position,
+            "config": dataclasses.asdict(self.config),
+        }
+        if acc.num_processes > 1:
+            save_sharded_checkpoint(
+                out,
+                modules=self._trained_modules(),
+                optimizer=self._plain_optimizer(),
+                scheduler=self.scheduler,
+                state=state,
+                rank=acc.process_index,
+                world_size=acc.num_processes,
+            )
+        elif acc.is_main_process:
             save_checkpoint(
                 out,
                 model=self.unwrapped,
                 optimizer=self.optimizer,
                 scheduler=self.scheduler,
                 critic=self.accelerator.unwrap_model(self.critic) if self.critic else None,
-                state={
-                    "step": self.step,
-                    "policy_version": self.policy_version,
-                    "data_position": self.data_position,
-                    "config": dataclasses.asdict(self.config),
-                },
+                state=state,
             )
-        self.accelerator.wait_for_everyone()
+        acc.wait_for_everyone()
         return out
 
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
         """Restore everything :meth:`save_checkpoint` wrote (RNG included); returns the state
         (``state["data_position"]`` tells the caller where to resume its data).
 
+        A sharded checkpoint (several processes wrote it) loads at any world size, one
+        process included; RNG streams come back for the ranks that saved one.
+
         Raises:
             CheckpointError: missing or mismatching files.
         """
+        if is_sharded_checkpoint(path):
+            st = load_sharded_checkpoint(
+                path,
+                modules=self._trained_modules(),
+                optimizer=self._plain_optimizer(),
+                scheduler=self.scheduler,
+                rank=self.accelerator.process_index,
+            )
+            self.step = int(st["step"])
+            self.policy_version = int(st["policy_version"])
+            self.data_position = int(st["data_position"])
+            return st
         state = load_checkpoint(
             path,
             model=self.unwrapped,
@@ -374,7 +493,8 @@ class Trainer:
     def export_hf(self, path: str | Path, tokenizer: Any = None) -> Path:
         """Save the policy as a Hugging Face checkpoint directory (``config.json`` +
         ``model.safetensors``, and the tokenizer if given) for the inference backend's
-        weight reload. The value head is not part of it."""
+        weight reload. The value head is not part of it. Collective with several processes:
+        accelerate gathers the full state dict, only rank 0 writes."""
         out = Path(path)
         self.accelerator.wait_for_everyone()
         policy = self.unwrapped.policy

@@ -1,0 +1,114 @@
+"""Multi-process training: ``accelerate launch`` with 2 CPU processes (gloo, DDP) against the
+same steps in this process (issue 21).
+
+The launched worker (``multiprocess_worker.py``) trains on random group trees dealt to the two
+ranks by token count; rank 0 writes the summed gradients, parameters and metrics. They must
+equal the one-process step's to float64 rounding, which holds only if the loss normalisation
+is global (a token-mean over all ranks' memberships, not a mean of per-rank means) and the
+PPO advantages are whitened over the whole batch. Then a second launch resumes from the
+sharded checkpoint and must reproduce step 2.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import torch
+from clawrl.rl_core import partition_by_tokens
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+import multiprocess_worker as worker  # noqa: E402
+
+#: float64 throughout; sums over ranks reorder additions, nothing else differs
+RTOL, ATOL = 1e-9, 1e-12
+
+
+def _launch(out: Path, mode: str) -> None:
+    with socket.socket() as s:  # a free port: other test runs may use accelerate's default
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        *(sys.executable, "-m", "accelerate.commands.launch"),
+        *("--multi_gpu", "--num_processes", "2", "--num_machines", "1"),
+        *("--mixed_precision", "no", "--dynamo_backend", "no"),
+        *("--main_process_port", str(port)),
+        *(str(HERE / "multiprocess_worker.py"), str(out), mode),
+    ]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def _read(out: Path, mode: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    return load_file(str(out / f"{mode}.safetensors")), orjson.loads(
+        (out / f"{mode}.json").read_bytes()
+    )
+
+
+def _assert_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], prefix: str) -> int:
+    keys = sorted(k for k in want if k.startswith(prefix))
+    assert keys and keys == sorted(k for k in got if k.startswith(prefix))
+    for k in keys:
+        torch.testing.assert_close(got[k], want[k], rtol=RTOL, atol=ATOL, msg=k)
+    return len(keys)
+
+
+def test_partition_by_tokens_is_balanced_and_deterministic() -> None:
+    assert partition_by_tokens([5, 9, 1, 4, 4], 2) == [[1, 4], [0, 2, 3]]  # 13 / 10
+    assert partition_by_tokens([3, 3], 3) == [[0], [1], []]
+    parts = partition_by_tokens(list(range(40)), 4)
+    loads = sorted(sum(p) for p in parts)
+    assert sorted(i for p in parts for i in p) == list(range(40))
+    assert loads[-1] - loads[0] <= 39
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_and_resume_from_sharded_checkpoint(tmp_path: Path) -> None:
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    single.mkdir()
+    multi.mkdir()
+    worker.main(single, "steps")  # the oracle: one process, whole batch
+    _launch(multi, "steps")
+    s_t, s_i = _read(single, "steps")
+    m_t, m_i = _read(multi, "steps")
+    assert (s_i["world_size"], m_i["world_size"]) == (1, 2)
+    # the trees really are split unevenly (the per-rank-mean bug would show)
+    sizes = [int(t.input_ids.shape[0]) for t in worker.make_batch(1)[0]]
+    loads = [sum(sizes[i] for i in p) for p in partition_by_tokens(sizes, 2)]
+    assert loads[0] != loads[1], loads
+    # step 1: summed gradients, then the parameters after AdamW; PPO's gradients
+    assert _assert_close(m_t, s_t, "grad.") > 10
+    _assert_close(m_t, s_t, "ppo.grad.")
+    _assert_close(m_t, s_t, "after1.")
+    _assert_close(m_t, s_t, "after2.")
+    for step in ("step1", "step2", "ppo"):
+        for key in ("loss", "policy_loss", "entropy", "value_loss", "advantage_mean"):
+            if key in s_i[step]:
+                assert m_i[step][key] == pytest.approx(s_i[step][key], rel=RTOL, abs=ATOL), key
+    # the sharded checkpoint: every rank wrote a shard and its RNG
+    ckpt = multi / "ckpt"
+    assert sorted(p.name for p in (ckpt / "dcp").glob("*.distcp")) == [
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
+    assert (ckpt / "rng-0.safetensors").is_file() and (ckpt / "rng-1.safetensors").is_file()
+    # export_hf: full weights written by rank 0, equal to the trained policy after step 1
+    hf = AutoModelForCausalLM.from_pretrained(multi / "hf", dtype=torch.float64)
+    for name, p in hf.named_parameters():
+        torch.testing.assert_close(p, m_t[f"after1.policy.{name}"], rtol=0, atol=0)
+    # resume: a fresh launch, other initial weights, loads the sharded checkpoint -> same step 2
+    _launch(multi, "resume")
+    r_t, r_i = _read(multi, "resume")
+    assert r_i["data_position"] == 1
+    assert r_i["step2"]["loss"] == pytest.approx(m_i["step2"]["loss"], rel=RTOL, abs=ATOL)
+    _assert_close(r_t, m_t, "after2.")

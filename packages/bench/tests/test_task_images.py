@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -196,7 +197,7 @@ def test_build_step_that_cannot_reach_its_host_is_an_env_error(tmp_path: Path) -
 
     root = _task_with(
         tmp_path,
-        "FROM debian:bookworm-slim\n"
+        f"FROM debian:bookworm-slim\n# {uuid.uuid4()}: a new image, never one left by a run\n"
         "RUN curl -sSf https://clawrl-unreachable.invalid/install.sh | sh\nWORKDIR /app\n",
         "echo 1 > /logs/verifier/reward.txt\n",
     )

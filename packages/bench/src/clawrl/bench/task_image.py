@@ -10,10 +10,11 @@
 2. names the image by a digest of the rewritten Dockerfile and of every file of the context
    (path, executable bit, contents): ``localhost/clawrl-task:<digest>``; an image of that
    name is reused at once (a second rollout, a second run);
-3. otherwise runs ``podman build --pull=never`` on the context — ``RUN`` steps get podman's
-   default build network (the package registries are reachable: apt-get, pip, npm work),
-   and ``ENV`` (with ``$VAR`` expansion), ``ARG``, ``WORKDIR``, ``COPY``/``ADD`` and ``USER``
-   are podman's own;
+3. otherwise runs ``podman build --pull=never --layers=false`` on the context (no layer
+   cache: every step's output is in the log) — ``RUN`` steps get podman's default build
+   network (the package registries are reachable: apt-get, pip, npm work), and ``ENV``
+   (with ``$VAR`` expansion), ``ARG``, ``WORKDIR``, ``COPY``/``ADD`` and ``USER`` are
+   podman's own;
 4. reads the image's configuration back (its ``Env`` — already expanded — its
    ``WorkingDir`` and ``User``) for the sandboxes that run it.
 
@@ -42,7 +43,7 @@ from clawrl.sandbox import ImageBuildError, Podman, PodmanError
 __all__ = ["TaskImage", "TaskImageError", "build_task_image", "rewrite_froms", "task_image_tag"]
 
 #: Bumped when the way images are built changes, so that old tags are not reused.
-TASK_IMAGE_VERSION = "2"
+TASK_IMAGE_VERSION = "3"
 _TAIL_CHARS = 4000
 _FROM = re.compile(r"^(?P<lead>\s*FROM\s+)(?P<rest>.*)$", re.IGNORECASE)
 _ARG = re.compile(r"^\s*ARG\s+(?P<name>\w+)(?:=(?P<value>\S*))?\s*$", re.IGNORECASE)
@@ -235,9 +236,11 @@ async def build_task_image(
             path = Path(tmp) / "Dockerfile"
             path.write_text(rewritten, encoding="utf-8")
             try:
+                # --layers=false: no step output is hidden behind "Using cache" (the
+                # unreachable-host check below reads every RUN step's output)
                 res = await podman.run(
-                    "build", "--pull=never", "--force-rm", "-t", tag, "-f", str(path),
-                    str(context), check=False, timeout=timeout_s,
+                    "build", "--pull=never", "--layers=false", "--force-rm", "-t", tag,
+                    "-f", str(path), str(context), check=False, timeout=timeout_s,
                 )  # fmt: skip
             except PodmanError as exc:
                 raise TaskImageError(f"podman build of {dockerfile} failed: {exc}") from exc

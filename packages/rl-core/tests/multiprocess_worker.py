@@ -25,6 +25,7 @@ from clawrl.rl_core import (
     PPOConfig,
     Trainer,
     TrainerConfig,
+    broadcast_batch,
     pack_token_sequences,
 )
 from conftest import make_tiny_qwen3, random_sequences
@@ -61,6 +62,12 @@ def make_trainer(algorithm: str = "grpo", init_seed: int = 0) -> Trainer:
     return Trainer(make_tiny_qwen3(torch.float64, seed=init_seed), cfg)
 
 
+def rank0_batch(trainer: Trainer, seed: int) -> tuple[list[PackedTree], dict[str, float]]:
+    """As the train loop: rank 0 makes the batch (its rollouts), the others receive it."""
+    made = make_batch(seed) if trainer.accelerator.is_main_process else (None, None)
+    return broadcast_batch(*made, trainer.accelerator)
+
+
 def _record_grads(trainer: Trainer, into: dict[str, torch.Tensor]) -> None:
     """Keep the gradients the optimiser steps with (after the sum over ranks)."""
     names = {id(p): n for n, p in trainer.unwrapped.named_parameters()}
@@ -83,12 +90,12 @@ def run_steps(out: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     info: dict[str, Any] = {}
     t = make_trainer()
     _record_grads(t, tensors)
-    trees, rewards = make_batch(1)
+    trees, rewards = rank0_batch(t, 1)
     info["step1"] = t.rl_step(trees, rewards)
     tensors.update(_params(t, "after1"))
     t.save_checkpoint(out / "ckpt", data_position=1)
     t.export_hf(out / "hf")
-    trees2, rewards2 = make_batch(2)
+    trees2, rewards2 = rank0_batch(t, 2)
     info["step2"] = t.rl_step(trees2, rewards2)
     tensors.update(_params(t, "after2"))
     ppo = make_trainer("ppo")
@@ -103,7 +110,7 @@ def run_steps(out: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 def run_resume(out: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     t = make_trainer(init_seed=5)  # different weights: the checkpoint must replace them
     state = t.load_checkpoint(out / "ckpt")
-    trees2, rewards2 = make_batch(2)
+    trees2, rewards2 = rank0_batch(t, 2)
     info = {"step2": t.rl_step(trees2, rewards2), "data_position": state["data_position"]}
     info["world_size"] = t.accelerator.num_processes
     return _params(t, "after2"), info

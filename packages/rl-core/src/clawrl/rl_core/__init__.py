@@ -22,7 +22,7 @@ from clawrl.rl_core import value as _value
 from clawrl.rl_core.advantages import *  # noqa: F403
 from clawrl.rl_core.config import *  # noqa: F403
 from clawrl.rl_core.corrections import *  # noqa: F403
-from clawrl.rl_core.distributed import partition_by_tokens
+from clawrl.rl_core.distributed import broadcast_batch, partition_by_tokens
 from clawrl.rl_core.errors import *  # noqa: F403
 from clawrl.rl_core.flex import tree_block_mask
 from clawrl.rl_core.forward import *  # noqa: F403
@@ -39,6 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Trainer",
     "__version__",
+    "broadcast_batch",
     "partition_by_tokens",
     "seed_everything",
     "tree_block_mask",

@@ -23,16 +23,18 @@ broadcast runs a collective inside a forward: ranks may own different numbers of
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
+from clawrl.prefixtree import PackedTree
 from clawrl.rl_core.errors import ConfigError
 from clawrl.rl_core.step import OldPass
 from torch import nn
 
-__all__ = ["partition_by_tokens"]
+__all__ = ["broadcast_batch", "partition_by_tokens"]
 
 
 def partition_by_tokens(sizes: Sequence[int], n_parts: int) -> list[list[int]]:
@@ -61,6 +63,34 @@ def partition_by_tokens(sizes: Sequence[int], n_parts: int) -> list[list[int]]:
         parts[p].append(i)
         heapq.heappush(heap, (load + int(sizes[i]), p))
     return [sorted(p) for p in parts]
+
+
+def broadcast_batch(
+    trees: Sequence[PackedTree] | None,
+    rewards: Mapping[str, float] | None,
+    accelerator: Accelerator,
+) -> tuple[list[PackedTree], dict[str, float]]:
+    """Rank 0's batch on every rank: only rank 0 runs rollouts (see the README's
+    "Multi-process training"); the others pass ``None`` and wait here.
+
+    Collective (``accelerate.utils.broadcast_object_list``: the objects are pickled in memory
+    and sent over the process group, nothing is read from disk). One process: returned as is.
+
+    Raises:
+        ConfigError: rank 0 passed ``None``.
+    """
+    if accelerator.is_main_process and (trees is None or rewards is None):
+        raise ConfigError("rank 0 must pass the batch (trees and rewards)")
+    if accelerator.num_processes == 1:
+        assert trees is not None and rewards is not None
+        return list(trees), dict(rewards)
+    box: list[object] = [None, None]
+    if accelerator.is_main_process:
+        box = [list(trees or ()), dict(rewards or {})]
+    broadcast_object_list(box, from_process=0)
+    got_trees, got_rewards = box
+    assert isinstance(got_trees, list) and isinstance(got_rewards, dict)
+    return got_trees, got_rewards
 
 
 def tree_token_ranges(sizes: Sequence[int], trees: Iterable[int]) -> list[tuple[int, int]]:

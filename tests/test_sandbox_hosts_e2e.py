@@ -150,6 +150,8 @@ def remote_service() -> Iterator[PodmanService]:
     finally:
         svc.stop()
         subprocess.run(["podman", *svc.storage_args(), "rm", "-af", "-t", "0"], capture_output=True)
+        # podman bind-mounts its overlay directory onto itself: unmount before removing
+        subprocess.run(["umount", str(svc.root / "storage" / "overlay")], capture_output=True)
         shutil.rmtree(svc.root, ignore_errors=True)
 
 

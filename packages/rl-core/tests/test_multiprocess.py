@@ -21,7 +21,15 @@ from typing import Any
 import orjson
 import pytest
 import torch
-from clawrl.rl_core import partition_by_tokens
+from accelerate import Accelerator
+from clawrl.rl_core import (
+    ConfigError,
+    PackingError,
+    TreeBatch,
+    broadcast_batch,
+    partition_by_tokens,
+    split_by_token_budget,
+)
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
@@ -70,6 +78,31 @@ def test_partition_by_tokens_is_balanced_and_deterministic() -> None:
     loads = sorted(sum(p) for p in parts)
     assert sorted(i for p in parts for i in p) == list(range(40))
     assert loads[-1] - loads[0] <= 39
+
+
+def test_partition_errors_and_single_process_broadcast() -> None:
+    with pytest.raises(ConfigError):
+        partition_by_tokens([1, 2], 0)
+    with pytest.raises(ConfigError):
+        partition_by_tokens([1, -2], 2)
+    trees, rewards = worker.make_batch(1)
+    acc = Accelerator(cpu=True)
+    assert broadcast_batch(trees, rewards, acc) == (trees, rewards)
+    with pytest.raises(ConfigError):
+        broadcast_batch(None, None, acc)  # rank 0 must bring the batch
+
+
+def test_pieces_of_token_ranges_cover_exactly_those_ranges() -> None:
+    trees, _ = worker.make_batch(1)
+    batch = TreeBatch.from_trees(trees)
+    sizes = [int(t.input_ids.shape[0]) for t in trees]
+    lo, hi = sizes[0], sizes[0] + sizes[1] + sizes[2]
+    pieces = split_by_token_budget(batch, 24, token_ranges=[(0, sizes[0]), (lo, hi)])
+    owned = sorted(i for p in pieces for i in range(p.start, p.stop))
+    assert owned == [*range(0, sizes[0]), *range(lo, hi)]
+    assert all(p.num_tokens <= 24 for p in pieces)
+    with pytest.raises(PackingError):
+        split_by_token_budget(batch, 24, token_ranges=[(lo, hi), (0, 4)])
 
 
 @pytest.mark.slow

@@ -59,6 +59,16 @@ def trainer_logprobs(
     return [float(x) for x in out.logprobs]
 
 
+def server_version() -> str:
+    """The installed SGLang's version, from its environment's package metadata."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:  # SGLang lives in its own environment, not this one
+        return "0.5.23 (tools/sglang/install.sh)"
+
+
 def summarise(diffs: list[float]) -> dict[str, Any]:
     diffs = sorted(diffs)
     return {
@@ -127,13 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         measure_s = time.monotonic() - t1
     finally:
         server.stop()
-    from clawrl.proxy.sglang_launcher import DEFAULT_SGLANG_VERSION
-
     report.update(
         {
             "what": "|SGLang logprob - rl-core tree_forward recompute| per generated token",
             "model": model_dir.name,
-            "sglang_version": DEFAULT_SGLANG_VERSION,
+            "sglang_version": server_version(),
             "device": "cpu",
             "dtype": "float32",
             "prompts": len(PROMPTS),

@@ -69,7 +69,7 @@ def test_trainer_config_is_algo_with_run_and_rollout_values() -> None:
     assert ups.trainer_config().optim.total_steps == 15
 
 
-@pytest.mark.parametrize("example", ["quickstart", "quickstart_qwen3", "mix_harness"])
+@pytest.mark.parametrize("example", ["quickstart", "quickstart_qwen3", "mix_harness", "scale_out"])
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_algo_round_trips_through_saved_config(tmp_path: Path, example: str, algo: str) -> None:
     cfg = load_config(EXAMPLES / f"{example}.toml", [f"algo.name='{algo}'"])
@@ -158,3 +158,50 @@ def test_model_section_errors_and_the_renamed_init_seed(tmp_path: Path) -> None:
     assert load_config(overrides=["model.init_seed=5"]).model.seed == 5
     # an HF directory of the user's skips the tiny-model checks
     assert load_config(overrides=["model.path=/m", "model.hidden_size=130"]).model.path == "/m"
+
+
+def test_scale_out_example_describes_router_workers_and_sandbox_hosts() -> None:
+    """examples/scale_out.toml: one file for the topology (issue 21): the router and its
+    workers, and the podman hosts with their capacities, as the loop will use them."""
+    cfg = load_config(EXAMPLES / "scale_out.toml")
+    b = cfg.backend
+    assert (b.kind, b.sglang_router, len(b.sglang_worker_urls)) == ("sglang", True, 2)
+    hosts = cfg.rollout.hosts()
+    assert [(h.name, h.capacity) for h in hosts] == [("local", 32), ("box2", 112), ("box3", 112)]
+    assert cfg.rollout.concurrency <= sum(h.capacity for h in hosts)
+    assert str(hosts[1].model_socket) == "/run/clawrl-relay/model.sock"
+    assert load_config(None).rollout.hosts() == []  # default: the local podman only
+    from clawrl.rl_core.train import TrainLoop
+
+    loop = TrainLoop(cfg)  # the loop places its agent sandboxes on those hosts
+    assert loop.sandbox_hosts is not None
+    assert [h.name for h in loop.sandbox_hosts.health()] == ["local", "box2", "box3"]
+    assert TrainLoop(load_config(None)).sandbox_hosts is None
+
+
+@pytest.mark.parametrize(
+    ("hosts", "match"),
+    [
+        ("[{name='a', capacity=1}, {name='a', capacity=2}]", "duplicate"),
+        ("[{name='a', capacity=0}]", "total capacity"),
+        ("[{name='a'}]", "capacity"),
+        ("[{name='a', capacity=1, colour='red'}]", "colour"),
+        ("[{name='a', capacity=1, url='ssh://h/s', connection='c'}]", "sandbox_hosts"),
+        ("[{name='a b', capacity=1}]", "sandbox_hosts"),
+    ],
+)
+def test_bad_sandbox_hosts_are_config_errors(hosts: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [f"rollout.sandbox_hosts={hosts}"])
+
+
+def test_worker_urls_need_the_router() -> None:
+    with pytest.raises(ConfigError, match="sglang_router"):
+        load_config(
+            None,
+            [
+                "backend.kind='sglang'",
+                "backend.sglang_url='http://r:1'",
+                "backend.sglang_worker_urls=['http://w:1']",
+            ],
+        )

@@ -30,7 +30,7 @@ import clawrl.bench.verify as _verify
 import clawrl.bench.workspace_diff as _workspace_diff
 from clawrl.bench.agentbench_os import load_agentbench_os
 from clawrl.bench.base_images import BASE_RECIPES, BaseRecipe
-from clawrl.bench.config import BenchConfig, select_tasks
+from clawrl.bench.config import BenchConfig, SandboxHostConfig, select_tasks
 from clawrl.bench.config_file import *  # noqa: F403
 from clawrl.bench.errors import *  # noqa: F403
 from clawrl.bench.executors import *  # noqa: F403
@@ -52,6 +52,7 @@ __all__ = [
     "BASE_RECIPES",
     "BaseRecipe",
     "BenchConfig",
+    "SandboxHostConfig",
     "DEFAULT_MAX_TURNS",
     "SessionHook",
     "TaskImage",

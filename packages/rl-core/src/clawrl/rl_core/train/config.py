@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from clawrl.bench import DEFAULT_MAX_TURNS, parse_override_value, read_config_file
+from clawrl.bench import (
+    DEFAULT_MAX_TURNS,
+    SandboxHostConfig,
+    parse_override_value,
+    read_config_file,
+)
 from clawrl.proxy import DefaultModelSpec, ModelKitError
 from clawrl.rl_core.config import (
     CorrectionConfig,
@@ -27,6 +32,7 @@ from clawrl.rl_core.config import (
     TrainerConfig,
 )
 from clawrl.rl_core.errors import ConfigError
+from clawrl.sandbox import SandboxHost
 
 __all__ = [
     "AlgoConfig",
@@ -83,6 +89,8 @@ class BackendConfig:
     device: embedded backend's torch device.
     sglang_router: ``sglang_url`` is an sglang-router in front of several SGLang workers
         (the proxy's ``SGLangRouterBackend``: weights synced to every worker).
+    sglang_worker_urls: the router's workers (each gets the weight sync directly); empty:
+        the router's own list (``GET /workers``).
     """
 
     kind: Literal["embedded", "sglang"] = "embedded"
@@ -90,6 +98,7 @@ class BackendConfig:
     device: str = "cpu"
     sglang_url: str = ""
     sglang_router: bool = False
+    sglang_worker_urls: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -132,6 +141,11 @@ class RolloutConfig:
         whose verifier does not execute workspace code (bench's learnable family): the run
         stops with a ConfigError before any rollout otherwise. The harness runs in its
         podman sandbox either way.
+    sandbox_hosts: ``[[rollout.sandbox_hosts]]`` tables (``name``, ``capacity``, ``url`` or
+        ``connection``, ``model_socket``; bench's :class:`~clawrl.bench.SandboxHostConfig`):
+        the agent sandboxes spread over several podman hosts by free capacity, a host that
+        disappears failing its rollouts as infra-errors (docs/scale-out.md). Empty: the
+        local podman only. Verifier sandboxes stay local.
     """
 
     harnesses: list[str] = field(default_factory=lambda: ["reference"])
@@ -144,6 +158,25 @@ class RolloutConfig:
     retries: int = 1
     max_leaves: int = 8
     verifier: Literal["sandbox", "host"] = "sandbox"
+    sandbox_hosts: list[dict[str, Any]] = field(default_factory=list)
+
+    def hosts(self) -> list[SandboxHost]:
+        """The :class:`clawrl.sandbox.SandboxHost` of each ``sandbox_hosts`` table.
+
+        Raises:
+            ConfigError: a table with an unknown key, a missing name / capacity, a bad
+                url / connection, duplicate names, or no capacity at all.
+        """
+        try:
+            tables = [SandboxHostConfig.model_validate(h) for h in self.sandbox_hosts]
+        except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+            raise ConfigError(f"rollout.sandbox_hosts: {exc}") from None
+        names = [t.name for t in tables]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"rollout.sandbox_hosts: duplicate names in {names}")
+        if tables and sum(t.capacity for t in tables) < 1:
+            raise ConfigError("rollout.sandbox_hosts: the total capacity must be >= 1")
+        return [t.host() for t in tables]
 
 
 #: TrainerConfig fields the train config sets from other sections, not from ``[algo]``: the
@@ -340,6 +373,8 @@ class TrainConfig:
             raise ConfigError("backend.kind must be 'embedded' or 'sglang'")
         if self.backend.kind == "sglang" and not self.backend.sglang_url:
             raise ConfigError("backend.kind = 'sglang' needs backend.sglang_url")
+        if self.backend.sglang_worker_urls and not self.backend.sglang_router:
+            raise ConfigError("backend.sglang_worker_urls needs backend.sglang_router = true")
         if self.tasks.family == "path" and not self.tasks.path:
             raise ConfigError("tasks.family = 'path' needs tasks.path")
         if self.algo.updates_per_step < 1:
@@ -352,6 +387,7 @@ class TrainConfig:
             )
         if self.rollout.temperature <= 0:
             raise ConfigError("rollout.temperature must be > 0 (logprobs at T; see DESIGN.md)")
+        self.rollout.hosts()
         if not self.model.path:
             try:
                 self.model.validate()

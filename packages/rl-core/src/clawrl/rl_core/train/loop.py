@@ -80,7 +80,7 @@ from clawrl.rl_core.train.rollouts_log import write_step_rollouts
 from clawrl.rl_core.train.rows import eval_row, rollout_row, scored, step_line, summary, tree_row
 from clawrl.rl_core.train.trees import BuiltTrees, RolloutData, build_group_trees
 from clawrl.rl_core.trainer import Trainer, seed_everything
-from clawrl.sandbox import owned_tempdir
+from clawrl.sandbox import SandboxHosts, owned_tempdir
 
 __all__ = ["TrainError", "TrainLoop", "run_training", "scripted_turns"]
 
@@ -106,6 +106,8 @@ class TrainLoop:
         self.state = LoopState()
         self.run_id = f"train-{uuid.uuid4().hex[:8]}"
         self._verify_executor: SandboxExecutor | None = None
+        hosts = config.rollout.hosts()
+        self.sandbox_hosts: SandboxHosts | None = SandboxHosts(hosts) if hosts else None
         self.log: MetricsLog | None = None
         self.progress: Callable[[RolloutEvent], None] | None = None
 
@@ -192,6 +194,7 @@ class TrainLoop:
             run_id=run_id or self.run_id,
             progress=self.progress,
             session_hook=session_hook,
+            sandbox_hosts=self.sandbox_hosts,
             verify_executor=(LocalExecutor() if r.verifier == "host" else self._sandbox_verifier()),
         )
 
@@ -252,7 +255,8 @@ class TrainLoop:
         """
         train, held, harnesses, latest = await self._prepare()
         backend = self._backend()
-        async with self.serve_backend(backend) as endpoint:
+        hosts = self.sandbox_hosts or contextlib.nullcontext()
+        async with self.serve_backend(backend) as endpoint, hosts:
             ctx = RunContext(endpoint, backend, train, held, harnesses)
             r = self.cfg.rollout
             await endpoint.admin.set_sampling(
@@ -394,7 +398,10 @@ class TrainLoop:
             )
         else:
             config = BackendConfig(
-                kind=b.kind, sglang_url=b.sglang_url, sglang_router=b.sglang_router
+                kind=b.kind,
+                sglang_url=b.sglang_url,
+                sglang_router=b.sglang_router,
+                sglang_worker_urls=tuple(b.sglang_worker_urls),
             )
         return make_backend(config)
 

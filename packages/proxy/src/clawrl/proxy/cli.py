@@ -106,6 +106,13 @@ def _add_serve_parser(sub: Any) -> None:
         help="completion cap of requests without max_tokens (default: the room left in the "
         "context window)",
     )
+    s.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="proxy worker processes behind the one address (sessions sticky to a worker)",
+    )
+    s.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     s.add_argument("--log-level", default="warning")
 
 
@@ -226,6 +233,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.admin_socket is None and args.admin_port is None:
         print("proxy serve: give --admin-socket and/or --admin-port", file=sys.stderr)
         return 2
+    if args.workers > 1:
+        if args.launch_sglang:
+            print("proxy serve: --workers needs --sglang-url (one server for all)", file=sys.stderr)
+            return 2
+        from clawrl.proxy.workers import serve_workers
+
+        raw = list(sys.argv[1:] if argv is None else argv)
+        return serve_workers(args, raw[raw.index("serve") + 1 :])
+    if args.workers < 1:
+        print("proxy serve: --workers must be >= 1", file=sys.stderr)
+        return 2
     model_dir = _model_dir(args)
     renderer = ChatRenderer.from_model_dir(model_dir)
     cleanup: list[Callable[[], None]] = []
@@ -245,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keepalive_s=args.keepalive,
             default_max_tokens=args.default_max_tokens,
             log_level=args.log_level,
+            worker_index=args.worker_index,
         )
         server = ProxyServer(build_proxy_app(renderer, backend, config), config)
         print(

@@ -40,7 +40,8 @@ class ServerConfig:
     ``--admin-token`` or the environment variable ``CLAWRL_PROXY_ADMIN_TOKEN``, and
     :class:`~clawrl.proxy.AdminClient` sends the same variable when given no token.
     ``default_max_tokens``: completion cap of requests that give none (default: the room
-    left in the context window only). ``public_base_url`` defaults to the in-sandbox forwarder address
+    left in the context window only). ``worker_index``: set on a worker of ``proxy serve
+    --workers N`` (its session ids end in ``-w<index>``, :mod:`clawrl.proxy.workers`). ``public_base_url`` defaults to the in-sandbox forwarder address
     ``http://127.0.0.1:8000`` when serving on a socket only, else ``http://<host>:<port>``.
     """
 
@@ -58,6 +59,7 @@ class ServerConfig:
     keepalive_s: float = 10.0
     log_level: str = "warning"
     default_max_tokens: int | None = None
+    worker_index: int | None = None
 
     def base_url(self) -> str:
         if self.public_base_url:
@@ -74,7 +76,7 @@ def build_proxy_app(
     core = ProxyCore(
         renderer,
         backend,
-        SessionManager(config.capture_dir),
+        SessionManager(config.capture_dir, worker=config.worker_index),
         served_model=config.served_model,
         body_capture_limit=config.body_capture_limit,
         default_max_tokens=config.default_max_tokens,

@@ -133,9 +133,14 @@ class SessionManager:
 
     Args:
         capture_dir: root of the capture files (None: records kept in memory).
+        worker: the index of this proxy worker (``proxy serve --workers N``): session ids
+            end in ``-w<worker>``, which the front routes on.
     """
 
-    def __init__(self, capture_dir: str | Path | None = None):
+    def __init__(self, capture_dir: str | Path | None = None, *, worker: int | None = None):
+        if worker is not None and worker < 0:
+            raise ValueError("worker must be >= 0")
+        self._suffix = "" if worker is None else f"-w{worker}"
         self.capture_dir = Path(capture_dir) if capture_dir is not None else None
         self._sessions: dict[str, Session] = {}
 
@@ -153,7 +158,7 @@ class SessionManager:
         ``sampling_seed``: see :class:`Session`."""
         if not run_id or "/" in run_id or run_id in (".", ".."):
             raise ValueError(f"invalid run_id {run_id!r}")
-        sid = "s" + secrets.token_hex(16)
+        sid = "s" + secrets.token_hex(16) + self._suffix
         key = "sk-clawrl-" + secrets.token_urlsafe(32)
         meta: dict[str, Any] = dict(metadata or {})
         meta.update(

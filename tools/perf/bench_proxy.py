@@ -45,12 +45,29 @@ from clawrl.proxy import (
 from clawrl.proxy.testing import NullBackend
 
 RESULTS = Path(__file__).parent / "results" / "proxy.json"
+APPEND = False  # --append: each session's calls extend one conversation
 
 
 def _cpu_s(pid: int) -> float:
     """user + system CPU seconds of a process (from /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu_s(root: int) -> float:
+    """CPU seconds of ``root`` and every process of its session (the workers of
+    ``--workers N``)."""
+    total = 0.0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == root:  # session id (the proxy is started in its own session)
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -102,21 +119,23 @@ async def run_clients(
         # figures measure the proxy rather than the load generator.
         reader, writer = await asyncio.open_unix_connection(sock)
         s = None
+        conv: list[dict[str, Any]] = []
+        last: dict[str, Any] = {}
         try:
             for i in range(n):
                 if i % 50 == 0:
                     s = await asyncio.to_thread(admin.create_session, run_id="bench")
                 assert s is not None
                 text = f"{k}-{i} " + texts[(k * 7 + i) % len(texts)]
+                if not APPEND or i % 50 == 0:
+                    conv = [
+                        {"role": "system", "content": "You are a benchmark."},
+                        {"role": "user", "content": text},
+                    ]
+                else:  # the agent's last answer echoed, plus a new ~200-token observation
+                    conv += [last, {"role": "user", "content": text[: len(text) // 10]}]
                 body = json.dumps(
-                    {
-                        "model": "m",
-                        "messages": [
-                            {"role": "system", "content": "You are a benchmark."},
-                            {"role": "user", "content": text},
-                        ],
-                        "max_completion_tokens": 64,
-                    }
+                    {"model": "m", "messages": conv, "max_completion_tokens": 64}
                 ).encode()
                 path = urlsplit(s.openai_base_url).path
                 req = (
@@ -136,7 +155,9 @@ async def run_clients(
                 lat.append(time.perf_counter() - t0)
                 if not head.startswith(b"HTTP/1.1 200"):
                     raise RuntimeError(head.decode() + data.decode())
-                u = json.loads(data)["usage"]
+                answer = json.loads(data)
+                last = answer["choices"][0]["message"]
+                u = answer["usage"]
                 assert u["completion_tokens"] == 64, u
                 prompt_lens.append(u["prompt_tokens"])
         finally:
@@ -147,11 +168,11 @@ async def run_clients(
     lat.clear()
     prompt_lens.clear()
     per = calls // clients
-    cpu0 = _cpu_s(pid)
+    cpu0 = _tree_cpu_s(pid)
     t0 = time.perf_counter()
     await asyncio.gather(*(one_client(k, per) for k in range(clients)))
     wall = time.perf_counter() - t0
-    cpu = _cpu_s(pid) - cpu0
+    cpu = _tree_cpu_s(pid) - cpu0
     admin.close()
     return {
         "clients": clients,
@@ -177,7 +198,16 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=800, help="calls per case")
     ap.add_argument("--core", type=int, default=0, help="CPU core the proxy is pinned to")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--workers", type=int, default=1, help="proxy serve --workers N")
+    ap.add_argument(
+        "--append",
+        action="store_true",
+        help="an agent conversation: each call echoes the last answer and adds ~1/10 of a "
+        "fresh message (a new session every 50 calls)",
+    )
     args = ap.parse_args()
+    global APPEND
+    APPEND = args.append
 
     model_dir = build_default_model(args.tokenizer)
     renderer = ChatRenderer.from_model_dir(model_dir)
@@ -204,13 +234,20 @@ def main() -> None:
         admin_sock,
         "--capture-dir",
         str(tmp / "capture"),
+        "--tokenizer",
+        args.tokenizer,
+        "--workers",
+        str(args.workers),
     ]
     core = args.core if args.core in os.sched_getaffinity(0) else min(os.sched_getaffinity(0))
+    pin = args.workers == 1  # several workers share every core with the clients
     proc = subprocess.Popen(
-        cmd, preexec_fn=lambda: os.sched_setaffinity(0, {core}), start_new_session=True
+        cmd,
+        preexec_fn=(lambda: os.sched_setaffinity(0, {core})) if pin else None,
+        start_new_session=True,
     )
     others = os.sched_getaffinity(0) - {core}
-    if others:
+    if others and pin:
         os.sched_setaffinity(0, others)
     try:
         deadline = time.time() + 120
@@ -238,7 +275,7 @@ def main() -> None:
     one, sixteen = cases
     result = {
         "benchmark": "proxy added latency and throughput (NullBackend fixture)",
-        "command": "uv run python tools/perf/bench_proxy.py",
+        "command": " ".join(["uv run python tools/perf/bench_proxy.py", *sys.argv[1:]]),
         "machine": {
             "cpu_count": os.cpu_count(),
             "proxy_pinned_to_core": core,
@@ -247,6 +284,8 @@ def main() -> None:
         },
         "settings": {
             "tokenizer": args.tokenizer,
+            "workers": args.workers,
+            "conversation": "appending" if args.append else "fresh message per call",
             "prompt_tokens": args.prompt_tokens,
             "completion_tokens": 64,
             "calls_per_case": args.calls,

@@ -198,6 +198,29 @@ def text_chars(value: Any) -> int:
     return n
 
 
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON values render alike: equal, with the same types (``1``, ``1.0`` and
+    ``True`` are ``==`` in Python, not in a template's ``tojson``) and the same key order."""
+    if a is b:
+        return True
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, dict):
+            if list(x) != list(y):
+                return False
+            stack.extend(zip(x.values(), y.values(), strict=True))
+        elif isinstance(x, list | tuple):
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y, strict=True))
+        elif x != y:
+            return False
+    return True
+
+
 @dataclass
 class _BuiltUnit:
     """One unit of a built prompt, as :class:`PromptCache` keeps it for the next call.
@@ -248,12 +271,12 @@ class PromptCache:
     def common_prefix(self, messages: list[dict[str, Any]], tools: Any) -> int:
         """Number of leading messages equal to the last prompt's (0 when the tools differ)."""
         last = self._last
-        if last is None or tools != last.tools:
+        if last is None or not same_json(tools, last.tools):
             return 0
         n = min(len(messages), len(last.messages))
         k = 0
         old = last.messages
-        while k < n and messages[k] == old[k]:
+        while k < n and same_json(messages[k], old[k]):
             k += 1
         return k
 

@@ -285,18 +285,19 @@ def last_json_value(text: str) -> Any:
     line and runs to the end of its document (``indent=2`` output included).
 
     Raises:
-        ValueError: no JSON document is found.
+        ValueError: no JSON document is found (a document nested too deeply for the JSON
+            decoder, whose RecursionError is caught, counts as none).
     """
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     decoder = json.JSONDecoder()
     starts = [m.start(1) for m in re.finditer(r"^[ \t]*([\[{])", text, re.MULTILINE)]
     for start in reversed(starts):
         try:
             value, _ = decoder.raw_decode(text, start)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         return value
     raise ValueError("no JSON object or array found")

@@ -74,3 +74,15 @@ def test_content_true_vs_one(renderer: ChatRenderer) -> None:
     a = [{"role": "user", "content": "hi", "name": 1}]
     b = [{"role": "user", "content": "hi", "name": True}]
     _check(renderer, [*a, {"role": "user", "content": "x"}], [*b, {"role": "user", "content": "x"}])
+
+
+def test_boundary_merges_system_and_tools_changes(renderer: ChatRenderer) -> None:
+    a = [{"role": "user", "content": "hel"}, {"role": "assistant", "content": "lo<|im_end|>"}]
+    b = [*a, {"role": "user", "content": "lo wor"}, {"role": "user", "content": "ld"}]
+    _check(renderer, a, b)
+    sys_a = [{"role": "system", "content": "s"}, *b]
+    sys_b = [{"role": "system", "content": "t"}, *b]
+    _check(renderer, sys_a, sys_b)
+    _check(renderer, b, b, None, TOOLS)
+    _check(renderer, b, b, TOOLS, None)
+    _check(renderer, b, b, TOOLS, [])

@@ -68,10 +68,12 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
 
 def _run(name: str, fetch_name: str | None, suite: Path, args: argparse.Namespace) -> Path:
     out = Path(args.work) / f"bench-{name}"
-    cmd = ["uv", "run", "--no-sync", "bench", "--suite", str(suite), "--harness", args.harness]
+    cmd = ["uv", "run", "--no-sync", "bench", "--harness", args.harness]
+    cmd += ["--suite", str(suite)] if args.suite == "learnable" else []  # else: built-in slice
     cmd += ["--samples", str(args.samples), "--k", "1", "--max-turns", str(args.max_turns)]
     cmd += ["--max-tokens", str(args.max_tokens), "--concurrency", str(args.concurrency)]
     cmd += ["--output-dir", str(out), "--no-html"]
+    cmd += ["--timeout", str(args.timeout)] if args.timeout else []
     if fetch_name is not None:
         from clawrl.proxy import fetch_model
 
@@ -88,9 +90,17 @@ def main() -> int:
     p.add_argument("--tasks", type=int, default=8)
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--harness", default="reference")
+    p.add_argument(
+        "--suite",
+        choices=["learnable", "builtin"],
+        default="learnable",
+        help="learnable: --tasks held-out learnable tasks; builtin: bench's default slice "
+        "of the built-in suite (one easy task per category)",
+    )
     p.add_argument("--max-turns", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--timeout", type=float, default=0, help="agent timeout, s (0: each task's own)")
     p.add_argument("--work", default="/tmp/clawrl-real-models")
     p.add_argument("--out", default=str(ROOT / "tools/perf/results/real_models.json"))
     args = p.parse_args()
@@ -106,9 +116,12 @@ def main() -> int:
     table = {m: summarise(orjson.loads((d / "results.json").read_bytes())) for m, d in runs.items()}
     doc = {
         "benchmark": "real models vs the tiny model through bench (exact pass@1)",
-        "tasks": "learnable family, held-out split",
+        "tasks": "learnable family, held-out split"
+        if args.suite == "learnable"
+        else "built-in suite, bench's default slice",
         "settings": {
-            k: getattr(args, k) for k in ("samples", "harness", "max_turns", "max_tokens")
+            k: getattr(args, k)
+            for k in ("suite", "samples", "harness", "max_turns", "max_tokens", "timeout")
         },
         "machine": {"cpus": os.cpu_count(), "load_avg_end": os.getloadavg()},
         "models": table,

@@ -77,6 +77,7 @@ def test_load_suite_of_fixtures() -> None:
         "clawgym_word_stats",
         "harbor_greeting",
         "harbor_slugify",
+        "tb1_solution_yaml",
         "tb1_word_count",
     ]
 

@@ -10,6 +10,7 @@ OUT/ckpt and runs GRPO step 2 again. Rank 0 writes OUT/<mode>.safetensors + OUT/
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import sys
 import time
@@ -104,6 +105,7 @@ def run_steps(out: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     info["ppo"] = ppo.rl_step(trees, rewards)
     tensors.update({f"ppo.{k}": v for k, v in ppo_grads.items()})
     info["world_size"] = t.accelerator.num_processes
+    ppo.close()
     return tensors, info
 
 
@@ -113,6 +115,7 @@ def run_resume(out: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     trees2, rewards2 = rank0_batch(t, 2)
     info = {"step2": t.rl_step(trees2, rewards2), "data_position": state["data_position"]}
     info["world_size"] = t.accelerator.num_processes
+    t.close()
     return _params(t, "after2"), info
 
 
@@ -120,10 +123,9 @@ def main(out: Path, mode: str) -> None:
     t0 = time.perf_counter()
     tensors, info = (run_steps if mode == "steps" else run_resume)(out)
     info["seconds"] = time.perf_counter() - t0
-    if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
-        return
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / f"{mode}.safetensors"))
-    (out / f"{mode}.json").write_bytes(orjson.dumps(info))
+    if os.environ.get("RANK", "0") == "0":  # the trainers are closed: ask the launcher's env
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / f"{mode}.safetensors"))
+        (out / f"{mode}.json").write_bytes(orjson.dumps(info))
 
 
 if __name__ == "__main__":

@@ -508,3 +508,13 @@ class Trainer:
                 tokenizer.save_pretrained(out)
         self.accelerator.wait_for_everyone()
         return out
+
+    def close(self) -> None:
+        """End training: with several processes, wait for every rank, then destroy the process
+        group (``Accelerator.end_training``). Call it on every rank before the process exits:
+        a rank that exits while another still holds the gloo group aborts with SIGABRT
+        ("terminate called without an active exception"). A no-op in one process; safe to
+        call twice."""
+        if self.accelerator.num_processes > 1 and torch.distributed.is_initialized():
+            self.accelerator.wait_for_everyone()
+            self.accelerator.end_training()

@@ -332,3 +332,26 @@ def test_kill_9_during_streamed_call_leaves_readable_capture(tmp_path: Path) -> 
         if proc.stderr:
             proc.stderr.close()
         shutil.rmtree(sockdir, ignore_errors=True)  # /tmp: unix socket paths are short
+
+
+def test_renderer_caches_stay_bounded(renderer: Any) -> None:
+    """Ever-new and huge messages (a client trying to grow the proxy's memory) keep the
+    renderer's unit and encode caches within their byte bounds, and renders stay exact."""
+    from clawrl.proxy.splice import PromptCache, build_prompt
+
+    units, encoded = renderer._unit_cache, renderer._encode_cache
+    cache = PromptCache()
+    conv: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    for i in range(48):
+        # 300 KiB units are never kept; 40 KiB ones are, until the byte bound empties the cache
+        size = 300_000 if i % 3 == 0 else 40_000
+        conv = conv + [
+            {"role": "assistant", "content": f"ok {i}"},
+            {"role": "user", "content": f"{i}:" + "x" * size},
+        ]
+        got = build_prompt(renderer, conv, None, None, cache=cache).ids
+        if i % 8 == 0:
+            assert got == build_prompt(renderer, conv, None, None).ids
+        assert units.nbytes <= units.max_bytes and encoded.nbytes <= encoded.max_bytes
+        assert all(len(k) + len(v) <= units.max_entry_bytes for k, v in units._items.items())
+    assert len(units) > 0  # the cache still works for ordinary units

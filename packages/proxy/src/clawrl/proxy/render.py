@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import jinja2
 import orjson
@@ -49,6 +49,37 @@ __all__ = ["ChatRenderer", "RenderUnit"]
 #: Replaces the first character of a control-token string found in a client's string, in the
 #: defused render only (a private-use character: no token text contains it).
 _DEFUSE = "\ue000"
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _BoundedCache(Generic[K, V]):
+    """A dict bounded in entries and in (approximate) bytes, emptied when either bound would
+    be passed: a client sending huge or ever-new texts costs a re-render, never unbounded
+    memory. An entry larger than ``max_entry_bytes`` is not kept at all."""
+
+    def __init__(self, max_entries: int, max_bytes: int, max_entry_bytes: int) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.max_entry_bytes = max_entry_bytes
+        self._items: dict[K, V] = {}
+        self.nbytes = 0
+
+    def get(self, key: K) -> V | None:
+        return self._items.get(key)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, key: K, value: V, size: int) -> None:
+        if size > self.max_entry_bytes:
+            return
+        if len(self._items) >= self.max_entries or self.nbytes + size > self.max_bytes:
+            self._items.clear()
+            self.nbytes = 0
+        self._items[key] = value
+        self.nbytes += size
 
 
 @dataclass(frozen=True)
@@ -145,8 +176,10 @@ class ChatRenderer:
         #: Text the template appends as the generation prompt, e.g. "<|im_start|>assistant\n".
         self.generation_prompt: str = with_gp[len(without) :]
         self.generation_prompt_ids: list[int] = self.encode(self.generation_prompt)
-        self._unit_cache: dict[bytes, str] = {}
-        self._encode_cache: dict[str, list[int]] = {}
+        # Per-renderer bounds (shared by every session of the process): <= 32 MiB of units,
+        # <= 64 MiB of encoded texts.
+        self._unit_cache: _BoundedCache[bytes, str] = _BoundedCache(2048, 32 << 20, 256 << 10)
+        self._encode_cache: _BoundedCache[str, list[int]] = _BoundedCache(2048, 64 << 20, 4 << 20)
         added = {
             str(t.content): int(i) for i, t in self._backend.get_added_tokens_decoder().items()
         }
@@ -235,11 +268,8 @@ class ChatRenderer:
         hit = self._encode_cache.get(text)
         if hit is None:
             hit = self.encode(text)
-            if len(text) > 1 << 18:
-                return hit
-            if len(self._encode_cache) >= 2048:
-                self._encode_cache.clear()
-            self._encode_cache[text] = hit
+            # ~8 bytes per id kept (list slot; small ints are shared)
+            self._encode_cache.put(text, hit, len(text) + 8 * len(hit))
         return list(hit)
 
     def defuse(self, value: Any) -> tuple[Any, bool]:
@@ -464,9 +494,7 @@ class ChatRenderer:
         else:
             text = self.render_text(msgs, tools, add_generation_prompt=False)
         if key:
-            if len(self._unit_cache) >= 2048:
-                self._unit_cache.clear()
-            self._unit_cache[key] = text
+            self._unit_cache.put(key, text, len(key) + len(text))
         return text
 
     def _probe_segmentable(self) -> bool:

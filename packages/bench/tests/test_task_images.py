@@ -21,7 +21,7 @@ from clawrl.bench import (
     run_rollouts,
 )
 from clawrl.bench.base_images import base_recipe_for
-from clawrl.bench.task_image import rewrite_froms
+from clawrl.bench.task_image import _context_digest, rewrite_froms
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SLUGIFY = FIXTURES / "harbor_slugify"
@@ -56,6 +56,23 @@ def test_froms_are_rewritten_but_stages_and_flags_kept() -> None:
         "python:3.12-slim": "local/python-3.12-slim",
         "ubuntu:22.04": "local/ubuntu-22.04",
     }
+
+
+def test_context_digest_sees_directory_symlinks_and_base_ids(tmp_path: Path) -> None:
+    """The image cache key changes when a symlinked directory is retargeted (``COPY`` copies
+    the link) or a base image is rebuilt under the same tag, not otherwise."""
+    ctx = tmp_path / "ctx"
+    (ctx / "a").mkdir(parents=True)
+    (ctx / "b").mkdir()
+    (ctx / "a" / "f.txt").write_text("x")
+    (ctx / "link").symlink_to("a", target_is_directory=True)
+    recipe = "FROM localhost/base\nCOPY . /app\n"
+    first = _context_digest(ctx, recipe, ["sha256:1"])
+    assert _context_digest(ctx, recipe, ["sha256:1"]) == first
+    assert _context_digest(ctx, recipe, ["sha256:2"]) != first
+    (ctx / "link").unlink()
+    (ctx / "link").symlink_to("b", target_is_directory=True)
+    assert _context_digest(ctx, recipe, ["sha256:1"]) != first
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -161,11 +161,20 @@ def rewrite_froms(text: str, substitute: Callable[[str], str | None]) -> tuple[s
     return "\n".join(lines) + "\n", done
 
 
-def _context_digest(context: Path, dockerfile_text: str) -> str:
-    """sha256 over the build recipe and every file of the context (path, x bit, bytes)."""
+def _context_digest(context: Path, dockerfile_text: str, base_ids: Sequence[str] = ()) -> str:
+    """sha256 over the build recipe, the ids of its base images (a rebuilt local base makes a
+    new task image) and every entry of the context (path, x bit, bytes; a symlink, to a file
+    or to a directory, by its target: ``COPY`` copies the link, not what it points to)."""
     h = hashlib.sha256(f"{TASK_IMAGE_VERSION}\0{dockerfile_text}\0".encode())
+    for base in base_ids:
+        h.update(f"B\0{base}\0".encode())
     for dirpath, dirnames, filenames in os.walk(context):
         dirnames.sort()
+        # os.walk lists a symlink to a directory among dirnames and does not descend it
+        for name in sorted(d for d in dirnames if (Path(dirpath) / d).is_symlink()):
+            path = Path(dirpath) / name
+            rel = path.relative_to(context).as_posix()
+            h.update(f"L\0{rel}\0{os.readlink(path)}\0".encode())
         for name in sorted(filenames):
             path = Path(dirpath) / name
             rel = path.relative_to(context).as_posix()
@@ -189,16 +198,30 @@ async def _inspect(podman: Podman, tag: str) -> dict[str, object]:
     return config if isinstance(config, dict) else {}
 
 
-async def _local_bases(text: str, podman: Podman) -> tuple[str, dict[str, str]]:
-    """The Dockerfile with unpullable ``FROM`` s replaced, building the bases they need."""
+def _from_refs(text: str) -> list[str]:
+    """The images the Dockerfile's ``FROM`` lines name (not earlier stages), in order."""
     refs: list[str] = []
 
     def collect(ref: str) -> None:
         refs.append(ref)
 
     rewrite_froms(text, collect)
+    return refs
+
+
+async def _base_ids(text: str, podman: Podman) -> list[str]:
+    """The image ids of the (rewritten) Dockerfile's ``FROM`` images, in order."""
+    ids = []
+    for ref in _from_refs(text):
+        res = await podman.run("image", "inspect", ref, "--format", "{{.Id}}", check=False)
+        ids.append(res.stdout.decode("utf-8", "replace").strip() if res.returncode == 0 else ref)
+    return ids
+
+
+async def _local_bases(text: str, podman: Podman) -> tuple[str, dict[str, str]]:
+    """The Dockerfile with unpullable ``FROM`` s replaced, building the bases they need."""
     tags: dict[str, str] = {}
-    for ref in refs:
+    for ref in _from_refs(text):
         if (await podman.run("image", "exists", ref, check=False)).returncode == 0:
             continue
         try:
@@ -228,7 +251,7 @@ async def build_task_image(
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskImageError(f"cannot read {dockerfile}: {exc}") from exc
     rewritten, substituted = await _local_bases(text, podman)
-    tag = task_image_tag(_context_digest(context, rewritten))
+    tag = task_image_tag(_context_digest(context, rewritten, await _base_ids(rewritten, podman)))
     cached = (await podman.run("image", "exists", tag, check=False)).returncode == 0
     t0 = time.time()
     if not cached:

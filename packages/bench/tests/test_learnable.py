@@ -87,6 +87,36 @@ def test_generated_tasks_score(tmp_path: Path) -> None:
     assert verify(task, ws2).reward == 1.0
 
 
+def test_exact_reward(tmp_path: Path) -> None:
+    """reward="exact": 1 only when NAME holds WORD; near misses that the graded reward
+    credits score 0, with the same sub-scores logged beside."""
+    (task,) = generate_learnable_tasks(tmp_path / "tasks", "heldout", n=1, seed=2, reward="exact")
+    name, word = task.metadata["file"], task.metadata["word"]
+    ws = prepare_workspace(task, tmp_path / "ws")
+    assert verify(task, ws).reward == 0.0
+    (ws / name).write_text(word + "s")  # right file, content one letter off
+    near = verify(task, ws)
+    assert near.reward == 0.0 and near.subscores["name_similarity"] == 1.0
+    assert 0.8 < near.subscores["content_similarity"] < 1.0
+    (ws / name).unlink()
+    (ws / ("x" + name)).write_text(word)  # right content, wrong file
+    assert verify(task, ws).reward == 0.0
+    (ws / ("x" + name)).unlink()
+    (ws / "elsewhere").write_text(word)
+    (ws / name).symlink_to("elsewhere")  # a link is not the file
+    assert verify(task, ws).reward == 0.0
+    (ws / name).unlink()
+    (ws / name).write_text(f"\n {word}\n")
+    exact = verify(task, ws)
+    assert exact.reward == 1.0 and set(exact.subscores) == {
+        "file_created",
+        "name_similarity",
+        "content_similarity",
+    }
+    with pytest.raises(ValueError, match="reward"):
+        generate_learnable_tasks(tmp_path / "t2", "train", n=1, reward="fuzzy")  # type: ignore[arg-type]
+
+
 def test_restricted_vocabulary() -> None:
     """n_names / n_words keep the first names (.txt first) and words; a pair's split is the
     same as in the full family, so a small family's held-out pairs are held out there too."""

@@ -121,6 +121,19 @@ def test_bad_algo_keys(override: str, match: str) -> None:
         load_config(None, [override])
 
 
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("tasks.family='learnabel'", "tasks.family"),
+        ("tasks.learnable_reward='fuzzy'", "learnable_reward"),
+    ],
+)
+def test_bad_task_choices(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [override])
+    assert load_config(None, ["tasks.learnable_reward='exact'"]).tasks.learnable_reward == "exact"
+
+
 def test_one_max_turns_default() -> None:
     """bench's rollout options, bench's CLI config and train's [rollout] share one default."""
     from clawrl.bench import DEFAULT_MAX_TURNS, RolloutOptions

@@ -238,7 +238,8 @@ def learnable_instances(
 
 
 _CHECK = '''\
-"""Verifier of a learnable task: file_created, name_similarity, content_similarity."""
+"""Verifier of a learnable task: file_created, name_similarity, content_similarity (and
+the exact pass as the reward when EXACT)."""
 import difflib
 import json
 import os
@@ -246,6 +247,7 @@ from pathlib import Path
 
 NAME = {name!r}
 WORD = {word!r}
+EXACT = {exact!r}
 
 
 def similarity(a, b):
@@ -266,6 +268,13 @@ scores = {{
     "name_similarity": round(best[0], 6),
     "content_similarity": round(best[1], 6),
 }}
+if EXACT:
+    target = ws / NAME
+    passed = target.is_file() and not target.is_symlink()
+    if passed:
+        with target.open(encoding="utf-8", errors="replace") as f:
+            passed = f.read(10000).strip() == WORD
+    scores = {{"reward": float(passed), **scores}}
 (out / "reward.json").write_text(json.dumps(scores))
 '''
 
@@ -278,6 +287,7 @@ def generate_learnable_tasks(
     *,
     n_names: int | None = None,
     n_words: int | None = None,
+    reward: Literal["graded", "exact"] = "graded",
 ) -> list[Task]:
     """Write ``n`` instances of ``split`` as built-in task directories under ``dest``.
 
@@ -285,9 +295,16 @@ def generate_learnable_tasks(
     agent / 30 s verifier timeouts), an empty ``environment/``, ``tests/check.py`` and
     ``solution/solve.sh``. Returns the loaded tasks in draw order.
 
+    ``reward``: ``graded`` — the mean of the three sub-scores (module docstring); ``exact``
+    — 1.0 iff the file ``NAME`` (that path, a regular file) holds ``WORD`` once surrounding
+    whitespace is stripped, else 0.0, with the three sub-scores beside it (logged, not
+    rewarded).
+
     Raises:
-        ValueError: see :func:`learnable_instances`.
+        ValueError: see :func:`learnable_instances`; ``reward`` is neither mode.
     """
+    if reward not in ("graded", "exact"):
+        raise ValueError(f"unknown reward {reward!r} (graded | exact)")
     root = Path(dest)
     tasks: list[Task] = []
     for inst in learnable_instances(split, n, seed, n_names=n_names, n_words=n_words):
@@ -304,7 +321,9 @@ def generate_learnable_tasks(
             f'[metadata]\nfamily = "learnable"\nsplit = "{split}"\n'
             f"file = {json.dumps(inst.name)}\nword = {json.dumps(inst.word)}\n"
         )
-        (task_dir / "tests" / "check.py").write_text(_CHECK.format(name=inst.name, word=inst.word))
+        (task_dir / "tests" / "check.py").write_text(
+            _CHECK.format(name=inst.name, word=inst.word, exact=reward == "exact")
+        )
         (task_dir / "solution" / "solve.sh").write_text(
             f"#!/bin/bash\nprintf '%s\\n' {inst.word} > {inst.name}\n"
         )

@@ -113,6 +113,9 @@ class TasksConfig:
     path: the suite directory for ``family = "path"``.
     learnable_names, learnable_words: restrict the learnable family to its first file names
         and words (0: all 80 names / 90 words; see :func:`clawrl.bench.learnable_instances`).
+    learnable_reward: ``graded`` (the mean of the three sub-scores: a gradient for near
+        misses) or ``exact`` (1 iff the file holds the word, else 0; the sub-scores are only
+        logged) — see :func:`clawrl.bench.generate_learnable_tasks`.
     """
 
     family: Literal["learnable", "builtin", "path"] = "learnable"
@@ -122,6 +125,7 @@ class TasksConfig:
     path: str = ""
     learnable_names: int = 0
     learnable_words: int = 0
+    learnable_reward: Literal["graded", "exact"] = "graded"
 
 
 @dataclass
@@ -375,6 +379,15 @@ class TrainConfig:
             raise ConfigError("backend.kind = 'sglang' needs backend.sglang_url")
         if self.backend.sglang_worker_urls and not self.backend.sglang_router:
             raise ConfigError("backend.sglang_worker_urls needs backend.sglang_router = true")
+        if self.tasks.family not in ("learnable", "builtin", "path"):
+            raise ConfigError(
+                f"tasks.family must be 'learnable', 'builtin' or 'path', got {self.tasks.family!r}"
+            )
+        if self.tasks.learnable_reward not in ("graded", "exact"):
+            raise ConfigError(
+                "tasks.learnable_reward must be 'graded' or 'exact', "
+                f"got {self.tasks.learnable_reward!r}"
+            )
         if self.tasks.family == "path" and not self.tasks.path:
             raise ConfigError("tasks.family = 'path' needs tasks.path")
         if self.algo.updates_per_step < 1:

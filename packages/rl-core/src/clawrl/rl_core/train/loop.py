@@ -122,13 +122,14 @@ class TrainLoop:
         t = self.cfg.tasks
         if t.family == "learnable":
             root = self.out / "tasks"
-            vocab = {"n_names": t.learnable_names or None, "n_words": t.learnable_words or None}
+            kw = {"n_names": t.learnable_names or None, "n_words": t.learnable_words or None}
+            seed, reward = self.cfg.run.seed, t.learnable_reward
             try:
                 train = generate_learnable_tasks(
-                    root / "train", "train", t.train_n, self.cfg.run.seed, **vocab
+                    root / "train", "train", t.train_n, seed, reward=reward, **kw
                 )
                 held = generate_learnable_tasks(
-                    root / "heldout", "heldout", t.heldout_n, self.cfg.run.seed, **vocab
+                    root / "heldout", "heldout", t.heldout_n, seed, reward=reward, **kw
                 )
             except ValueError as exc:
                 raise ConfigError(f"[tasks]: {exc}") from exc

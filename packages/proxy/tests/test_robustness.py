@@ -345,7 +345,8 @@ def test_renderer_caches_stay_bounded(renderer: Any) -> None:
     for i in range(48):
         # 300 KiB units are never kept; 40 KiB ones are, until the byte bound empties the cache
         size = 300_000 if i % 3 == 0 else 40_000
-        conv = conv + [
+        conv = [
+            *conv,
             {"role": "assistant", "content": f"ok {i}"},
             {"role": "user", "content": f"{i}:" + "x" * size},
         ]

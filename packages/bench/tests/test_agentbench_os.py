@@ -1,5 +1,6 @@
 """AgentBench OS interaction: JSON arrays of tasks, init/start scripts in the agent's
-sandbox, the answer channel, exact-match / regex / check-script grading in that sandbox."""
+sandbox, the answer channel, exact-match / regex / check-script grading in that sandbox,
+and the example's expected answer fixed before the agent runs."""
 
 from __future__ import annotations
 
@@ -8,9 +9,19 @@ import json
 from pathlib import Path
 
 import pytest
-from clawrl.bench import Layout, RolloutStatus, TaskLoadError, load_suite, run_rollouts
+from clawrl.bench import (
+    Layout,
+    RolloutStatus,
+    Task,
+    TaskLoadError,
+    load_agentbench_os,
+    load_suite,
+    run_rollouts,
+)
 from clawrl.bench.agentbench_os import agent_answer, grade_in_sandbox, run_setup
+from clawrl.bench.harness.base import HarnessAdapter, HarnessContext, HarnessLaunch, WireAPI
 from clawrl.bench.task_env import TaskEnvironments
+from clawrl.bench.verify import VerifierStatus
 from clawrl.sandbox import Sandbox, SandboxSpec, kill_all_but
 
 SUITE = Path(__file__).parent / "fixtures" / "agentbench_os"
@@ -36,6 +47,11 @@ def test_entries_are_tasks() -> None:
     [
         ({"description": "x"}, r"bad\.json\[0\].*evaluation"),
         ({"description": "x", "evaluation": {"check": [None]}}, "null check needs"),
+        (
+            {"description": "x", "evaluation": {"check": [None], "example": "echo 1"}},
+            "null check needs a later check script",
+        ),
+        ({"description": "x", "evaluation": {"check": []}}, "needs a script"),
         ({"description": "x", "evaluation": {"check": {"file": "nope.sh"}}}, "cannot read"),
         ({"evaluation": {"match": "1"}}, "description"),
     ],
@@ -73,7 +89,8 @@ async def _grades(answers: list[str | None], index: int) -> list[float]:
             setup = await run_setup(task, sb, init=False)  # the image ran the init scripts
             assert setup.error is None
             await kill_all_but(sb, setup.sessions)
-            rewards.append((await grade_in_sandbox(task, sb, answer)).reward)
+            graded = await grade_in_sandbox(task, sb, answer, expected=setup.expected)
+            rewards.append(graded.reward)
     return rewards
 
 
@@ -109,3 +126,122 @@ def test_answer_channel() -> None:
         return out
 
     assert asyncio.run(go()) == ["3", "7", "42", "42"]
+
+
+# A `null` check: the expected answer is the example's output. AgentBench computed it after
+# the agent, in the agent's sandbox, where the agent could change what it counts.
+_INT_MATCH = (
+    "import sys\n"
+    "try:\n    sys.exit(0 if int(sys.argv[1]) == int(sys.argv[2]) else 1)\n"
+    "except ValueError:\n    sys.exit(1)\n"
+)
+_CHECK = [None, {"language": "python", "code": _INT_MATCH}]
+_GROUPS = 60  # more groups than the base image has
+COUNTED = [
+    {
+        "description": "How many files are there in /root?",
+        "create": {"init": "for i in 1 2 3 4 5; do echo $i > /root/f$i; done"},
+        "evaluation": {"check": _CHECK, "example": "ls /root | wc -l"},
+    },
+    {
+        "description": "How many groups are in my system?",
+        "evaluation": {"check": _CHECK, "example": "getent group | wc -l"},
+    },
+    {
+        "description": "How many files are there in /root?",
+        "evaluation": {"check": _CHECK, "example": "echo 7; echo broken >&2; exit 3"},
+    },
+]
+FILES, GROUPS, BROKEN = range(3)
+
+
+def _answer(text: str) -> str:
+    return f"mkdir -p /run/clawrl && printf '%s' {text} > /run/clawrl/answer"
+
+
+class _Scripted(HarnessAdapter):
+    """An agent without a model: one shell command per task (by index in ``COUNTED``)."""
+
+    api: WireAPI | None = None
+    needs_model = False
+
+    def __init__(self, name: str, commands: dict[int, str]) -> None:
+        self.name = name
+        self.commands = commands
+
+    def launch(self, ctx: HarnessContext) -> HarnessLaunch:
+        index = int(ctx.task.metadata["index"])
+        cmd = self.commands.get(index, "true")
+        return HarnessLaunch(argv=("/bin/sh", "-c", cmd), workdir=ctx.task.workspace_path)
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> list[Task]:
+    root = tmp_path_factory.mktemp("agentbench-counted")
+    (root / "counted.json").write_text(json.dumps(COUNTED))
+    return load_agentbench_os(root / "counted.json")
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_expected_answer_is_fixed_before_the_agent(counted: list[Task]) -> None:
+    """The agent cannot change the state the example counts: deleting the counted files
+    and answering 0, or adding groups until the count is its answer, scores 0; the honest
+    count scores 1 and a wrong one 0 (through the rollout runner)."""
+    grow = (
+        f"n=$(getent group | wc -l); while [ $n -lt {_GROUPS} ]; do groupadd g$n; "
+        f"n=$((n+1)); done; {_answer(str(_GROUPS))}"
+    )
+    harnesses = [
+        _Scripted("honest", {FILES: _answer("5"), GROUPS: _answer("$(getent group | wc -l)")}),
+        _Scripted("tamper", {FILES: f"rm -f /root/*; {_answer('0')}", GROUPS: grow}),
+        _Scripted("wrong", {FILES: _answer("4"), GROUPS: _answer(str(_GROUPS))}),
+        "oracle",
+    ]
+    results = asyncio.run(run_rollouts(counted[:BROKEN], harnesses, concurrency=2))
+    got = {(r.task_id.rsplit("-", 1)[1], r.harness): (r.status, r.reward) for r in results}
+    ok = RolloutStatus.OK
+    assert got == {
+        ("00000", "honest"): (ok, 1.0),
+        ("00000", "tamper"): (ok, 0.0),
+        ("00000", "wrong"): (ok, 0.0),
+        ("00000", "oracle"): (ok, 1.0),
+        ("00001", "honest"): (ok, 1.0),
+        ("00001", "tamper"): (ok, 0.0),
+        ("00001", "wrong"): (ok, 0.0),
+        ("00001", "oracle"): (ok, 1.0),
+    }, results
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_failing_example_is_an_env_error(counted: list[Task]) -> None:
+    """An example that fails is the task's failure (env-error, with its reason), never an
+    ok 0 that would look like the agent's, nor a pass."""
+    honest = _Scripted("honest", {BROKEN: _answer("7")})
+    [r] = asyncio.run(run_rollouts([counted[BROKEN]], [honest]))
+    assert r.status is RolloutStatus.ENV_ERROR and r.reward == 0.0, r
+    assert "example script exited 3" in r.reason and "broken" in r.reason, r.reason
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_null_check_without_expected_is_refused(counted: list[Task]) -> None:
+    """grade_in_sandbox never runs the example after the agent: without the expected
+    answer of run_setup it refuses (verifier-error), whatever the answer."""
+
+    async def go() -> list[tuple[VerifierStatus, float]]:
+        task = counted[FILES]
+        image = await TaskEnvironments().image(task)
+        assert image is not None
+        spec = SandboxSpec(image=image.tag, env=image.env, read_only_root=False, forwarder=False)
+        async with await Sandbox.create(spec) as sb:
+            setup = await run_setup(task, sb, init=False)
+            assert setup.error is None and setup.expected == "5\n"
+            out = []
+            for expected in (None, setup.expected):
+                v = await grade_in_sandbox(task, sb, "5", expected=expected)
+                out.append((v.status, v.reward))
+            return out
+
+    assert asyncio.run(go()) == [(VerifierStatus.ERROR, 0.0), (VerifierStatus.OK, 1.0)]

@@ -19,10 +19,18 @@ with id ``<file stem>-<index:05d>`` (AgentBench's numbering):
 * the **answer channel**: the agent's final answer is the file :data:`~clawrl.bench.ANSWER_PATH`
   if it wrote one, else the harness's last assistant message, whose last ``answer(…)`` (the
   AgentBench action) wins over the whole text (:func:`agent_answer`);
+* the **expected answer** of a ``check`` with a ``null`` item (``null`` = the ``example``
+  script) is the example's output computed *before* the agent, right after the init and
+  start scripts (:func:`run_setup`, :attr:`SetupResult.expected`), and kept host-side,
+  never in the sandbox: AgentBench runs the example after the agent, in the agent's
+  sandbox, so an agent that changes the state being counted (``rm /root/*``, ``userdel``,
+  ``groupadd``…) could make its trivial answer right. The example runs with no arguments
+  (AgentBench passed it ``answer, earlier outputs…``; the examples ignore them); one that
+  fails (or outputs more than 64 KiB) is the task's failure, an ``env-error``;
 * grading runs in the agent's own sandbox (:func:`grade_in_sandbox`), as AgentBench does:
   ``match`` compares the answer (exact, or a regular expression), ``check`` runs each
-  script with the arguments ``answer, earlier outputs…`` (``null`` = the ``example``
-  script) and passes iff all exit 0;
+  script with the arguments ``answer, earlier outputs…`` (a ``null`` item contributes the
+  stored expected answer instead of running anything) and passes iff all exit 0;
 * the oracle (``solution``) writes the example's output (or the expected ``match``) to the
   answer file.
 
@@ -35,8 +43,11 @@ refuses grading: ``verifier-error``, reward 0, reason ``tampering: …`` (scored
 The checks run as fresh processes with absolute interpreters (``/bin/bash --noprofile
 --norc``, ``python3 -I``: no startup files, no user site directory), the check code as a
 ``-c`` argument (no file the agent could replace), ``PATH`` fixed to the system
-directories and ``BASH_ENV`` / ``ENV`` / ``LD_*`` empty. The checks still read the machine
-state the agent left, as in AgentBench.
+directories, ``BASH_ENV`` / ``ENV`` / ``LD_*`` empty, and neither a user site directory
+(``PYTHONNOUSERSITE``) nor a user or system git configuration (``GIT_CONFIG_GLOBAL``,
+``GIT_CONFIG_NOSYSTEM``) for the programs they start (:data:`CHECK_ENV`: ``/root`` is the
+agent's). The checks still read the machine state the agent left, as in AgentBench —
+except the example's expected answer, fixed before the agent ran.
 """
 
 from __future__ import annotations
@@ -63,7 +74,14 @@ from clawrl.bench.task import (
     VerifierSpec,
 )
 from clawrl.bench.verify import VerifierResult, VerifierStatus
-from clawrl.sandbox import PinnedSession, Sandbox, SandboxError, pin_session, root_changes
+from clawrl.sandbox import (
+    ExecResult,
+    PinnedSession,
+    Sandbox,
+    SandboxError,
+    pin_session,
+    root_changes,
+)
 
 __all__ = [
     "CHECK_ENV",
@@ -73,6 +91,7 @@ __all__ = [
     "grade_in_sandbox",
     "is_agentbench_file",
     "load_agentbench_os",
+    "needs_expected",
     "run_setup",
     "tampered_paths",
 ]
@@ -85,6 +104,10 @@ _INSTRUCTION = (
 )
 _ANSWER_CALL = re.compile(r"answer\((.*)\)", re.DOTALL)
 _SCRIPT_TIMEOUT_S = 60.0
+_EXAMPLE_MAX_BYTES = 64 * 1024
+#: Seconds the start script gets before the example computes the expected answer (its
+#: process is launched, not necessarily running, when :func:`_start` returns).
+_START_SETTLE_S = 1.0
 _INIT_DIR = "/clawrl-init"
 
 #: What the agent must not change for its sandbox to be graded: these paths and everything
@@ -95,7 +118,11 @@ PROTECTED_PATHS: tuple[str, ...] = (
     "/etc/alternatives", "/etc/python*", "/etc/perl", "/etc/gitconfig", "/etc/pam.d",
     "/etc/security", "/etc/nsswitch.conf",
 )  # fmt: skip
-#: The environment of every check (on top of the image's): system PATH, no startup files.
+#: The environment of every check, of the example and of the start script (on top of the
+#: image's): system PATH, no startup files, nothing read from the agent's home
+#: (``/root``, writable and a tmpfs, so not seen by the tampering check) by the programs a
+#: check starts: no user site-packages (a ``python3`` without ``-I`` in a bash check), no
+#: ``~/.gitconfig`` nor ``/etc/gitconfig``.
 CHECK_ENV: dict[str, str] = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "HOME": "/root",
@@ -104,6 +131,9 @@ CHECK_ENV: dict[str, str] = {
     "LD_PRELOAD": "",
     "LD_LIBRARY_PATH": "",
     "LD_AUDIT": "",
+    "PYTHONNOUSERSITE": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
 }
 
 
@@ -150,8 +180,12 @@ def _grader(evaluation: Any, script_dir: Path, where: str) -> AnswerGrader:
         raw = evaluation["check"]
         items = raw if isinstance(raw, list) else [raw]
         check = tuple(_script(c, script_dir, f"{where} check") for c in items)
+        if not check:
+            raise ValueError(f"{where}: `check` needs a script")
         if any(c is None for c in check) and example is None:
             raise ValueError(f"{where}: a null check needs an `example`")
+        if check[-1] is None:  # the example's output would be compared with nothing
+            raise ValueError(f"{where}: a null check needs a later check script")
         return AnswerGrader(check=check, example=example)
     raise ValueError(f"{where}: `evaluation` needs `match` or `check`")
 
@@ -294,11 +328,46 @@ def _argv(script: Script, params: list[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class SetupResult:
-    """What :func:`run_setup` did: why it failed (``None``: it did not) and the sessions of
-    the task's own processes (``start``) that must survive the agent phase."""
+    """What :func:`run_setup` did: why it failed (``None``: it did not), the sessions of
+    the task's own processes (``start``) that must survive the agent phase, and the
+    expected answer (the ``example``'s output, before the agent: ``None`` when the task has
+    no ``null`` check) that :func:`grade_in_sandbox` compares the answer with. Held by the
+    caller, on the host: the agent never sees nor changes it."""
 
     error: str | None = None
     sessions: tuple[PinnedSession, ...] = ()
+    expected: str | None = None
+
+
+def needs_expected(task: Task) -> bool:
+    """Whether grading ``task`` needs the example's output (a ``null`` check item)."""
+    g = task.grader
+    return g is not None and g.example is not None and any(c is None for c in g.check)
+
+
+def _tail(res: ExecResult) -> str:
+    return (res.stdout + res.stderr).decode("utf-8", "replace")[-2000:]
+
+
+async def _expected(task: Task, sb: Sandbox) -> tuple[str | None, str | None]:
+    """``(expected answer, None)``: the example's standard output, run as a check is; or
+    ``(None, why it failed)``."""
+    g = task.grader
+    assert g is not None and g.example is not None
+    res = await sb.exec(
+        _argv(g.example, []),
+        timeout=_SCRIPT_TIMEOUT_S,
+        workdir="/root",
+        env=CHECK_ENV,
+        max_output_bytes=_EXAMPLE_MAX_BYTES,
+    )
+    if res.timed_out:
+        return None, f"example script timed out after {_SCRIPT_TIMEOUT_S:g} s:\n{_tail(res)}"
+    if not res.ok:
+        return None, f"example script exited {res.exit_code}:\n{_tail(res)}"
+    if res.stdout_truncated:
+        return None, f"example script output over {_EXAMPLE_MAX_BYTES} bytes"
+    return res.stdout.decode("utf-8", "replace"), None
 
 
 async def _start(script: Script, sb: Sandbox) -> PinnedSession:
@@ -321,7 +390,10 @@ async def _start(script: Script, sb: Sandbox) -> PinnedSession:
 
 async def run_setup(task: Task, sb: Sandbox, *, init: bool = True) -> SetupResult:
     """Run ``task``'s init scripts (unless ``init`` is False: its image already ran them),
-    then start its start script in the background, in ``sb``.
+    then start its start script in the background, then (a task with a ``null`` check)
+    run its example for the expected answer, in ``sb``, before the agent. An init or
+    example script that fails is :attr:`SetupResult.error` (the task's failure: an
+    ``env-error``); the start session, if any, is pinned even then.
 
     Raises:
         SandboxError: the sandbox cannot run commands, or the start script's session
@@ -330,11 +402,14 @@ async def run_setup(task: Task, sb: Sandbox, *, init: bool = True) -> SetupResul
     for i, script in enumerate(task.init_scripts if init else ()):
         res = await sb.exec(_argv(script, []), timeout=_SCRIPT_TIMEOUT_S, workdir="/root")
         if not res.ok:
-            tail = (res.stdout + res.stderr).decode("utf-8", "replace")[-2000:]
-            return SetupResult(f"init script {i} exited {res.exit_code}:\n{tail}")
-    if task.start_script is None:
-        return SetupResult()
-    return SetupResult(sessions=(await _start(task.start_script, sb),))
+            return SetupResult(f"init script {i} exited {res.exit_code}:\n{_tail(res)}")
+    sessions = () if task.start_script is None else (await _start(task.start_script, sb),)
+    if not needs_expected(task):
+        return SetupResult(sessions=sessions)
+    if sessions:
+        await asyncio.sleep(_START_SETTLE_S)
+    expected, error = await _expected(task, sb)
+    return SetupResult(error=error, sessions=sessions, expected=expected)
 
 
 def _last_assistant(logs: dict[str, str]) -> str | None:
@@ -410,12 +485,17 @@ async def _tampering(sb: Sandbox) -> VerifierResult | None:
     )
 
 
-async def grade_in_sandbox(task: Task, sb: Sandbox, answer: str | None) -> VerifierResult:
+async def grade_in_sandbox(
+    task: Task, sb: Sandbox, answer: str | None, *, expected: str | None = None
+) -> VerifierResult:
     """Grade ``answer`` for ``task`` (which has a :attr:`~clawrl.bench.Task.grader`) in the
     agent's sandbox ``sb``, whose agent processes are already dead (see the module
-    docstring's trust rules). A wrong answer is ``ok`` with reward 0 and the reason; a
+    docstring's trust rules). ``expected`` is :attr:`SetupResult.expected`, the
+    example's output from before the agent, which a ``null`` check item stands for (the
+    example is never run here). A wrong answer is ``ok`` with reward 0 and the reason; a
     sandbox whose protected paths changed is a ``verifier-error`` (reward 0, reason
-    ``tampering: …``); one that cannot run the checks is an ``infra-error``.
+    ``tampering: …``), and so is a ``null`` check without ``expected``; one that cannot
+    run the checks is an ``infra-error``.
 
     Raises:
         ValueError: ``task`` has no grader.
@@ -423,6 +503,12 @@ async def grade_in_sandbox(task: Task, sb: Sandbox, answer: str | None) -> Verif
     g = task.grader
     if g is None:
         raise ValueError(f"task {task.id!r} has no answer grader")
+    if expected is None and needs_expected(task):
+        return VerifierResult(
+            reward=0.0,
+            status=VerifierStatus.ERROR,
+            reason="no expected answer: the example must run before the agent (run_setup)",
+        )
     refused = await _tampering(sb)
     if refused is not None:
         return refused
@@ -435,11 +521,13 @@ async def grade_in_sandbox(task: Task, sb: Sandbox, answer: str | None) -> Verif
         )
     params = [answer or ""]
     for i, script in enumerate(g.check):
-        run = script if script is not None else g.example
-        assert run is not None  # checked at load time
+        if script is None:  # the example's output, computed before the agent
+            assert expected is not None
+            params.append(expected)
+            continue
         try:
             res = await sb.exec(
-                _argv(run, params), timeout=_SCRIPT_TIMEOUT_S, workdir="/root", env=CHECK_ENV
+                _argv(script, params), timeout=_SCRIPT_TIMEOUT_S, workdir="/root", env=CHECK_ENV
             )
         except SandboxError as exc:
             return VerifierResult(

@@ -478,7 +478,7 @@ class RolloutRunner:
         launch = h.launch(self._context(task, session, timeout))
         await sb.put_files({f"{HARNESS_LOG_DIR}/.keep": b"", **dict(launch.files)})
         setup = await run_setup(task, sb, init=not built)
-        if setup.error is not None:  # the task's own init failed: not the agent's doing
+        if setup.error is not None:  # the task's own init / example failed: not the agent's
             return {**_refused(setup.error, None), "status": RolloutStatus.ENV_ERROR}
         t0 = time.time()
         res = await sb.exec(
@@ -499,9 +499,10 @@ class RolloutRunner:
                 raise
             return _refused(f"cannot stop the agent's processes: {exc}", res)
         logs = await _collect_logs(sb, launch.log_paths, opts.log_cap_bytes)
-        graded = None  # AgentBench: the answer is graded in the agent's own sandbox
-        if task.grader is not None:
-            graded = await grade_in_sandbox(task, sb, await agent_answer(sb, logs))
+        graded = None  # AgentBench: the answer is graded in the agent's own sandbox,
+        if task.grader is not None:  # against the example's output from before the agent
+            answer = await agent_answer(sb, logs)
+            graded = await grade_in_sandbox(task, sb, answer, expected=setup.expected)
         try:
             await sb.get_dir(task.workspace_path, final, limits=self.copy_limits(task))
         except SandboxCopyLimitError as exc:

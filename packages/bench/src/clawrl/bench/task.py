@@ -163,8 +163,10 @@ class AnswerGrader(_Frozen):
         match_regex: the answer matches this regular expression (``re.search``).
         strip: strip the answer before matching.
         check: scripts run in turn with the arguments ``answer, output 1, …``; each must exit
-            0; ``None`` stands for ``example``. Passing all of them is reward 1.
-        example: the reference script (its output is the expected answer of a check).
+            0; ``None`` stands for ``example``'s output. Passing all of them is reward 1.
+        example: the reference script; its output is the expected answer of a ``None``
+            check, computed before the agent runs (after the init and start scripts) and
+            kept on the host, so the agent cannot change what it counts.
     """
 
     match_answer: str | None = None

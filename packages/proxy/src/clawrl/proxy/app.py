@@ -23,7 +23,10 @@ needs the session's key, as ``Authorization: Bearer <key>`` or ``x-api-key: <key
     POST   /sessions/{sid}/script     queue completions ({"completions": [{"text"}|{"ids"}]});
                                       scripted backend only
     POST   /pause, /resume            hold / release new generations
-    POST   /weights                   {path, version} -> load weights into the backend
+    POST   /weights                   {path, version, loaded?} -> load weights into the backend
+                                      (loaded: true: another client of a shared server loaded
+                                      them: only the policy version changes, see
+                                      InferenceBackend.adopt_weights)
     GET|POST|DELETE /sampling         training sampling parameters (DELETE: harness's own)
     GET    /status, /health
 
@@ -54,6 +57,7 @@ from clawrl.proxy.errors import (
 )
 from clawrl.proxy.session import Session
 from clawrl.proxy.validation import (
+    opt_bool,
     opt_int,
     opt_number,
     opt_seed,
@@ -431,10 +435,12 @@ class ProxyApp:
         body = req_obj(await read_json(request, self.max_body_bytes), "body")
         path = opt_str(body.get("path"), "path")
         version = opt_int(body.get("version"), "version", minimum=0)
+        loaded = opt_bool(body.get("loaded"), "loaded")
         if path is None or version is None:
             raise ProxyRequestError("path and version are required")
+        backend = self.core.backend
         try:
-            await self.core.backend.update_weights(path, version)
+            await (backend.adopt_weights if loaded else backend.update_weights)(path, version)
         except (FileNotFoundError, ValueError) as e:
             raise ProxyRequestError(f"cannot load weights from {path}: {e}", param="path") from e
         return JSONResponse({"policy_version": self.core.backend.policy_version})

@@ -133,6 +133,13 @@ class InferenceBackend(abc.ABC):
     async def update_weights(self, path: str, version: int) -> None:
         """Load weights from an HF checkpoint directory; policy_version becomes ``version``."""
 
+    async def adopt_weights(self, path: str, version: int) -> None:
+        """The weights of ``path`` were just loaded as ``version`` into the server this
+        backend shares with other clients (another worker of ``proxy serve --workers``):
+        policy_version becomes ``version``. A backend whose weights live in this process
+        loads them (:meth:`update_weights`, the default)."""
+        await self.update_weights(path, version)
+
     async def pause(self) -> None:  # noqa: B027 - optional hook
         """Stop admitting new generations (in-flight ones finish)."""
 

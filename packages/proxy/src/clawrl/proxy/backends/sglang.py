@@ -511,6 +511,11 @@ class SGLangBackend(InferenceBackend):
             raise SGLangRequestError(f"SGLang refused the weight update from {path}: {reply!r}")
         self._version = int(version)
 
+    async def adopt_weights(self, path: str, version: int) -> None:
+        """Another client of the same server (another proxy worker) loaded ``path`` as
+        ``version``: only :attr:`policy_version` changes; nothing is sent to the server."""
+        self._version = int(version)
+
     async def pause(self) -> None:
         """``POST /pause_generation {mode}`` (mode from the constructor, see there).
 

@@ -310,6 +310,25 @@ def test_learnable_vocabulary_from_config(tmp_path: Path) -> None:
         TrainLoop(bad)._tasks()
 
 
+def test_real_recipe_config_and_model_path(tmp_path: Path) -> None:
+    """examples/real_grpo.toml loads (exact reward, a kit model name); [model] path takes a
+    directory or a kit name, and anything else is a ConfigError naming [model]."""
+    from clawrl.proxy import KNOWN_MODELS
+    from clawrl.rl_core.train import TrainLoop
+
+    real = load_config(EXAMPLES / "real_grpo.toml", [f'run.out="{tmp_path / "r"}"'])
+    assert real.tasks.learnable_reward == "exact" and real.model.path in KNOWN_MODELS
+    held = TrainLoop(real)._tasks()[1]
+    assert all("EXACT = True" in (t.verifier.files_dir / "check.py").read_text() for t in held)
+    model = TrainLoop(load_config(None, [f'run.out="{tmp_path / "t"}"']))._model_dir()
+    given = load_config(None, [f'run.out="{tmp_path / "d"}"', f'model.path="{model}"'])
+    assert TrainLoop(given)._model_dir() == model
+    for bad in (str(tmp_path / "no" / "such"), "no-such-model"):
+        cfg = load_config(None, [f'run.out="{tmp_path / "b"}"', f'model.path="{bad}"'])
+        with pytest.raises(ConfigError, match=r"\[model\] path"):
+            TrainLoop(cfg)._model_dir()
+
+
 def test_resume_supersedes_rows_of_steps_that_run_again(tmp_path: Path) -> None:
     log = MetricsLog(tmp_path)
     rows = [

@@ -70,7 +70,9 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class ModelConfig(DefaultModelSpec):
-    """The policy. ``path`` = an HF model directory; empty: clawrl-proxy's default tiny
+    """The policy. ``path`` = an HF model directory (``~`` expanded) or a model kit name
+    (:data:`clawrl.proxy.KNOWN_MODELS`, e.g. ``qwen2.5-coder-0.5b-instruct``: fetched and
+    converted on first use, :func:`clawrl.proxy.resolve_model`); empty: clawrl-proxy's default tiny
     Qwen3 model, built locally (:meth:`~clawrl.proxy.DefaultModelSpec.build`) from the
     other keys, those of :class:`clawrl.proxy.DefaultModelSpec`: ``tokenizer``, ``seed``
     (of the random initialisation) and the architecture."""

@@ -63,7 +63,14 @@ from clawrl.bench import (
     plan_rollouts,
 )
 from clawrl.bench.harness import HarnessAdapter, get_harness
-from clawrl.proxy import BackendConfig, InferenceBackend, make_backend, serve
+from clawrl.proxy import (
+    BackendConfig,
+    InferenceBackend,
+    ModelKitError,
+    make_backend,
+    resolve_model,
+    serve,
+)
 from clawrl.rl_core.errors import ConfigError
 from clawrl.rl_core.train.checkpoints import (
     LoopState,
@@ -115,7 +122,10 @@ class TrainLoop:
     def _model_dir(self) -> Path:
         m = self.cfg.model
         if m.path:
-            return Path(m.path)
+            try:  # an HF directory, or a model kit name (fetched once, then cached)
+                return resolve_model(os.path.expanduser(m.path))
+            except ModelKitError as exc:
+                raise ConfigError(f"[model] path: {exc}") from exc
         return m.build()
 
     def _tasks(self) -> tuple[list[Task], list[Task]]:

@@ -356,3 +356,25 @@ def test_minibatch_cap_warns_and_is_counted(
     assert m["num_minibatches"] == m["num_pieces"] == m["optimizer_steps"] < 500
     with pytest.raises(ConfigError, match="token_budget"):
         TrainerConfig(token_budget=None, num_minibatches=2)
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_freeze_embeddings(
+    tiny_model_factory: Callable[..., Any], toy_task: Callable[..., Any], freeze: bool
+) -> None:
+    """freeze_embeddings: the input embedding matrix stays bit-identical (weight decay on)
+    and holds no AdamW state, while the other weights move; without it, it moves too."""
+    model = tiny_model_factory(torch.float32, seed=3, vocab=16)
+    cfg = TrainerConfig(optim=OptimConfig(lr=1e-2, weight_decay=0.1), freeze_embeddings=freeze)
+    trainer = Trainer(model, cfg)
+    emb = model.get_input_embeddings().weight
+    emb0 = emb.detach().clone()
+    others0 = {n: p.detach().clone() for n, p in model.named_parameters() if p is not emb}
+    for step in range(2):
+        trees, rewards = toy_task(model, 4, 2, step)
+        trainer.rl_step(trees, rewards)
+    assert torch.equal(emb.detach(), emb0) is freeze
+    assert any(
+        not torch.equal(p.detach(), others0[n]) for n, p in model.named_parameters() if n in others0
+    )
+    assert (emb in trainer.optimizer.state) is not freeze

@@ -154,7 +154,11 @@ class Trainer:
         value_params = (list(head.parameters()) if head else []) + (
             list(critic.parameters()) if critic is not None else []
         )
-        groups: list[dict[str, Any]] = [{"params": list(model.parameters())}]
+        if cfg.freeze_embeddings:
+            model.get_input_embeddings().requires_grad_(False)
+        groups: list[dict[str, Any]] = [
+            {"params": [p for p in model.parameters() if p.requires_grad]}
+        ]
         if value_params:
             groups.append({"params": value_params, "lr": o.value_lr or o.lr})
         optimizer = torch.optim.AdamW(

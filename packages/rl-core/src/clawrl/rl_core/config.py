@@ -192,6 +192,10 @@ class TrainerConfig:
             state): for Qwen2.5-0.5B that is 136M of 630M parameters, ~1.6 GB of fp32
             gradient and optimiser state. With tied embeddings the output layer is the same
             matrix and is frozen too.
+        gradient_checkpointing: recompute each decoder layer's activations in backward
+            (transformers' ``activation_checkpointing_enable``, non-reentrant) instead of
+            keeping them: the update's activation memory drops from every layer's to about
+            one layer's, for one more forward's compute. Losses and gradients are unchanged.
     """
 
     algorithm: Literal["grpo", "ppo"] = "grpo"
@@ -207,6 +211,7 @@ class TrainerConfig:
     seed: int = 0
     bf16: bool | Literal["auto"] = "auto"
     freeze_embeddings: bool = False
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         if self.algorithm not in ("grpo", "ppo"):

@@ -155,7 +155,14 @@ class Trainer:
             list(critic.parameters()) if critic is not None else []
         )
         if cfg.freeze_embeddings:
-            model.get_input_embeddings().requires_grad_(False)
+            embeddings = model.get_input_embeddings()  # type: ignore[operator]
+            embeddings.requires_grad_(False)
+        if cfg.gradient_checkpointing:
+            if not getattr(model, "supports_gradient_checkpointing", False):
+                raise ConfigError("gradient_checkpointing: the model does not support it")
+            model.activation_checkpointing_enable(  # type: ignore[operator]
+                activation_checkpointing_kwargs={"use_reentrant": False}
+            )
         groups: list[dict[str, Any]] = [
             {"params": [p for p in model.parameters() if p.requires_grad]}
         ]
@@ -244,7 +251,9 @@ class Trainer:
         if o.max_grad_norm is not None:
             norm = float(self.accelerator.clip_grad_norm_(self._params(), o.max_grad_norm))
         self.optimizer.step()
-        self.scheduler.step()
+        # the plain scheduler, once: accelerate's wrapper steps it once per process (it
+        # assumes each process saw its own batch), which ran schedules N times too fast
+        getattr(self.scheduler, "scheduler", self.scheduler).step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 

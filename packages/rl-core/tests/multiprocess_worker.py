@@ -56,7 +56,10 @@ def make_trainer(algorithm: str = "grpo", init_seed: int = 0) -> Trainer:
         algorithm=algorithm,  # type: ignore[arg-type]
         seed=3,
         token_budget=24,  # several pieces per tree
-        optim=OptimConfig(lr=1e-2, max_grad_norm=None, weight_decay=0.01),
+        # a decaying schedule: one scheduler step per optimiser step on every rank
+        optim=OptimConfig(
+            lr=1e-2, max_grad_norm=None, weight_decay=0.01, schedule="linear", total_steps=4
+        ),
         loss=LossConfig(entropy_coef=0.01),
         ppo=PPOConfig(whiten_advantages=True),
     )

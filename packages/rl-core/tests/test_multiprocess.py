@@ -125,7 +125,7 @@ def test_two_processes_equal_one_and_resume_from_sharded_checkpoint(tmp_path: Pa
     _assert_close(m_t, s_t, "after1.")
     _assert_close(m_t, s_t, "after2.")
     for step in ("step1", "step2", "ppo"):
-        for key in ("loss", "policy_loss", "entropy", "value_loss", "advantage_mean"):
+        for key in ("loss", "policy_loss", "entropy", "value_loss", "advantage_mean", "lr"):
             if key in s_i[step]:
                 assert m_i[step][key] == pytest.approx(s_i[step][key], rel=RTOL, abs=ATOL), key
     # the sharded checkpoint: every rank wrote a shard and its RNG
@@ -144,4 +144,5 @@ def test_two_processes_equal_one_and_resume_from_sharded_checkpoint(tmp_path: Pa
     r_t, r_i = _read(multi, "resume")
     assert r_i["data_position"] == 1
     assert r_i["step2"]["loss"] == pytest.approx(m_i["step2"]["loss"], rel=RTOL, abs=ATOL)
+    assert r_i["step2"]["lr"] == m_i["step2"]["lr"] == pytest.approx(0.75e-2)  # linear, 4 steps
     _assert_close(r_t, m_t, "after2.")

@@ -211,6 +211,23 @@ def test_merge_groups_keeps_group_ids_and_shares_the_system_prompt() -> None:
     assert metas == sep.groups
 
 
+def test_merge_groups_into_one_tree_per_rank() -> None:
+    # 4 groups, the second one largest: dealt by unique tokens, each part merged
+    ros = [
+        _rollout(f"r{i}", f"t{i}/h", 100 + i, [50] * (200 if i == 1 else 1), 0.0) for i in range(4)
+    ]
+    ros += [_rollout(f"s{i}", f"t{i}/h", 100 + i, [60], 1.0) for i in range(4)]
+    sep = build_group_trees(ros)
+    two = build_group_trees(ros, merge_groups=True, parts=2)
+    assert len(two.trees) == 2 and two.groups == sep.groups and two.rewards == sep.rewards
+    # the large group alone on one tree, the other three (sharing their prefix) on the other
+    ids = sorted(sorted(t.rollout_id for t in tree.trajectories) for tree in two.trees)
+    assert ids == [["r0", "r2", "r3", "s0", "s2", "s3"], ["r1", "s1"]]
+    assert two.unique_tokens == sep.unique_tokens - 2 * 40
+    assert len(build_group_trees(ros, merge_groups=True, parts=8).trees) == 4  # one per group
+    assert len(build_group_trees(ros[:1], merge_groups=True, parts=2).trees) == 1
+
+
 def test_empty_and_failed_calls_are_left_out() -> None:
     ros = [
         RolloutData("e", "g", "t", "reference", 0.0, []),

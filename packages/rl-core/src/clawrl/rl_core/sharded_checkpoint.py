@@ -7,7 +7,8 @@ Directory layout::
                                            tensors over ranks; FSDP shards stay shards)
     rng-<rank>.safetensors, rng-<rank>.json   each rank's torch / NumPy / Python RNG
     trainer_state.json                     rank 0: step, policy version, data position,
-                                           scheduler, world size, the resolved config
+                                           scheduler, world size, the resolved config,
+                                           whether the optimizer had no state yet
 
 State dicts come from ``torch.distributed.checkpoint.state_dict.get_state_dict`` (fully
 qualified parameter names, no wrapper prefixes), so the same files load under DDP, FSDP2 or
@@ -57,8 +58,13 @@ def save_sharded_checkpoint(
     """
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
+    # get_state_dict gives an optimizer without state one by an lr-0 step (AdamW's step
+    # count becomes 1, so the first real step's bias correction would be step 2's): undone
+    fresh = not optimizer.state
     msd, osd = get_state_dict(modules, optimizers=optimizer)
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(out / "dcp"))
+    if fresh:
+        optimizer.state.clear()
     rt, rm = _rng_state()
     save_file(rt, str(out / f"rng-{rank}.safetensors"))
     (out / f"rng-{rank}.json").write_bytes(orjson.dumps(rm))
@@ -67,6 +73,7 @@ def save_sharded_checkpoint(
             **state,
             "format": "dcp",
             "world_size": world_size,
+            "optimizer_fresh": fresh,
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
         }
         (out / "trainer_state.json").write_bytes(
@@ -97,13 +104,15 @@ def load_sharded_checkpoint(
     if not is_sharded_checkpoint(src) or not (src / "trainer_state.json").is_file():
         raise CheckpointError(f"{src} is not a sharded checkpoint (dcp/.metadata, trainer_state)")
     try:
+        state: dict[str, Any] = orjson.loads((src / "trainer_state.json").read_bytes())
         msd, osd = get_state_dict(modules, optimizers=optimizer)
         both: dict[str, Any] = {"model": msd, "optim": osd}
         dcp.load(both, checkpoint_id=str(src / "dcp"))
         set_state_dict(
             modules, optimizer, model_state_dict=both["model"], optim_state_dict=both["optim"]
         )
-        state: dict[str, Any] = orjson.loads((src / "trainer_state.json").read_bytes())
+        if state.get("optimizer_fresh"):  # saved before any step: no state, as then
+            optimizer.state.clear()
         if scheduler is not None and state.get("scheduler") is not None:
             scheduler.load_state_dict(state["scheduler"])
         rng_file = src / f"rng-{rank}.safetensors"

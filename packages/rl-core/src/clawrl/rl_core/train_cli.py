@@ -6,6 +6,13 @@
 Every configuration value has a default; the resolved configuration is saved as
 ``<out>/config.json``. ``--resume`` without ``--config`` continues the run in ``--out``
 with its saved configuration.
+
+Several trainer processes (DDP; gloo on CPU, NCCL on GPUs)::
+
+    accelerate launch --multi_gpu --num_processes 2 -m clawrl.rl_core.train_cli --config X
+
+Rank 0 runs the loop; the other ranks train in step with it
+(:mod:`clawrl.rl_core.train.ranks`).
 """
 
 from __future__ import annotations
@@ -107,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     from clawrl.rl_core.train.loop import TrainLoop
+    from clawrl.rl_core.train.ranks import follow, launch_ranks
     from rich.console import Console
 
     console = Console(stderr=False, highlight=False)
@@ -118,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             console.log(line)
 
-    loop = TrainLoop(cfg, resume=args.resume, say=say)
+    ranks = launch_ranks(cfg.run.rank_timeout_s)  # None in one process
+    if ranks is not None and not ranks.is_main:
+        follow(ranks, cfg.run.seed)  # until rank 0 sends stop
+        return 0
+    loop = TrainLoop(cfg, resume=args.resume, say=say, ranks=ranks)
     try:
         summary = asyncio.run(loop.run()) if plain else _run_with_progress(loop, console)
     except RLCoreError as exc:
@@ -127,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             console.log(f"train: error: {exc}")
         return 1
+    finally:
+        if ranks is not None:
+            ranks.stop()  # the followers close and exit, also after an error here
     print(json.dumps(summary, indent=2))
     return 0
 

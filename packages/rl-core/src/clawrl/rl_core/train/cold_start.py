@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 
 from clawrl.bench import RolloutResult, RolloutSpec, Task, plan_rollouts
 from clawrl.bench.harness import HarnessAdapter, oracle_completions
-from clawrl.prefixtree import Call, PrefixTree, merge_trees
+from clawrl.prefixtree import Call, PrefixTree
 from clawrl.proxy import BackendConfig, SessionInfo, format_assistant_text, make_backend
 from clawrl.rl_core.config import LossConfig, OptimConfig, TrainerConfig
 from clawrl.rl_core.sft import epoch_batches
 from clawrl.rl_core.train.errors import TrainError
+from clawrl.rl_core.train.trees import merge_into
 from clawrl.rl_core.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -93,8 +94,7 @@ def _sft_trainer(loop: TrainLoop) -> Trainer:
     """SFT fits the model's own distribution (T = 1); rollouts then sample it at
     ``rollout.temperature``."""
     cs, trainer = loop.cfg.cold_start, loop.cfg.algo.trainer
-    return Trainer(
-        loop.policy,
+    return loop.new_trainer(
         TrainerConfig(
             loss=LossConfig(aggregation="token_mean"),
             optim=OptimConfig(lr=cs.lr, max_grad_norm=1.0, total_steps=max(1, cs.steps)),
@@ -119,7 +119,7 @@ async def _eval_after(loop: TrainLoop, ctx: RunContext, step: int) -> bool:
 async def run_cold_start(loop: TrainLoop, ctx: RunContext) -> None:
     """Capture ``cold_start.tasks`` scripted trajectories through the first harness, then
     ``cold_start.steps`` SFT steps on the solved ones (batches of ``cold_start.batch_size``
-    trees, merged and packed); the weights are synced (policy version + 1) before each
+    trees, merged and packed: into one tree per trainer rank); the weights are synced (policy version + 1) before each
     held-out eval the config asks for.
 
     Raises:
@@ -141,11 +141,12 @@ async def run_cold_start(loop: TrainLoop, ctx: RunContext) -> None:
         len(trees), cs.batch_size, random.Random(f"coldstart:{loop.cfg.run.seed}")
     )
     version = loop.state.policy_version
+    world = loop.ranks.world_size if loop.ranks is not None else 1
     assert loop.log is not None
     for step in range(1, cs.steps + 1):
-        batch = merge_trees(*[trees[i] for i in next(batches)]).pack()
+        parts = merge_into([trees[i] for i in next(batches)], world)  # a tree per rank
         t1 = time.time()
-        m = await asyncio.to_thread(sft.sft_step, [batch])
+        m = await asyncio.to_thread(sft.sft_step, [t.pack() for t in parts])
         loop.log.write(
             {
                 "kind": "sft",

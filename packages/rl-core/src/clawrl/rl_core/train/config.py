@@ -59,6 +59,9 @@ class RunConfig:
     steps: RL steps (each: one batch of rollouts, one or more updates, one weight sync).
     checkpoint_every: write a checkpoint every N RL steps (0: only at the end).
     keep_checkpoints: how many recent checkpoints to keep.
+    rank_timeout_s: under ``accelerate launch`` with several processes, how long ranks > 0
+        wait for rank 0's next command (a step's rollouts, evaluations and weight sync must
+        fit; see :mod:`clawrl.rl_core.train.ranks`).
     """
 
     out: str = "runs/train"
@@ -66,6 +69,7 @@ class RunConfig:
     steps: int = 10
     checkpoint_every: int = 2
     keep_checkpoints: int = 2
+    rank_timeout_s: float = 86400.0
 
 
 @dataclass(frozen=True)
@@ -367,6 +371,8 @@ class TrainConfig:
         """Raises ConfigError on values the loop cannot run with."""
         if self.run.steps < 0 or self.run.checkpoint_every < 0 or self.run.keep_checkpoints < 1:
             raise ConfigError("need run.steps >= 0, run.checkpoint_every >= 0, keep >= 1")
+        if self.run.rank_timeout_s <= 0:
+            raise ConfigError("run.rank_timeout_s must be > 0")
         if not self.rollout.harnesses:
             raise ConfigError("rollout.harnesses is empty")
         if self.rollout.samples < 1 or self.tasks.tasks_per_step < 1:

@@ -71,6 +71,7 @@ from clawrl.proxy import (
     resolve_model,
     serve,
 )
+from clawrl.rl_core.config import TrainerConfig
 from clawrl.rl_core.errors import ConfigError
 from clawrl.rl_core.train.checkpoints import (
     LoopState,
@@ -83,6 +84,7 @@ from clawrl.rl_core.train.config import TrainConfig
 from clawrl.rl_core.train.context import RunContext
 from clawrl.rl_core.train.errors import TrainError
 from clawrl.rl_core.train.metrics_log import MetricsLog, plot_curves, read_jsonl
+from clawrl.rl_core.train.ranks import DrivenTrainer, Ranks, load_policy
 from clawrl.rl_core.train.rollouts_log import write_step_rollouts
 from clawrl.rl_core.train.rows import eval_row, rollout_row, scored, step_line, summary, tree_row
 from clawrl.rl_core.train.trees import BuiltTrees, RolloutData, build_group_trees
@@ -102,11 +104,23 @@ class TrainLoop:
         config: the resolved :class:`TrainConfig`.
         resume: continue from ``<run.out>/checkpoints/latest``.
         say: where progress lines go (default: print).
+        ranks: under ``accelerate launch`` with several processes, rank 0's
+            :class:`~clawrl.rl_core.train.ranks.Ranks` (this loop is rank 0; the others run
+            :func:`~clawrl.rl_core.train.ranks.follow`): its trainers drive theirs, and each
+            batch is merged into one tree per rank.
     """
 
-    def __init__(self, config: TrainConfig, *, resume: bool = False, say: Say | None = None):
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        resume: bool = False,
+        say: Say | None = None,
+        ranks: Ranks | None = None,
+    ):
         self.cfg = config
         self.resume = resume
+        self.ranks = ranks
         self.say: Say = say or print
         self.out = Path(config.run.out)
         self.ckpt_dir = self.out / "checkpoints"
@@ -289,8 +303,6 @@ class TrainLoop:
         runs removed, the seed, model, tasks (``verifier = "host"`` refused for tasks whose
         verifier runs workspace code), harnesses, metrics log, policy and — on resume — the
         loop state of the latest checkpoint (returned, or None)."""
-        from transformers import AutoModelForCausalLM
-
         cfg = self.cfg
         await self._open_run_dir()
         seed_everything(cfg.run.seed)
@@ -303,9 +315,7 @@ class TrainLoop:
                 raise ConfigError(f"rollout.verifier = 'host': {exc}") from exc
         harnesses = [get_harness(h) for h in cfg.rollout.harnesses]
         self.log = MetricsLog(self.out, tensorboard=cfg.logging.tensorboard)
-        self.policy = AutoModelForCausalLM.from_pretrained(
-            self.model_dir, attn_implementation="sdpa", dtype=torch.float32
-        )
+        self.policy = load_policy(self.model_dir)
         return train, held, harnesses, self._resumed_state()
 
     async def _open_run_dir(self) -> None:
@@ -351,7 +361,7 @@ class TrainLoop:
         cfg = self.cfg
         kl = cfg.algo.trainer.loss.kl_coef
         self.ref_model = copy.deepcopy(self.policy).eval() if kl > 0 else None
-        self.rl_trainer = Trainer(self.policy, cfg.trainer_config(), ref_model=self.ref_model)
+        self.rl_trainer = self.new_trainer(cfg.trainer_config(), ref_model=self.ref_model)
         if latest is not None:
             await asyncio.to_thread(self.rl_trainer.load_checkpoint, latest)
             self.say(
@@ -370,6 +380,17 @@ class TrainLoop:
                 warn_missing=latest is not None and self.state.next_step > 0,
                 say=self.say,
             )
+            if isinstance(self.rl_trainer, DrivenTrainer):
+                await asyncio.to_thread(self.rl_trainer.sync_reference)
+
+    def new_trainer(
+        self, config: TrainerConfig, *, ref_model: torch.nn.Module | None = None
+    ) -> Trainer:
+        """A Trainer of the policy; with several processes one that drives the other ranks'
+        (:class:`~clawrl.rl_core.train.ranks.DrivenTrainer`)."""
+        if self.ranks is None:
+            return Trainer(self.policy, config, ref_model=ref_model)
+        return DrivenTrainer(self.ranks, self.model_dir, self.policy, config, ref_model=ref_model)
 
     async def _eval_before_rl(self, ctx: RunContext) -> None:
         """The ``step-0`` eval, unless resumed past it or the cold start already evaluated."""
@@ -487,7 +508,12 @@ class TrainLoop:
         row: dict[str, Any] = {"kind": "train", "step": step + 1, **rollout_row(results, records)}
         data = self._rollout_data(results, records, row)
         t0 = time.time()
-        built = build_group_trees(data, max_leaves=self.cfg.rollout.max_leaves, merge_groups=True)
+        built = build_group_trees(
+            data,
+            max_leaves=self.cfg.rollout.max_leaves,
+            merge_groups=True,
+            parts=self.ranks.world_size if self.ranks is not None else 1,
+        )
         row["time/trees"] = time.time() - t0
         row.update(tree_row(built))
         t0 = time.time()

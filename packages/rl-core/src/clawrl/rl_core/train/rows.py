@@ -91,10 +91,11 @@ def rollout_row(
 
 
 def tree_row(built: BuiltTrees) -> dict[str, Any]:
-    """The step's prefix-tree figures: unique vs flat tokens, compression, trajectories and
-    what the tree builder left out (dead leaves, over-branched rollouts, side-path calls,
-    empty rollouts)."""
+    """The step's prefix-tree figures: packed trees (one, or one per trainer rank), unique vs
+    flat tokens, compression, trajectories and what the tree builder left out (dead leaves,
+    over-branched rollouts, side-path calls, empty rollouts)."""
     return {
+        "trees": len(built.trees),
         "tree_tokens": built.unique_tokens,
         "flat_tokens": built.flat_tokens,
         "tree_compression": built.compression,

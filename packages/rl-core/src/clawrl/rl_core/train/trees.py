@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clawrl.prefixtree import Call, PackedTree, PrefixTree, apply_filters, merge_trees
+from clawrl.rl_core.distributed import partition_by_tokens
 
-__all__ = ["BuiltTrees", "RolloutData", "build_group_trees"]
+__all__ = ["BuiltTrees", "RolloutData", "build_group_trees", "merge_into"]
 
 
 @dataclass(frozen=True)
@@ -59,16 +60,36 @@ class BuiltTrees:
         return self.flat_tokens / self.unique_tokens if self.unique_tokens else 1.0
 
 
+def merge_into(trees: Sequence[PrefixTree], parts: int = 1) -> list[PrefixTree]:
+    """``trees`` merged into at most ``parts`` trees: all into one (``parts`` <= 1), else
+    dealt into parts of near-equal unique-token count
+    (:func:`~clawrl.rl_core.partition_by_tokens`), each part merged; one tree is kept as is.
+    """
+    if len(trees) <= 1:
+        return list(trees)
+    if parts <= 1:
+        return [merge_trees(*trees)]
+    dealt = partition_by_tokens([t.stats().unique_tokens for t in trees], parts)
+    return [merge_trees(*[trees[i] for i in part]) for part in dealt if part]
+
+
 def build_group_trees(
-    rollouts: Sequence[RolloutData], *, max_leaves: int | None = 8, merge_groups: bool = False
+    rollouts: Sequence[RolloutData],
+    *,
+    max_leaves: int | None = 8,
+    merge_groups: bool = False,
+    parts: int = 1,
 ) -> BuiltTrees:
     """Build, filter, merge per group and pack.
 
-    With ``merge_groups`` the group trees of the batch are merged further into one tree (the
-    system prompt and tool schemas shared by every task are then computed once; GRPO groups
-    come from ``groups`` / the trajectories' ``group_id`` metadata, so advantages are
-    unchanged). A rollout without a trainable call (no record, or only failed / aborted
-    calls) is left out and counted in ``empty_rollouts``.
+    With ``merge_groups`` the group trees of the batch are merged further into ``parts``
+    trees (:func:`merge_into`; the system prompt and tool schemas shared by every task are
+    then computed once per tree; GRPO groups come from ``groups`` / the trajectories'
+    ``group_id`` metadata, so advantages are unchanged). ``parts`` > 1 (the trainer ranks
+    under ``accelerate launch``): whole group trees are dealt into that many parts, so each
+    rank trains one tree and the loss is the one-tree loss (groups share no trainable
+    token). A rollout without a trainable call (no record, or only failed / aborted calls)
+    is left out and counted in ``empty_rollouts``.
     """
     out = BuiltTrees()
     by_group: dict[str, list[PrefixTree]] = {}
@@ -90,8 +111,8 @@ def build_group_trees(
         out.rewards[ro.rollout_id] = float(ro.reward)
         out.groups[ro.rollout_id] = ro.group_id
     group_trees = [merge_trees(*ts) if len(ts) > 1 else ts[0] for ts in by_group.values()]
-    if merge_groups and len(group_trees) > 1:
-        group_trees = [merge_trees(*group_trees)]
+    if merge_groups:
+        group_trees = merge_into(group_trees, parts)
     for group in group_trees:
         packed = group.pack()
         out.unique_tokens += int(packed.input_ids.shape[0])

@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     import asyncio
     import json
 
+    from clawrl.rl_core.malloc import fix_malloc_thresholds
     from clawrl.rl_core.train.loop import TrainLoop
     from clawrl.rl_core.train.ranks import follow, launch_ranks
     from rich.console import Console
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             console.log(line)
 
+    fix_malloc_thresholds()  # flat RSS over a long CPU run (see clawrl.rl_core.malloc)
     ranks = launch_ranks(cfg.run.rank_timeout_s)  # None in one process
     if ranks is not None and not ranks.is_main:
         follow(ranks, cfg.run.seed)  # until rank 0 sends stop

@@ -167,3 +167,66 @@ async def test_embedded_model_as_agent_and_llm_simulator(tmp_path: Path) -> None
     # the simulator really generated (through the proxy) and its bad answers were counted
     assert report["drift"]["generations"] >= 2
     assert report["drift"]["drifted"] >= 1
+
+
+@pytest.mark.slow
+async def test_checkable_intents_are_verified_in_the_sandbox(tmp_path: Path) -> None:
+    """Checkable intents seed their workspace files, and the checks run in the session's
+    sandbox when it ends: a scripted test agent that runs the intent's oracle script gets
+    ``outcome.verified == 1.0``, one that only answers gets 0.0 with the failed checks named.
+    Single-turn (the paper's ablation): one user message, the intent itself, no simulator;
+    success is the verification. Multi-turn: the scripted simulator's queries, verified too."""
+    from clawrl.ise_synth import generate_checkable_intents
+    from clawrl.proxy import format_assistant_text as fmt
+
+    model_dir = build_default_model("byte")
+    backend = ScriptedBackend.from_model_dir(model_dir)
+    intents = generate_checkable_intents(3, seed=5, split="train")
+    solve = {intents[0].id, intents[2].id}  # intents[1]'s agent does nothing
+
+    async def script(session: SessionInfo, intent: IntentRecord) -> None:
+        steps = []
+        if intent.id in solve:
+            cmd = intent.extra["solution"]
+            steps.append(fmt(tool_calls=[("bash", {"command": cmd})]))
+        steps += [fmt(content="Done.")] * 4  # one final answer per user turn
+        backend.script(session.session_id, steps)
+
+    config = SessionConfig(agent_max_turns=3, memory_mb=256, single_turn=True)
+    async with serve(backend, model_dir) as endpoint:
+        single = await synthesize(
+            intents, ScriptedUserSimulator(), endpoint, tmp_path / "1t", config,
+            concurrency=2, agent_hook=script,
+        )  # fmt: skip
+        multi = await synthesize(
+            intents[:1], ScriptedUserSimulator(max_queries=2), endpoint, tmp_path / "mt",
+            SessionConfig(agent_max_turns=3, memory_mb=256), agent_hook=script,
+        )  # fmt: skip
+    assert single.completed == 3 and single.discarded == 0
+    by_id = {t["intent"]["id"]: t for t in read_jsonl(single.trajectories_path)}
+    for intent in intents:
+        t = by_id[intent.id]
+        validate_trajectory(t)
+        users = [m["content"] for m in t["messages"] if m["role"] == "user"]
+        assert users == [intent.intent]  # single turn: the intent text only
+        v = t["outcome"]["verification"]
+        assert v["checks"] == len(intent.extra["checks"])
+        if intent.id in solve:
+            assert t["outcome"]["verified"] == 1.0 and t["outcome"]["success"] is True
+            assert v["failed"] == [] and t["stats"]["verified"] == 1.0
+        else:
+            assert t["outcome"]["verified"] == 0.0 and t["outcome"]["success"] is False
+            assert v["passed"] < v["checks"] and v["failed"]
+        assert t["stats"]["simulator_generations"] == 0
+    (mt,) = list(read_jsonl(multi.trajectories_path))
+    assert sum(m["role"] == "user" for m in mt["messages"]) == 2
+    assert mt["outcome"]["verified"] == 1.0  # solved in the first user turn, kept after
+    from datasets import load_dataset
+
+    ds = load_dataset(
+        "json", data_files=str(single.trajectories_path), split="train",
+        cache_dir=str(tmp_path / "hf"),
+    )  # fmt: skip
+    assert ds.num_rows == 3 and sorted(ds["outcome"], key=lambda o: o["verified"])[0][
+        "verified"
+    ] == 0.0

@@ -6,9 +6,20 @@ Stage 2 (role-locked user simulator): :class:`LLMUserSimulator` (drift detection
 regeneration); the test simulator and scripted test agent are in :mod:`clawrl.ise_synth.testing`. Stage 3 (execution):
 :func:`run_session` (one podman sandbox per session, the reference harness per user turn),
 :func:`synthesize` (resumable, bounded concurrency) → trajectories (:func:`build_trajectory`,
-:func:`validate_trajectory`) and :func:`synthesis_report`.
+:func:`validate_trajectory`) and :func:`synthesis_report`. Checkable intents (:class:`CheckableIntentGenerator`): concrete
+workspace files and execution checks, for verified trajectories and held-out evaluation
+(:func:`export_bench_suite` → ``uv run bench --suite``).
 """
 
+from clawrl.ise_synth.checkable import (
+    CHECK_KINDS,
+    STEP_KINDS,
+    CheckableIntentGenerator,
+    check_program,
+    export_bench_suite,
+    generate_checkable_intents,
+    is_checkable,
+)
 from clawrl.ise_synth.dedup import DedupResult, dedup_exact, dedup_near, normalize_text
 from clawrl.ise_synth.embeddings import (
     Embedder,
@@ -71,7 +82,10 @@ from clawrl.ise_synth.vendi import vendi_score, vendi_score_from_kernel
 __version__ = "0.1.0"
 
 __all__ = [
+    "CHECK_KINDS",
+    "STEP_KINDS",
     "AgentTurn",
+    "CheckableIntentGenerator",
     "Complexity",
     "DedupResult",
     "Domain",
@@ -107,13 +121,17 @@ __all__ = [
     "__version__",
     "append_jsonl",
     "build_trajectory",
+    "check_program",
     "dedup_exact",
     "dedup_intents",
     "dedup_near",
     "default_mpnet_dir",
     "detect_drift",
+    "export_bench_suite",
     "fetch_mpnet",
+    "generate_checkable_intents",
     "generate_intents",
+    "is_checkable",
     "llm_messages",
     "load_embedder",
     "load_taxonomy",

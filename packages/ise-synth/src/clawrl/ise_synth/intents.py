@@ -114,7 +114,8 @@ class IntentStats:
     """Counts and diversity of an intent pool.
 
     ``vendi`` is VS_1 (cosine kernel) of the unique pool under ``embedding``; ``fallbacks`` says
-    why better embeddings were not used.
+    why better embeddings were not used; ``vendi_curve``: ``[pool size, VS_1]`` of the first
+    8, 16, 32, … unique intents in draw order (and of the whole pool), the pool as it grows.
     """
 
     generated: int
@@ -127,6 +128,7 @@ class IntentStats:
     render_failures: int = 0
     complexity: dict[str, int] = field(default_factory=dict)
     primary_domains: dict[str, int] = field(default_factory=dict)
+    vendi_curve: list[list[float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,15 +150,18 @@ def dedup_intents(
     emb = embedder.encode([r.intent for r in exact], progress=progress)
     result = dedup_near(emb, [r.primary_domain for r in exact], threshold=threshold)
     kept = [exact[i] for i in result.kept]
+    kept_emb = emb[result.kept]
+    sizes = [k for k in (2**j for j in range(3, 40)) if k < len(kept)] + [len(kept)]
     stats = IntentStats(
         generated=len(records),
         unique_exact=len(exact),
         unique=len(kept),
         threshold=threshold,
-        vendi=vendi_score(emb[result.kept]),
+        vendi=vendi_score(kept_emb),
         embedding=embedder.name,
         fallbacks=list(embedder.fallbacks),
         complexity=dict(Counter(r.complexity for r in kept)),
         primary_domains=dict(Counter(r.primary_domain for r in kept)),
+        vendi_curve=[[k, round(vendi_score(kept_emb[:k]), 4)] for k in sizes],
     )
     return kept, stats

@@ -15,7 +15,9 @@ A trajectory is one JSON object per line (DESIGN.md "Trajectory"):
   a successful call of the same tool), ``distinct_tools``, ``tools_used``,
   ``simulator_generations``, ``simulator_drifted``, ``drift_rate``, ``wall_s``;
 - ``outcome``: ``completed`` (always true here), ``success`` and ``reason`` (the simulator's
-  verdict), ``session_id``, and per user turn the query, the agent's reply, the workspace
+  verdict; for a single-turn session, whether its checks passed), ``verified`` (a checkable
+  intent's execution check, 1.0 / 0.0, else null) with ``verification`` (checks passed,
+  failures), ``session_id``, and per user turn the query, the agent's reply, the workspace
   changes, the agent's end reason and counts.
 
 :func:`validate_trajectory` checks this shape with the types kept uniform across lines (so a
@@ -110,10 +112,14 @@ def build_trajectory(
     stats: Mapping[str, Any],
     *,
     session_id: str = "",
+    verification: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The trajectory of a completed session from the agent's last transcript (the whole
     conversation), the executed tool calls, the per-turn records and the simulator's final
-    verdict. Raises :class:`TrajectoryError` when the result is malformed."""
+    verdict; ``verification``: a checkable intent's check result (``reward``, ``passed``,
+    ``checks``, ``failed``), else ``None`` (``outcome.verified`` is then null). A single-turn
+    session's ``success`` is its verification. Raises :class:`TrajectoryError` when the result
+    is malformed."""
     messages = [_message(m) for m in transcript.get("messages") or []]
     full = dict(stats)
     full.update(tool_call_stats(tool_log))
@@ -132,8 +138,14 @@ def build_trajectory(
         "stats": full,
         "outcome": {
             "completed": True,
-            "success": reply.success,
+            "success": (
+                bool(verification and verification["reward"] >= 1.0)
+                if reply.reason == "single-turn session"
+                else reply.success
+            ),
             "reason": reply.reason,
+            "verified": None if verification is None else float(verification["reward"]),
+            "verification": dict(verification) if verification is not None else None,
             "session_id": session_id,
             "turns": [dict(t) for t in turns],
         },

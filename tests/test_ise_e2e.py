@@ -227,6 +227,7 @@ async def test_checkable_intents_are_verified_in_the_sandbox(tmp_path: Path) -> 
         "json", data_files=str(single.trajectories_path), split="train",
         cache_dir=str(tmp_path / "hf"),
     )  # fmt: skip
-    assert ds.num_rows == 3 and sorted(ds["outcome"], key=lambda o: o["verified"])[0][
-        "verified"
-    ] == 0.0
+    assert (
+        ds.num_rows == 3
+        and sorted(ds["outcome"], key=lambda o: o["verified"])[0]["verified"] == 0.0
+    )

@@ -1,5 +1,5 @@
-"""Multi-process training: ``accelerate launch`` with 2 CPU processes (gloo, DDP) against the
-same steps in this process (issue 21).
+"""Multi-process training: ``accelerate launch`` with 2 CPU processes (gloo; DDP, and FSDP2 with
+``TrainerConfig.fsdp``) against the same steps in this process (issue 21).
 
 The launched worker (``multiprocess_worker.py``) trains on random group trees dealt to the two
 ranks by token count; rank 0 writes the summed gradients, parameters and metrics. They must
@@ -30,6 +30,7 @@ from clawrl.rl_core import (
     partition_by_tokens,
     split_by_token_budget,
 )
+from clawrl.rl_core.distributed import minibatch_pad_sizes, tree_token_ranges
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
@@ -146,3 +147,88 @@ def test_two_processes_equal_one_and_resume_from_sharded_checkpoint(tmp_path: Pa
     assert r_i["step2"]["loss"] == pytest.approx(m_i["step2"]["loss"], rel=RTOL, abs=ATOL)
     assert r_i["step2"]["lr"] == m_i["step2"]["lr"] == pytest.approx(0.75e-2)  # linear, 4 steps
     _assert_close(r_t, m_t, "after2.")
+
+
+def _rank_pieces(seed: int) -> list[list[int]]:
+    """Targets per token-budget piece of each of 2 ranks' trees (worker.make_batch(seed))."""
+    trees, _ = worker.make_batch(seed)
+    batch = TreeBatch.from_trees(trees)
+    sizes = [int(t.input_ids.shape[0]) for t in trees]
+    return [
+        [int(p.targets.size) for p in split_by_token_budget(batch, 24, token_ranges=ranges)]
+        for ranges in (tree_token_ranges(sizes, part) for part in partition_by_tokens(sizes, 2))
+    ]
+
+
+def test_minibatch_pad_sizes() -> None:
+    assert minibatch_pad_sizes([3, 4], 2) == [2, 2]  # rank 0's second minibatch: 1 + 1 padding
+    assert minibatch_pad_sizes([5, 2, 0], 2) == [3, 2]
+    assert minibatch_pad_sizes([0, 0], 1) == [0]
+
+
+@pytest.mark.slow
+def test_fsdp_two_processes_equal_one_resume_and_export(tmp_path: Path) -> None:
+    """TrainerConfig.fsdp under a 2-process launch: the FSDP2-sharded policy, KL reference,
+    value head and critic give the one-process step; a sharded checkpoint resumes in a fresh
+    2-process launch and in one process; export_hf gathers the full weights."""
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    single.mkdir()
+    multi.mkdir()
+    # ranks own unequal numbers of pieces (3 / 4 at step 1, 4 / 2 at step 2, where one of
+    # rank 0's has no target): every rank's forwards and backwards are padded to equal counts
+    pieces1, pieces2 = _rank_pieces(1), _rank_pieces(2)
+    assert [len(p) for p in pieces1] == [3, 4] and [len(p) for p in pieces2] == [4, 2]
+    assert 0 in pieces2[0]
+    worker.main(single, "fsdp-steps")  # the oracle: one process (fsdp has no effect there)
+    _launch(multi, "fsdp-steps")
+    s_t, s_i = _read(single, "fsdp-steps")
+    m_t, m_i = _read(multi, "fsdp-steps")
+    assert (s_i["world_size"], s_i["fsdp"], m_i["world_size"], m_i["fsdp"]) == (1, False, 2, True)
+    assert s_i["step1"]["grad_norm"] > 0.5  # max_grad_norm 0.5: clipped, by the global norm
+    # GRPO (entropy, k3 KL to the sharded reference, TIS, clipping): gradients after the
+    # reduce-scatter, parameters after two AdamW steps
+    assert _assert_close(m_t, s_t, "grad.") > 10
+    _assert_close(m_t, s_t, "after1.")
+    _assert_close(m_t, s_t, "after2.")
+    _assert_close(m_t, s_t, "ppo_grad.")  # PPO, value head (its own FSDP group)
+    # PPO with a sharded critic: value warm-up (policy without autograd), then both
+    _assert_close(m_t, s_t, "critic_after1.")
+    _assert_close(m_t, s_t, "critic_grad2.")
+    _assert_close(m_t, s_t, "critic_after2.")
+    for step in ("step1", "step2", "ppo", "critic1", "critic2"):
+        for key, want in s_i[step].items():
+            assert m_i[step][key] == pytest.approx(want, rel=RTOL, abs=ATOL), (step, key)
+    # FSDP against DDP in the same launch: 2 minibatches x 2 epochs (minibatch k padded to
+    # the ranks' largest k-th), then an SFT step
+    fsdp_mb = {k.removeprefix("mb_fsdp."): v for k, v in m_t.items() if k.startswith("mb_fsdp.")}
+    ddp_mb = {k.removeprefix("mb_ddp."): v for k, v in m_t.items() if k.startswith("mb_ddp.")}
+    assert _assert_close(fsdp_mb, ddp_mb, "policy_model.") > 10
+    for step in ("mb", "mb_sft"):
+        fsdp_s, ddp_s = m_i[step.replace("mb", "mb_fsdp")], m_i[step.replace("mb", "mb_ddp")]
+        for key, want in ddp_s.items():
+            assert fsdp_s[key] == pytest.approx(want, rel=RTOL, abs=ATOL), (step, key)
+    # the sharded checkpoint: a shard and an RNG file per rank
+    ckpt = multi / "ckpt-fsdp"
+    assert sorted(p.name for p in (ckpt / "dcp").glob("*.distcp")) == [
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
+    assert (ckpt / "rng-1.safetensors").is_file()
+    # export_hf: the full weights from the shards, written by rank 0
+    hf = AutoModelForCausalLM.from_pretrained(multi / "hf-fsdp", dtype=torch.float64)
+    exported = {f"after1.policy_model.policy.{n}": p.detach() for n, p in hf.named_parameters()}
+    assert _assert_close(exported, s_t, "after1.policy_model.policy.") > 10
+    for name, p in exported.items():
+        torch.testing.assert_close(p, m_t[name], rtol=0, atol=0)
+    # resume: a fresh 2-process launch with other initial weights, then one process, load the
+    # sharded checkpoint and repeat step 2
+    _launch(multi, "fsdp-resume")
+    r_t, r_i = _read(multi, "fsdp-resume")
+    worker.main(multi, "fsdp-resume")
+    o_t, o_i = _read(multi, "fsdp-resume")
+    assert (r_i["world_size"], r_i["fsdp"], o_i["world_size"]) == (2, True, 1)
+    for got_t, got_i in ((r_t, r_i), (o_t, o_i)):
+        assert got_i["data_position"] == 1
+        for key, want in m_i["step2"].items():
+            assert got_i["step2"][key] == pytest.approx(want, rel=RTOL, abs=ATOL), key
+        _assert_close(got_t, m_t, "after2.")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from clawrl.rl_core import TrainerConfig
+from clawrl.rl_core import ConfigError, TrainerConfig
 from clawrl.rl_core.train import ranks as ranks_mod
 from clawrl.rl_core.train.loop import TrainError, TrainLoop
 from clawrl.rl_core.train.ranks import DrivenTrainer, Ranks, follow
@@ -121,3 +121,19 @@ def test_train_cli_follower_runs_no_loop(monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setattr(TrainLoop, "__init__", lambda *a, **k: pytest.fail("rank 1 ran a loop"))
     assert train_cli.main(["--no-progress", "--out", str(tmp_path)]) == 0
     assert ranks.closed == [[]]
+
+
+def test_train_cli_refuses_fsdp_with_several_processes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """algo.fsdp is the Trainer's; the multi-process loop refuses it on every rank, before any
+    rank waits for another."""
+    from clawrl.rl_core import train_cli
+
+    monkeypatch.setattr(ranks_mod, "launch_ranks", lambda timeout_s: pytest.fail("launched"))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    argv = ["--no-progress", "--out", str(tmp_path), "--set", "algo.fsdp=true"]
+    assert train_cli.main(argv) == 2
+    assert "algo.fsdp" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"algo\.fsdp"):
+        DrivenTrainer(FakeRanks(0), tmp_path, torch.nn.Linear(1, 1), TrainerConfig(fsdp=True))

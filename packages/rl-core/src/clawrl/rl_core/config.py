@@ -196,6 +196,13 @@ class TrainerConfig:
             (transformers' ``activation_checkpointing_enable``, non-reentrant) instead of
             keeping them: the update's activation memory drops from every layer's to about
             one layer's, for one more forward's compute. Losses and gradients are unchanged.
+        fsdp: with several processes (``accelerate launch --num_processes N``), shard the
+            policy, its value head, a critic and the KL reference model over the ranks with
+            torch's FSDP2 (``fully_shard`` on each decoder layer, then on the whole model):
+            each rank keeps 1/N of the parameters, gradients and AdamW state, and
+            all-gathers a layer's parameters for each forward and backward. The step equals
+            the data-parallel one (ranks are padded to equal piece counts). Ignored in one
+            process. See the package README, "FSDP".
     """
 
     algorithm: Literal["grpo", "ppo"] = "grpo"
@@ -212,6 +219,7 @@ class TrainerConfig:
     bf16: bool | Literal["auto"] = "auto"
     freeze_embeddings: bool = False
     gradient_checkpointing: bool = False
+    fsdp: bool = False
 
     def __post_init__(self) -> None:
         if self.algorithm not in ("grpo", "ppo"):

@@ -18,11 +18,20 @@ collects them and broadcasts). Each tree is trained on exactly one rank:
 The model is still passed through ``accelerator.prepare`` (DDP broadcasts rank 0's
 parameters at wrap time), but forwards call the unwrapped module, so no DDP hook or buffer
 broadcast runs a collective inside a forward: ranks may own different numbers of pieces.
+
+With ``TrainerConfig.fsdp`` the models are sharded instead (:func:`shard_tree_module`, FSDP2's
+``fully_shard``): every forward and backward all-gathers a layer's parameters and every
+backward reduce-scatters its gradients, collectives every rank must join, so each rank's
+pieces are padded to the same count with :func:`~clawrl.rl_core.padding_piece` (zero loss)
+per no-grad pass and per minibatch (:func:`pad_pieces`, :func:`minibatch_pad_sizes`), and the
+reduce-scatter sums (divide factor 1) instead of averaging, which replaces
+:func:`allreduce_grads`.
 """
 
 from __future__ import annotations
 
 import heapq
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -31,8 +40,13 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 from clawrl.prefixtree import PackedTree
 from clawrl.rl_core.errors import ConfigError
+from clawrl.rl_core.forward import _decoder
+from clawrl.rl_core.packing import TreePiece, padding_piece
 from clawrl.rl_core.step import OldPass
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
 
 __all__ = ["broadcast_batch", "partition_by_tokens"]
 
@@ -165,3 +179,69 @@ def allreduce_stats(stats: dict[str, float], accelerator: Accelerator) -> dict[s
     t = torch.tensor([stats[k] for k in keys], dtype=torch.float64, device=accelerator.device)
     red = accelerator.reduce(t, reduction="sum").tolist()
     return dict(zip(keys, red, strict=True))
+
+
+# ---------------------------------------------------------------------------------- FSDP
+def shard_tree_module(
+    module: nn.Module, body: nn.Module, mesh: DeviceMesh, *, heads: Sequence[nn.Module] = ()
+) -> None:
+    """Shard ``module`` in place with FSDP2: ``fully_shard`` on each decoder layer of
+    ``body`` (a transformers causal LM inside ``module``: its decoder's ``layers``), on each
+    of ``heads`` (value heads: a group of their own, as their dtype may differ from the
+    body's, and a group holds one dtype), then on ``module`` itself (the root group:
+    embeddings, final norm, vocabulary head).
+
+    Every group reduce-scatters with ``ReduceOp.SUM`` and divide factor 1 (FSDP2 averages by
+    default): the ranks' losses already carry the global normalisation, so their gradients
+    add up to the one-process gradient, as :func:`allreduce_grads` does for DDP.
+
+    Raises:
+        ConfigError: no decoder layers, or ``body`` is already sharded (another Trainer of
+            the same model).
+    """
+    if any(isinstance(m, FSDPModule) for m in module.modules()):
+        raise ConfigError(
+            f"{type(body).__name__} is already sharded (FSDP): one Trainer per model with fsdp"
+        )
+    layers = getattr(_decoder(body), "layers", None)
+    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
+        raise ConfigError(f"fsdp: no decoder layers (`layers`) in {type(body).__name__}")
+    # FSDP2 warns when a sharded module returns a view (an in-place op on it would skip the
+    # pre-backward hook): the value heads' outputs are views (squeeze), never changed in place
+    warnings.filterwarnings(
+        "ignore",
+        message=r"FSDP2-wrapped module \((FSDPTreeModel|FSDPCritic|FSDPValueHead)\) returned",
+        category=UserWarning,
+    )
+    for sub in [*layers, *heads]:
+        fully_shard(sub, mesh=mesh)
+    fully_shard(module, mesh=mesh)
+    for m in module.modules():
+        if isinstance(m, FSDPModule):
+            m.set_gradient_divide_factor(1.0)
+            m.set_force_sum_reduction_for_comms(True)  # SUM also where PREMUL_SUM is missing
+
+
+def pad_pieces(pieces: Sequence[TreePiece], n: int) -> list[TreePiece]:
+    """``pieces`` followed by padding pieces up to ``n`` (FSDP: equal forwards per rank)."""
+    return [*pieces, *(padding_piece() for _ in range(n - len(pieces)))]
+
+
+def minibatch_pad_sizes(counts: Sequence[int], n_mb: int) -> list[int]:
+    """The most pieces any rank has in minibatch ``k`` (:func:`~clawrl.rl_core.trainer.
+    minibatch_indices` deals rank ``r``'s ``counts[r]`` pieces into ``n_mb`` near-equal
+    parts, sized by the count alone), for ``k < n_mb``."""
+    sizes = [[len(p) for p in np.array_split(np.arange(c), max(1, min(n_mb, c)))] for c in counts]
+    return [max(s[k] if k < len(s) else 0 for s in sizes) for k in range(n_mb)]
+
+
+def clip_grad_norm_sharded(params: Sequence[nn.Parameter], max_norm: float) -> float:
+    """Clip the gradients of (FSDP-sharded) parameters to the global 2-norm ``max_norm``;
+    returns the norm before clipping, the one-process one (the shards' norms are combined
+    over ranks: a collective)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, 2.0)
+    if isinstance(total, DTensor):
+        total = total.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return float(total)

@@ -43,6 +43,7 @@ __all__ = [
     "TreeBatch",
     "TreePiece",
     "pack_token_sequences",
+    "padding_piece",
     "split_by_token_budget",
     "validate_packed_tree",
 ]
@@ -310,6 +311,10 @@ class TreePiece:
     ``mem_local_token`` their local token index. ``targets`` are the local indices of owned
     trainable tokens (where logprobs are computed); ``mem_target`` maps each membership to
     its position in ``targets``.
+
+    ``padding`` marks a stand-in piece (:func:`padding_piece`) that only keeps a sharded
+    (FSDP) rank's number of forwards equal to the others': it is forwarded and backpropagated
+    with a zero loss, and owns no token, target result or membership of the batch.
     """
 
     token_index: np.ndarray
@@ -323,10 +328,34 @@ class TreePiece:
     targets: np.ndarray
     membership_index: np.ndarray
     mem_target: np.ndarray
+    padding: bool = False
 
     @property
     def num_tokens(self) -> int:
         return int(self.token_index.shape[0])
+
+
+def padding_piece(token_id: int = 0) -> TreePiece:
+    """A two-token stand-in piece (``padding=True``): token ``token_id`` twice, the second a
+    child of the first and the one target, so a forward and backward over it touch every
+    parameter a real piece's do. It belongs to no batch (``token_index`` is -1), has no
+    memberships, and :func:`~clawrl.rl_core.old_pass` / :func:`~clawrl.rl_core.loss_backward`
+    record nothing for it and backpropagate zero."""
+    i64 = np.int64
+    return TreePiece(
+        token_index=np.full(2, -1, dtype=i64),
+        input_ids=np.full(2, token_id, dtype=i64),
+        position_ids=np.arange(2, dtype=i64),
+        parent_index=np.asarray([-1, 0], dtype=i64),
+        subtree_end=np.full(2, 2, dtype=i64),
+        n_context=0,
+        start=0,
+        stop=0,
+        targets=np.asarray([1], dtype=i64),
+        membership_index=np.zeros(0, dtype=i64),
+        mem_target=np.zeros(0, dtype=i64),
+        padding=True,
+    )
 
 
 def _make_piece(

@@ -18,6 +18,7 @@ No pickles: DCP writes tensors and its own metadata.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,12 @@ def load_sharded_checkpoint(
         state: dict[str, Any] = orjson.loads((src / "trainer_state.json").read_bytes())
         msd, osd = get_state_dict(modules, optimizers=optimizer)
         both: dict[str, Any] = {"model": msd, "optim": osd}
-        dcp.load(both, checkpoint_id=str(src / "dcp"))
+        # one process (no process group): DCP reads every rank's shards itself, and says so
+        # in a warning on every load
+        dist = torch.distributed.is_available() and torch.distributed.is_initialized()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(both, checkpoint_id=str(src / "dcp"), no_dist=not dist)
         set_state_dict(
             modules, optimizer, model_state_dict=both["model"], optim_state_dict=both["optim"]
         )

@@ -212,12 +212,16 @@ def _old_pass(
             chunk_size=chunk_size,
             compute_values=vals is not None and critic is None,
         )
-        g = piece.token_index[piece.targets]
-        lp[g] = out.logprobs.double().cpu().numpy()
+        # a padding piece runs the same forwards (sharded models all-gather in each one)
+        # and records nothing
+        g = piece.token_index[piece.targets] if not piece.padding else None
+        if g is not None:
+            lp[g] = out.logprobs.double().cpu().numpy()
         if vals is not None:
             v = out.values if critic is None else critic(*pt)
             assert v is not None
-            vals[g] = v.double().cpu().numpy()
+            if g is not None:
+                vals[g] = v.double().cpu().numpy()
         if ref is not None and ref_model is not None:
             pr = _piece_tensors(piece, _device_of(ref_model))
             r = _forward(
@@ -228,7 +232,8 @@ def _old_pass(
                 chunk_size=chunk_size,
                 compute_values=False,
             )
-            ref[g] = r.logprobs.double().cpu().numpy()
+            if g is not None:
+                ref[g] = r.logprobs.double().cpu().numpy()
     return OldPass(logprobs=lp, values=vals, ref_logprobs=ref)
 
 
@@ -511,6 +516,22 @@ def _piece_loss(
     return total
 
 
+def _padding_loss(t: _PieceTerms, piece: TreePiece, out: TreeForwardOutput) -> Tensor:
+    """Zero times everything a real piece's loss is built from (the policy outputs and the
+    value, the critic's included): the backward reaches every parameter a real piece's does,
+    with exactly zero gradient (a sharded rank's reduce-scatters match the other ranks')."""
+    parts = [out.logprobs, out.entropy, out.values]
+    if t.want_values and t.critic is not None:
+        parts.append(t.critic(*_piece_tensors(piece, _device_of(t.critic))))
+    live = [p.sum() for p in parts if p is not None and p.requires_grad]
+    if not live:
+        raise ConfigError("a padding piece has no output with a gradient")
+    total = live[0]
+    for x in live[1:]:
+        total = total + x
+    return 0.0 * total
+
+
 def loss_backward(
     model: nn.Module,
     batch: TreeBatch,
@@ -544,6 +565,9 @@ def loss_backward(
     head reads detached hidden states and no policy parameter gets a gradient (``.grad``
     stays None, so AdamW leaves it untouched, weight decay included).
 
+    A padding piece (:func:`~clawrl.rl_core.padding_piece`, sharded multi-process runs) is
+    forwarded and backpropagated with a zero loss: gradients and statistics are unchanged.
+
     Returns:
         {"loss", "policy_loss", "value_loss", "kl", "entropy"} summed over pieces.
 
@@ -567,7 +591,7 @@ def loss_backward(
     stats = dict.fromkeys(("loss", "policy_loss", "value_loss", "kl", "entropy"), 0.0)
     dev = _device_of(model)
     for piece in pieces:
-        if piece.targets.size == 0:
+        if piece.targets.size == 0:  # never a padding piece: it has one target
             continue
         out = _forward(
             model,
@@ -579,6 +603,9 @@ def loss_backward(
             compute_values=want_values and critic is None,
             policy_grad=not freeze,
         )
+        if piece.padding:
+            do_backward(_padding_loss(terms, piece, out))
+            continue
         total = _piece_loss(terms, piece, out, stats)
         do_backward(total)
         stats["loss"] += float(total.detach())

@@ -18,6 +18,7 @@ Rank 0 runs the loop; the other ranks train in step with it
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     except RLCoreError as exc:
         print(f"train: config error: {exc}", file=sys.stderr)
         return 2
+    if cfg.algo.trainer.fsdp and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from clawrl.rl_core.train.ranks import FSDP_LOOP_ERROR
+
+        print(f"train: config error: {FSDP_LOOP_ERROR}", file=sys.stderr)
+        return 2  # on every rank (each parses the same arguments): nobody waits for rank 0
     import asyncio
     import json
 

@@ -16,7 +16,9 @@ step on a batch of packed trees:
 Under ``accelerate launch --num_processes N`` (DDP; CPU/gloo or GPU) every rank gets the
 whole batch, trains the trees :func:`~clawrl.rl_core.partition_by_tokens` deals it, and the
 step equals the one-process step (:mod:`clawrl.rl_core.distributed`); checkpoints are then
-sharded (:mod:`clawrl.rl_core.sharded_checkpoint`).
+sharded (:mod:`clawrl.rl_core.sharded_checkpoint`). With ``config.fsdp`` the models are
+sharded over the ranks (FSDP2) instead of replicated, and each rank's pieces are padded to
+equal counts; the step is the same.
 """
 
 from __future__ import annotations
@@ -39,12 +41,16 @@ from clawrl.rl_core.distributed import (
     allreduce_grads,
     allreduce_old_pass,
     allreduce_stats,
+    clip_grad_norm_sharded,
+    minibatch_pad_sizes,
+    pad_pieces,
     partition_by_tokens,
+    shard_tree_module,
     tree_token_ranges,
 )
 from clawrl.rl_core.errors import ConfigError, MinibatchCapWarning
 from clawrl.rl_core.forward import TreeModel
-from clawrl.rl_core.packing import TreeBatch, TreePiece, split_by_token_budget
+from clawrl.rl_core.packing import TreeBatch, TreePiece, padding_piece, split_by_token_budget
 from clawrl.rl_core.sharded_checkpoint import (
     is_sharded_checkpoint,
     load_sharded_checkpoint,
@@ -60,6 +66,9 @@ from clawrl.rl_core.step import (
 )
 from clawrl.rl_core.value import Critic, ValueHead
 from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule
 from transformers import get_scheduler
 
 __all__ = ["Trainer", "minibatch_indices", "seed_everything"]
@@ -99,10 +108,26 @@ def _check_distributed(acc: Accelerator) -> None:
     """Raise ConfigError for a multi-process mode the tree step does not support."""
     if acc.num_processes > 1 and acc.distributed_type not in _DATA_PARALLEL:
         raise ConfigError(
-            f"the tree-packed step runs data-parallel ranks only (DDP: MULTI_CPU / MULTI_GPU), "
-            f"not {acc.distributed_type}: ranks own different numbers of pieces, and sharded "
-            "parameters would need a collective in every forward"
+            f"the tree-packed step runs under accelerate's data-parallel modes only (MULTI_CPU "
+            f"/ MULTI_GPU), not {acc.distributed_type}: accelerate's FSDP, DeepSpeed and "
+            "Megatron wrappers run a collective in every forward while ranks own different "
+            "numbers of pieces. For sharded parameters set TrainerConfig.fsdp = True (the "
+            "Trainer's own FSDP2, with padded piece counts) without accelerate's FSDP plugin"
         )
+
+
+def _autocast_forward(module: nn.Module, acc: Accelerator) -> None:
+    """Run ``module``'s forwards under the accelerator's mixed-precision autocast, as
+    ``accelerator.prepare`` does for the modules it wraps (FSDP modules are not prepared)."""
+    if acc.mixed_precision == "no":
+        return
+    inner = module.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with acc.autocast():
+            return inner(*args, **kwargs)
+
+    module.forward = forward
 
 
 class Trainer:
@@ -118,10 +143,15 @@ class Trainer:
         accelerator: an ``accelerate.Accelerator``; default: bf16 mixed precision on CUDA
             when ``config.bf16`` is "auto"/True, full precision on CPU.
 
+    With ``config.fsdp`` and several processes, ``model``, ``critic`` and ``ref_model`` are
+    sharded in place (FSDP2; their parameters become ``DTensor`` shards): read full weights
+    with :meth:`export_hf` or ``torch.distributed.checkpoint.state_dict``.
+
     Raises:
-        ConfigError: a KL coefficient without reference model, bf16 forced on CPU, or
-            several processes under a non-data-parallel accelerate mode (FSDP, DeepSpeed,
-            Megatron: the tree step runs unequal numbers of forwards per rank).
+        ConfigError: a KL coefficient without reference model, bf16 forced on CPU,
+            several processes under a non-data-parallel accelerate mode (accelerate's FSDP
+            plugin, DeepSpeed, Megatron: the tree step runs unequal numbers of forwards per
+            rank; use ``config.fsdp``), or ``config.fsdp`` on a model another Trainer sharded.
     """
 
     def __init__(
@@ -145,15 +175,14 @@ class Trainer:
             cpu=not cuda, mixed_precision="bf16" if bf16 else "no"
         )
         _check_distributed(self.accelerator)
+        #: FSDP2-sharded models (``config.fsdp`` with several processes)
+        self.fsdp = cfg.fsdp and self.accelerator.num_processes > 1
         seed_everything(cfg.seed)
         head = None
         if cfg.algorithm == "ppo" and critic is None:
             hidden = int(getattr(model.config, "hidden_size"))  # noqa: B009
             head = ValueHead(hidden).to(next(model.parameters()).dtype)
         o = cfg.optim
-        value_params = (list(head.parameters()) if head else []) + (
-            list(critic.parameters()) if critic is not None else []
-        )
         if cfg.freeze_embeddings:
             embeddings = model.get_input_embeddings()  # type: ignore[operator]
             embeddings.requires_grad_(False)
@@ -163,6 +192,24 @@ class Trainer:
             model.activation_checkpointing_enable(  # type: ignore[operator]
                 activation_checkpointing_kwargs={"use_reentrant": False}
             )
+        tree_model = TreeModel(model, head)
+        self._ref_fwd: nn.Module | None = ref_model
+        if ref_model is not None:
+            ref_model.requires_grad_(False)
+        if self.fsdp:  # before the optimizer: sharding replaces the parameters
+            mesh = init_device_mesh(self.accelerator.device.type, (self.accelerator.num_processes,))
+            shard_tree_module(tree_model, model, mesh, heads=[head] if head else [])
+            _autocast_forward(tree_model, self.accelerator)
+            if critic is not None:
+                shard_tree_module(critic, critic.backbone, mesh, heads=[critic.head])
+                _autocast_forward(critic, self.accelerator)
+            if ref_model is not None:
+                self._ref_fwd = TreeModel(ref_model)  # the root that all-gathers in forward
+                shard_tree_module(self._ref_fwd, ref_model, mesh)
+                _autocast_forward(self._ref_fwd, self.accelerator)
+        value_params = (list(head.parameters()) if head else []) + (
+            list(critic.parameters()) if critic is not None else []
+        )
         groups: list[dict[str, Any]] = [
             {"params": [p for p in model.parameters() if p.requires_grad]}
         ]
@@ -174,8 +221,10 @@ class Trainer:
         scheduler = get_scheduler(
             o.schedule, optimizer, num_warmup_steps=o.warmup_steps, num_training_steps=o.total_steps
         )
-        tree_model = TreeModel(model, head)
-        if critic is not None:
+        if self.fsdp:  # sharded already; accelerate would wrap them in DDP
+            self.model, self.critic = tree_model, critic
+            self.optimizer, self.scheduler = optimizer, scheduler
+        elif critic is not None:
             self.model, self.critic, self.optimizer, self.scheduler = self.accelerator.prepare(
                 tree_model, critic, optimizer, scheduler
             )
@@ -185,8 +234,6 @@ class Trainer:
             )
             self.critic = None
         self.ref_model = ref_model
-        if ref_model is not None:
-            ref_model.requires_grad_(False)
         self.step = 0
         self.policy_version = 0
         #: the last :meth:`rl_step`'s batch, prepared per-membership quantities (advantage,
@@ -197,7 +244,10 @@ class Trainer:
     # ------------------------------------------------------------------ helpers
     @property
     def unwrapped(self) -> TreeModel:
-        """The :class:`TreeModel` (policy + optional value head) without wrappers."""
+        """The :class:`TreeModel` (policy + optional value head) without wrappers (under FSDP
+        the sharded module itself)."""
+        if self.fsdp:
+            return self.model
         m = self.accelerator.unwrap_model(self.model)
         assert isinstance(m, TreeModel)
         return m
@@ -205,12 +255,15 @@ class Trainer:
     @property
     def _fwd_model(self) -> nn.Module:
         """The module forwards run through: the wrapper in one process, the unwrapped module
-        with several (no collective inside a forward; gradients are summed by hand)."""
-        return self.model if self.accelerator.num_processes == 1 else self.unwrapped
+        with several (no collective inside a forward; gradients are summed by hand), the
+        sharded module under FSDP (its collectives are why pieces are padded)."""
+        if self.fsdp or self.accelerator.num_processes == 1:
+            return self.model
+        return self.unwrapped
 
     @property
     def _fwd_critic(self) -> Critic | None:
-        if self.critic is None or self.accelerator.num_processes == 1:
+        if self.critic is None or self.fsdp or self.accelerator.num_processes == 1:
             return self.critic
         c = self.accelerator.unwrap_model(self.critic)
         assert isinstance(c, Critic)
@@ -227,7 +280,30 @@ class Trainer:
         ranges = tree_token_ranges(sizes, mine)
         if not ranges:
             return []
-        return split_by_token_budget(batch, self.config.token_budget, token_ranges=ranges)
+        pieces = split_by_token_budget(batch, self.config.token_budget, token_ranges=ranges)
+        if self.fsdp:  # a piece without targets is skipped by loss_backward: a padding
+            # piece in its place keeps every minibatch's forward count
+            pieces = [p if p.targets.size else padding_piece() for p in pieces]
+        return pieces
+
+    def _reshard(self) -> None:
+        """Under FSDP, free every gathered parameter and register the shards again. A root
+        group stays gathered after its forward until its backward reshards it; a forward
+        without backward (the no-grad pass, the reference policy, the policy during PPO's
+        value warm-up) would leave it gathered, holding memory, with module parameters that
+        are not the optimizer's, and across an optimizer step, stale."""
+        if not self.fsdp:
+            return
+        for root in (self.model, self.critic, self._ref_fwd):
+            if root is None:
+                continue
+            for m in root.modules():
+                if isinstance(m, FSDPModule):
+                    m.reshard()
+
+    def _padded(self, pieces: Sequence[TreePiece], n: int) -> Sequence[TreePiece]:
+        """Under FSDP, ``pieces`` padded to ``n`` (every rank runs as many forwards)."""
+        return pad_pieces(pieces, n) if self.fsdp else pieces
 
     def _piece_counts(self, n_local: int) -> list[int]:
         """Every rank's number of pieces (a gather; ``[n_local]`` in one process)."""
@@ -246,9 +322,13 @@ class Trainer:
         """Sum gradients over ranks, clip the gradient norm, AdamW step, LR-schedule step;
         returns the norm."""
         o = self.config.optim
-        allreduce_grads(self._params(), self.accelerator)
+        if not self.fsdp:
+            allreduce_grads(self._params(), self.accelerator)
+        self._reshard()  # FSDP's reduce-scatter summed the gradients in backward
         norm = float("nan")
-        if o.max_grad_norm is not None:
+        if o.max_grad_norm is not None and self.fsdp:
+            norm = clip_grad_norm_sharded(self._params(), o.max_grad_norm)
+        elif o.max_grad_norm is not None:
             norm = float(self.accelerator.clip_grad_norm_(self._params(), o.max_grad_norm))
         self.optimizer.step()
         # the plain scheduler, once: accelerate's wrapper steps it once per process (it
@@ -288,16 +368,18 @@ class Trainer:
         cfg = self.config
         batch = TreeBatch.from_trees(trees)
         pieces = self._local_pieces(trees, batch)
+        counts = self._piece_counts(len(pieces))
         self.model.train()
         old = old_pass(
             self._fwd_model,
             batch,
-            pieces,
+            self._padded(pieces, max(counts)),
             temperature=cfg.loss.temperature,
             chunk_size=cfg.chunk_size,
             critic=self._fwd_critic,
-            ref_model=self.ref_model,
+            ref_model=self._ref_fwd,
         )
+        self._reshard()
         old = allreduce_old_pass(old, self.accelerator)
         prepared = prepare_rl(
             batch,
@@ -312,10 +394,9 @@ class Trainer:
             current_version=self.policy_version,
         )
         self.last_update = (batch, prepared, old)
-        counts = self._piece_counts(len(pieces))
         n_mb = self._minibatch_count(min(counts))
         lr = float(self.scheduler.get_last_lr()[0])
-        stats, norms = self._update_epochs(batch, pieces, prepared, old, n_mb)
+        stats, norms = self._update_epochs(batch, pieces, prepared, old, n_mb, counts)
         stats = allreduce_stats(stats, self.accelerator)
         self.step += 1
         self.policy_version += 1
@@ -353,22 +434,26 @@ class Trainer:
         prepared: PreparedRL,
         old: OldPass,
         n_mb: int,
+        counts: Sequence[int],
     ) -> tuple[dict[str, float], list[float]]:
         """``config.update_epochs`` passes over seeded-shuffled minibatches of ``pieces``,
-        one optimiser step each (the policy frozen during PPO's value warm-up). Returns the
-        first pass's summed loss statistics and every step's gradient norm."""
+        one optimiser step each (the policy frozen during PPO's value warm-up); under FSDP
+        minibatch ``k`` is padded to the most pieces any rank has in its ``k``-th (``counts``:
+        every rank's number of pieces). Returns the first pass's summed loss statistics and
+        every step's gradient norm."""
         cfg = self.config
         train_policy = not (cfg.algorithm == "ppo" and self.step < cfg.ppo.value_warmup_steps)
         stats: dict[str, float] = {}
         norms = []
+        pad_to = minibatch_pad_sizes(counts, n_mb)
         for epoch in range(cfg.update_epochs):
             parts = minibatch_indices(len(pieces), n_mb, seed=cfg.seed, step=self.step, epoch=epoch)
-            for idx in parts:
+            for mb, idx in enumerate(parts):
                 self.optimizer.zero_grad(set_to_none=True)
                 mb_stats = loss_backward(
                     self._fwd_model,
                     batch,
-                    [pieces[i] for i in idx],
+                    self._padded([pieces[i] for i in idx], pad_to[mb]),
                     prepared,
                     old,
                     loss_cfg=cfg.loss,
@@ -396,6 +481,8 @@ class Trainer:
         loss_cfg = dataclasses.replace(cfg.loss, aggregation=aggregation)
         batch = TreeBatch.from_trees(trees)
         pieces = self._local_pieces(trees, batch)
+        if self.fsdp:
+            pieces = pad_pieces(pieces, max(self._piece_counts(len(pieces))))
         self.model.train()
         prepared = prepare_sft(batch, loss_cfg)
         self.optimizer.zero_grad(set_to_none=True)
@@ -423,7 +510,9 @@ class Trainer:
         """The unwrapped policy (+ value head) and critic as one module (sharded state)."""
         mods: dict[str, nn.Module] = {"model": self.unwrapped}
         if self.critic is not None:
-            mods["critic"] = self.accelerator.unwrap_model(self.critic)
+            mods["critic"] = (
+                self.critic if self.fsdp else self.accelerator.unwrap_model(self.critic)
+            )
         return nn.ModuleDict(mods)
 
     def _plain_optimizer(self) -> torch.optim.Optimizer:
@@ -438,6 +527,7 @@ class Trainer:
         (:mod:`clawrl.rl_core.sharded_checkpoint`)."""
         if data_position is not None:
             self.data_position = data_position
+        self._reshard()  # the state dict is the optimizer's parameters, the shards
         acc = self.accelerator
         acc.wait_for_everyone()
         out = Path(path)
@@ -479,6 +569,7 @@ class Trainer:
         Raises:
             CheckpointError: missing or mismatching files.
         """
+        self._reshard()
         if is_sharded_checkpoint(path):
             st = load_sharded_checkpoint(
                 path,
@@ -507,11 +598,17 @@ class Trainer:
         """Save the policy as a Hugging Face checkpoint directory (``config.json`` +
         ``model.safetensors``, and the tokenizer if given) for the inference backend's
         weight reload. The value head is not part of it. Collective with several processes:
-        accelerate gathers the full state dict, only rank 0 writes."""
+        the full state dict is gathered (under FSDP from the shards, onto rank 0's CPU), only
+        rank 0 writes."""
         out = Path(path)
         self.accelerator.wait_for_everyone()
+        self._reshard()
         policy = self.unwrapped.policy
-        state = self.accelerator.get_state_dict(self.model)
+        if self.fsdp:
+            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            state = get_model_state_dict(self.model, options=opts)
+        else:
+            state = self.accelerator.get_state_dict(self.model)
         if self.accelerator.is_main_process:
             sub = {
                 k.removeprefix("policy."): v for k, v in state.items() if k.startswith("policy.")

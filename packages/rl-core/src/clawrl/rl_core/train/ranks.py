@@ -52,10 +52,19 @@ import torch
 import torch.distributed as dist
 from clawrl.prefixtree import PackedTree
 from clawrl.rl_core.config import Aggregation, TrainerConfig
+from clawrl.rl_core.errors import ConfigError
 from clawrl.rl_core.trainer import Trainer, seed_everything
 from torch import nn
 
-__all__ = ["DrivenTrainer", "Ranks", "follow", "launch_ranks", "load_policy"]
+__all__ = ["FSDP_LOOP_ERROR", "DrivenTrainer", "Ranks", "follow", "launch_ranks", "load_policy"]
+
+#: why ``algo.fsdp`` is refused under a multi-process ``train`` (the Trainer itself has it)
+FSDP_LOOP_ERROR = (
+    "algo.fsdp is not supported by the train loop with several processes yet: rank 0's "
+    "in-process weight sync, KL reference copy and cold-start-then-RL trainers read and "
+    "re-wrap the whole policy, which FSDP shards in place (the Trainer supports fsdp: "
+    "see the rl-core README, 'FSDP'); run it without fsdp (DDP)"
+)
 
 
 def load_policy(model_dir: str | Path) -> nn.Module:
@@ -166,6 +175,8 @@ class DrivenTrainer(Trainer):
         *,
         ref_model: nn.Module | None = None,
     ) -> None:
+        if config.fsdp:
+            raise ConfigError(FSDP_LOOP_ERROR)
         self._ranks = ranks
         self._key = ranks.new_key()
         ranks.send(("trainer", self._key, str(model_dir), config, ref_model is not None))

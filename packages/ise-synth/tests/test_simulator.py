@@ -54,6 +54,19 @@ def _json(**kw: Any) -> str:
         ('{"name": "write_file", "arguments": {"path": "a"}}', "tool-call-json"),
         ("```bash\nls -la\n```", "code-block-command"),
         ("assistant: the file is saved", "role-prefix"),
+        # seen from Qwen2.5-Coder-0.5B as the simulator (issue 23)
+        ("I'm sorry, but I can't assist with that request.", "refusal"),
+        ("What would you like to do next?", "role-inversion"),
+        ("What do you need to do with the data files?", "role-inversion"),
+        (
+            "Please provide the details about the request you would like me to handle.",
+            "role-inversion",
+        ),
+        ("I'm ready to assist you with preparing the weekly pack.", "role-inversion"),
+        ("Welcome to Marcus Bell's legal services. Please ask me for help.", "role-inversion"),
+        ("The agent will start by reading data/survey.csv.", "narration"),
+        ("Are you ready to start the conversation?", "narration"),
+        ("next_query", "template-leak"),
     ],
 )
 def test_drift_fires_on_assistant_voice_and_tool_calls(text: str, tag: str) -> None:
@@ -68,6 +81,9 @@ def test_drift_fires_on_assistant_voice_and_tool_calls(text: str, tag: str) -> N
         "thx. now pls make the chart a bar chart",
         "I have a meeting at 3, so please keep the summary short.",
         "Please double-check the files you made and summarise the result.",
+        "What did you write to notes.txt? I want the total, not the average.",
+        "Please add up the numbers in data/agenda_numbers.txt and write the total to t.txt.",
+        "I'd like you to copy inbox/summary.txt to archive/report.txt, please.",
     ],
 )
 def test_user_voice_is_not_drift(text: str) -> None:

@@ -127,6 +127,23 @@ _ASSISTANT_VOICE = [
     (re.compile(r"\bhow (can|may) I (help|assist) you\b", re.I), "offer-help"),
     (re.compile(r"\bI(?:'ll| will) now (run|create|write|execute|call)\b", re.I), "assistant-plan"),
     (re.compile(r"\blet me know if (you need|there'?s) anything else\b", re.I), "assistant-closer"),
+    (re.compile(r"\bI(?:'m| am) sorry,? but I (?:can(?:'t|not)|am unable)\b", re.I), "refusal"),
+]
+# the user asking the agent what *it* wants, offering service, or narrating the agent in the
+# third person: seen from Qwen2.5-Coder-0.5B as simulator (issue 23), which the voice
+# patterns above missed ("What would you like to do next?", "Welcome to … Please ask me …")
+_ROLE_INVERSION = [
+    (re.compile(r"\bwhat (?:would|do|did) you (?:like|want|need)\b", re.I), "role-inversion"),
+    (re.compile(r"\bwhat (?:specific )?(?:tasks?|request) are you\b", re.I), "role-inversion"),
+    (re.compile(r"\bplease provide (?:the |more |any )?details\b", re.I), "role-inversion"),
+    (
+        re.compile(r"\bI(?:'m| am) (?:ready|happy|here) to (?:assist|help|process)\b", re.I),
+        "role-inversion",
+    ),
+    (re.compile(r"\b(?:welcome to|ask me (?:for|about|anything))\b", re.I), "role-inversion"),
+    (re.compile(r"\bthe (?:agent|assistant) (?:will|should|took|did|has)\b", re.I), "narration"),
+    (re.compile(r"\b(?:start|begin) the conversation\b", re.I), "narration"),
+    (re.compile(r"^\s*\W*(?:next_query|completed)\W*\s*$", re.I), "template-leak"),
 ]
 _TOOL_LIKE = [
     (re.compile(r"</?tool_call>|</?function_call>|<\|im_start\|>|<\|im_end\|>"), "tool-markup"),
@@ -145,10 +162,13 @@ def detect_drift(text: str) -> str | None:
     Heuristics: assistant voice ("As an AI", "I have created …", "Here is the …", "How can I
     help you", "Let me know if you need anything else", "Sure, here …"), tool-call-like
     output (``<tool_call>`` markup, chat-template tokens, ``{"name": …, "arguments": …}``
-    shapes, a fenced shell block, an ``assistant:`` / ``tool:`` prefix). Returns a short
-    reason tag (e.g. ``"as-an-ai"``, ``"tool-call-json"``).
+    shapes, a fenced shell block, an ``assistant:`` / ``tool:`` prefix), a refusal ("I'm
+    sorry, but I can't …"), role inversion (the user asking what the agent would like,
+    offering help, "Welcome to …"), third-person narration of the agent, and a bare
+    ``next_query`` template leak. Returns a short reason tag (e.g. ``"as-an-ai"``,
+    ``"tool-call-json"``, ``"role-inversion"``).
     """
-    for pattern, tag in (*_TOOL_LIKE, *_ASSISTANT_VOICE):
+    for pattern, tag in (*_TOOL_LIKE, *_ASSISTANT_VOICE, *_ROLE_INVERSION):
         if pattern.search(text):
             return tag
     return None

@@ -72,6 +72,9 @@ def test_scripted_model_with_a_config_file(tmp_path: Path) -> None:
     for r in doc["rollouts"]:
         assert r["status"] == "ok" and r["reward"] == 1.0, (r["task_id"], r["harness"], r["reason"])
     assert doc["summary"]["by_harness"]["reference"]["pass_at_k"]["1"] == 1.0
+    # two tasks, both always pass: the task-clustered standard error is 0, printed beside pass@1
+    assert doc["summary"]["by_harness"]["reference"]["pass_at_k_stderr"]["1"] == 0.0
+    assert "±" in proc.stdout  # (rich wraps the cell in a narrow terminal)
 
 
 def test_bad_configuration_exits_2(tmp_path: Path) -> None:

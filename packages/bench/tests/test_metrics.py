@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from clawrl.bench import ScoredRollout, aggregate, pass_at_k
 from hypothesis import assume, given
@@ -98,3 +99,29 @@ def test_aggregate_all_infra_and_threshold() -> None:
     assert aggregate([r("t", 0.6)], pass_threshold=0.5).by_task["ref/t"].pass_at_k[1] == 1.0
     with pytest.raises(ValueError):
         aggregate([r("t", 1.0)], ks=(0,))
+
+
+@given(passes=st.lists(st.lists(st.booleans(), min_size=2, max_size=6), min_size=1, max_size=12))
+def test_pass_at_1_stderr_is_the_task_clustered_standard_error(passes: list[list[bool]]) -> None:
+    """The oracle: NumPy's ddof-1 standard deviation of the per-task pass@1 over √tasks."""
+    rollouts = [r(f"t{i}", float(p)) for i, ps in enumerate(passes) for p in ps]
+    g = aggregate(rollouts, ks=(1, 2)).by_harness["ref"]
+    per_task = np.array([np.mean(ps) for ps in passes])
+    if len(passes) < 2:
+        assert g.pass_at_k_stderr[1] is None
+        return
+    expected = per_task.std(ddof=1) / math.sqrt(len(passes))
+    assert g.pass_at_k_stderr[1] == pytest.approx(expected, abs=1e-12)
+    assert g.pass_at_k_stderr[2] is not None and g.pass_at_k_stderr[2] >= 0.0
+
+
+def test_pass_at_k_stderr_examples() -> None:
+    # two tasks: pass@1 1.0 and 0.0 -> mean 0.5, sd 0.7071, s.e. 0.5
+    g = aggregate([r("a", 1.0), r("a", 1.0), r("b", 0.0), r("b", 0.0)]).by_harness["ref"]
+    assert g.pass_at_k[1] == pytest.approx(0.5)
+    assert g.pass_at_k_stderr[1] == pytest.approx(0.5)
+    # every task at 0: no spread, s.e. 0 (the README says to read 0/n with its 3/n bound)
+    g = aggregate([r("a", 0.0), r("b", 0.0), r("c", 0.0)]).by_harness["ref"]
+    assert g.pass_at_k_stderr[1] == 0.0
+    # a single task has no spread to measure
+    assert aggregate([r("a", 1.0), r("a", 0.0)]).by_task["ref/a"].pass_at_k_stderr[1] is None

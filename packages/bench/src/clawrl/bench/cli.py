@@ -176,6 +176,13 @@ def _progress_printer(
     return on_event
 
 
+def _pass_cell(value: float | None, stderr: float | None) -> str:
+    """``0.406 ± 0.071`` (± the standard error over tasks), ``0.406`` with one task, ``–``."""
+    if value is None:
+        return "–"
+    return f"{value:.3f}" if stderr is None else f"{value:.3f} ± {stderr:.3f}"
+
+
 def _print_tables(console: Console, results: Sequence[RolloutResult], cfg: BenchConfig) -> None:
     summary = summarize(results, cfg.ks, cfg.pass_threshold)
     t = Table(title="per harness")
@@ -194,7 +201,7 @@ def _print_tables(console: Console, results: Sequence[RolloutResult], cfg: Bench
             str(g.n_env_error),
             str(g.n_verifier_error),
             "–" if g.mean_score is None else f"{g.mean_score:.3f}",
-            *["–" if g.pass_at_k.get(k) is None else f"{g.pass_at_k[k]:.3f}" for k in cfg.ks],
+            *[_pass_cell(g.pass_at_k.get(k), g.pass_at_k_stderr.get(k)) for k in cfg.ks],
             ", ".join(f"{s} {n}" for s, n in g.status_counts.items()),
         )
     rows = Table(title="per task")

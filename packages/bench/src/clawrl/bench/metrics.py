@@ -72,6 +72,11 @@ class GroupStats(BaseModel):
         mean_score: macro mean: the mean over tasks of each task's mean reward.
         pass_at_k: k -> mean over tasks (with ≥ k scored samples) of the unbiased pass@k;
             ``None`` when no task has k samples.
+        pass_at_k_stderr: k -> standard error of that mean, clustered by task: the sample
+            standard deviation (ddof 1) of the per-task pass@k over √(tasks) (Miller 2024,
+            "Adding Error Bars to Evals", §2.2, clustered standard errors); ``None`` with
+            fewer than 2 tasks. It is 0 when every task has the same pass@k (e.g. all 0):
+            read a 0/n result with its one-sided 95 % bound, ≈ 3/n, instead.
         status_counts: rollouts per status (all statuses, infra failures included).
     """
 
@@ -82,6 +87,7 @@ class GroupStats(BaseModel):
     n_env_error: int = 0
     mean_score: float | None
     pass_at_k: dict[int, float | None]
+    pass_at_k_stderr: dict[int, float | None] = Field(default_factory=dict)
     status_counts: dict[str, int]
 
 
@@ -99,6 +105,15 @@ def _task_level(rollouts: Sequence[ScoredRollout], threshold: float) -> tuple[in
     c = sum(1 for r in scored if r.reward >= threshold)
     mean = sum(r.reward for r in scored) / n if n else math.nan
     return n, c, mean
+
+
+def _stderr(values: Sequence[float]) -> float | None:
+    """Standard error of the mean of ``values`` (ddof 1); ``None`` below 2 values."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
 
 
 def _group(
@@ -127,6 +142,7 @@ def _group(
         n_env_error=counts.get(ENV_ERROR, 0),
         mean_score=sum(means) / len(means) if means else None,
         pass_at_k={k: (sum(v) / len(v) if v else None) for k, v in passes.items()},
+        pass_at_k_stderr={k: _stderr(v) for k, v in passes.items()},
         status_counts=dict(counts),
     )
 

@@ -1,0 +1,62 @@
+"""tools/compare_runs.py: bench runs side by side, pass@k with the task-clustered s.e."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(tmp: Path, name: str, rewards: dict[str, list[float]]) -> Path:
+    d = tmp / name
+    d.mkdir()
+    rollouts = [
+        {
+            "task_id": t,
+            "category": "c",
+            "harness": "reference",
+            "reward": x,
+            "status": "ok",
+            "subscores": {"check_1": x, "check_2": 1.0},
+            "n_calls": 2,
+            "end_reason": "final_answer",
+            "workspace_diff": [{"path": "a"}] if x else [],
+        }
+        for t, xs in rewards.items()
+        for x in xs
+    ]
+    (d / "results.json").write_text(json.dumps({"meta": {"model": "m"}, "rollouts": rollouts}))
+    return d
+
+
+def _compare(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools/compare_runs.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_rows_carry_pass_at_k_and_its_standard_error(tmp_path: Path) -> None:
+    a = _run(tmp_path, "a", {"t1": [1.0, 1.0], "t2": [0.0, 0.0]})
+    b = _run(tmp_path, "b", {"t1": [0.0, 0.0], "t2": [0.0, 0.0], "t3": [0.0, 0.0]})
+    out = tmp_path / "cmp.json"
+    proc = _compare(f"a={a}", f"b={b}", "--k", "1", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    assert rows["a"]["pass_at_k"]["1"] == 0.5 and rows["a"]["pass_at_k_stderr"]["1"] == 0.5
+    assert rows["b"]["pass_at_k"]["1"] == 0.0 and rows["b"]["pass_at_k_stderr"]["1"] == 0.0
+    assert rows["a"]["subscores_passed"] == 6 and rows["a"]["subscores"] == 8
+    assert rows["a"]["rollouts_changing_workspace"] == 2
+    assert "0.500 ± 0.500" in proc.stdout
+
+
+def test_a_directory_without_results_is_a_usage_error(tmp_path: Path) -> None:
+    proc = _compare(f"x={tmp_path}")
+    assert proc.returncode == 2 and "results.json" in proc.stderr
+    proc = _compare(str(tmp_path))
+    assert proc.returncode == 2 and "NAME=RUN_DIR" in proc.stderr

@@ -67,6 +67,12 @@ def _json(**kw: Any) -> str:
         ("The agent will start by reading data/survey.csv.", "narration"),
         ("Are you ready to start the conversation?", "narration"),
         ("next_query", "template-leak"),
+        (
+            "You have at most 3 more message(s). Decide: is your goal met? If not, write your "
+            "next message (one small step, react to what the agent really did). Answer with "
+            "the JSON object only.",
+            "template-leak",
+        ),
     ],
 )
 def test_drift_fires_on_assistant_voice_and_tool_calls(text: str, tag: str) -> None:

@@ -144,6 +144,15 @@ _ROLE_INVERSION = [
     (re.compile(r"\bthe (?:agent|assistant) (?:will|should|took|did|has)\b", re.I), "narration"),
     (re.compile(r"\b(?:start|begin) the conversation\b", re.I), "narration"),
     (re.compile(r"^\s*\W*(?:next_query|completed)\W*\s*$", re.I), "template-leak"),
+    # our own turn instruction echoed back as the user's message (simulator_messages)
+    (
+        re.compile(
+            r"\byou have at most \d+ more message|\banswer with the json object"
+            r"|\bis your goal met\b|\breact to what the agent (?:really|actually) did\b",
+            re.I,
+        ),
+        "template-leak",
+    ),
 ]
 _TOOL_LIKE = [
     (re.compile(r"</?tool_call>|</?function_call>|<\|im_start\|>|<\|im_end\|>"), "tool-markup"),
@@ -164,8 +173,9 @@ def detect_drift(text: str) -> str | None:
     output (``<tool_call>`` markup, chat-template tokens, ``{"name": …, "arguments": …}``
     shapes, a fenced shell block, an ``assistant:`` / ``tool:`` prefix), a refusal ("I'm
     sorry, but I can't …"), role inversion (the user asking what the agent would like,
-    offering help, "Welcome to …"), third-person narration of the agent, and a bare
-    ``next_query`` template leak. Returns a short reason tag (e.g. ``"as-an-ai"``,
+    offering help, "Welcome to …"), third-person narration of the agent, and template
+    leaks (a bare ``next_query``, or our turn instruction — "You have at most N more
+    message(s) …" — echoed back as the query). Returns a short reason tag (e.g. ``"as-an-ai"``,
     ``"tool-call-json"``, ``"role-inversion"``).
     """
     for pattern, tag in (*_TOOL_LIKE, *_ASSISTANT_VOICE, *_ROLE_INVERSION):

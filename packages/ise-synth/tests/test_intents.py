@@ -14,6 +14,7 @@ from clawrl.ise_synth import (
     load_embedder,
     load_taxonomy,
     read_intents,
+    vendi_score,
     write_intents,
 )
 from clawrl.ise_synth.cli import main
@@ -106,6 +107,30 @@ def test_cli_writes_intents_stats_and_raw(tmp_path: Path) -> None:
         main(["intents", "-n", "300", "--seed", "4", "-o", str(out), "--embedding", "tfidf"]) == 0
     )
     assert out.read_text().splitlines() == lines
+
+
+def test_cli_vendi_scores_the_pool_and_its_prefixes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "intents.jsonl"
+    assert main(["intents", "-n", "60", "--seed", "1", "-o", str(out), "--embedding", "tfidf"]) == 0
+    n = len(out.read_text().splitlines())
+    capsys.readouterr()
+    js = tmp_path / "vendi.json"
+    argv = ["vendi", str(out), "--embedding", "tfidf", "--sizes", "1", "8", "--out", str(js)]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result == json.loads(js.read_text())  # the same on disk
+    assert result["n"] == n and result["embedding"].startswith("tfidf")
+    curve = {int(k): v for k, v in result["curve"].items()}
+    assert sorted(curve) == [1, 8, n] and curve[n] == result["vendi"]
+    assert curve[1] == pytest.approx(1.0) and 1.0 < curve[8] <= 8.0 < curve[n] <= n
+    # the oracle: the package's own embedder and vendi_score on the same texts
+    texts = [r.intent for r in read_intents(out)]
+    assert result["vendi"] == pytest.approx(vendi_score(TfidfEmbedder().encode(texts)))
+    # bad input: a size beyond the pool, a missing file
+    assert main(["vendi", str(out), "--embedding", "tfidf", "--sizes", str(n + 1)]) == 2
+    assert main(["vendi", str(tmp_path / "missing.jsonl"), "--embedding", "tfidf"]) == 2
 
 
 def test_cli_usage_errors_exit_2(tmp_path: Path) -> None:

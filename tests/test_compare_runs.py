@@ -22,6 +22,7 @@ def _run(tmp: Path, name: str, rewards: dict[str, list[float]]) -> Path:
             "status": "ok",
             "subscores": {"check_1": x, "check_2": 1.0},
             "n_calls": 2,
+            "records": [{"parsed": {"tool_calls": [{"name": "bash"}] if x else []}}, {}],
             "end_reason": "final_answer",
             "workspace_diff": [{"path": "a"}] if x else [],
         }
@@ -52,6 +53,9 @@ def test_rows_carry_pass_at_k_and_its_standard_error(tmp_path: Path) -> None:
     assert rows["b"]["pass_at_k"]["1"] == 0.0 and rows["b"]["pass_at_k_stderr"]["1"] == 0.0
     assert rows["a"]["subscores_passed"] == 6 and rows["a"]["subscores"] == 8
     assert rows["a"]["rollouts_changing_workspace"] == 2
+    assert (
+        rows["a"]["tool_calls_per_rollout"] == 0.5 and rows["a"]["rollouts_with_a_tool_call"] == 2
+    )
     assert "0.500 ± 0.500" in proc.stdout
 
 

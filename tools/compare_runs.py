@@ -6,7 +6,8 @@ Each RUN_DIR is a ``bench --output-dir``: its ``results.json`` is re-aggregated 
 :func:`clawrl.bench.aggregate` (pass@k with the task-clustered standard error, so runs made
 before that field existed compare the same way). Besides the reward it counts what a pass/fail
 reward hides: sub-scores (checks) passed, model calls per rollout (one per agent turn: a
-rollout that answers at once makes 1), rollouts that changed the
+rollout that answers at once makes 1), tool calls the proxy parsed (calls of a tool the
+harness offers; JSON naming an unknown tool is text), rollouts that changed the
 workspace, and how rollouts ended. Writes a rich table and, with ``--out``, JSON.
 """
 
@@ -17,10 +18,18 @@ import json
 import statistics
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from clawrl.bench import ScoredRollout, aggregate
 from rich.console import Console
 from rich.table import Table
+
+
+def _tool_calls(rollout: dict[str, Any]) -> int:
+    """Tool calls the proxy parsed out of the rollout's model calls (its call records)."""
+    return sum(
+        len((rec.get("parsed") or {}).get("tool_calls") or []) for rec in rollout.get("records", [])
+    )
 
 
 def summarize_run(run_dir: Path, ks: list[int]) -> dict[str, object]:
@@ -54,6 +63,8 @@ def summarize_run(run_dir: Path, ks: list[int]) -> dict[str, object]:
         "subscores_passed": sum(1 for v in checks if v >= 1.0),
         "subscores": len(checks),
         "model_calls_per_rollout": statistics.fmean(r.get("n_calls", 0) for r in rollouts),
+        "tool_calls_per_rollout": statistics.fmean(map(_tool_calls, rollouts)),
+        "rollouts_with_a_tool_call": sum(1 for r in rollouts if _tool_calls(r)),
         "rollouts_changing_workspace": sum(1 for r in rollouts if r.get("workspace_diff")),
         "end_reasons": dict(Counter(r.get("end_reason") or r["status"] for r in rollouts)),
         "duration_s": doc["meta"].get("duration_s"),
@@ -78,7 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(title="runs")
     for col in ("run", "scored", *[f"pass@{k} ± s.e." for k in args.k]):
         table.add_column(col)
-    for col in ("mean score", "sub-scores passed", "model calls / rollout", "changed workspace"):
+    for col in (
+        "mean score",
+        "sub-scores passed",
+        "model calls / rollout",
+        "tool calls / rollout",
+        "changed workspace",
+    ):
         table.add_column(col)
     for name, row in rows.items():
         p, se = row["pass_at_k"], row["pass_at_k_stderr"]
@@ -90,9 +107,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['mean_score']:.3f}",
             f"{row['subscores_passed']} / {row['subscores']}",
             f"{row['model_calls_per_rollout']:.2f}",
+            f"{row['tool_calls_per_rollout']:.2f}",
             f"{row['rollouts_changing_workspace']} / {row['rollouts']}",
         )
-    Console(width=160).print(table)
+    Console(width=200).print(table)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(rows, indent=1) + "\n")

@@ -10,7 +10,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(tmp: Path, name: str, rewards: dict[str, list[float]]) -> Path:
+def _run(
+    tmp: Path,
+    name: str,
+    rewards: dict[str, list[float]],
+    status: str = "ok",
+    threshold: float = 1.0,
+) -> Path:
     d = tmp / name
     d.mkdir()
     rollouts = [
@@ -19,17 +25,26 @@ def _run(tmp: Path, name: str, rewards: dict[str, list[float]]) -> Path:
             "category": "c",
             "harness": "reference",
             "reward": x,
-            "status": "ok",
+            "status": status,
             "subscores": {"check_1": x, "check_2": 1.0},
             "n_calls": 2,
-            "records": [{"parsed": {"tool_calls": [{"name": "bash"}] if x else []}}, {}],
+            "records": [
+                {
+                    "parsed": {
+                        "tool_calls": [{"name": "bash"}] if x else [],
+                        "content": "" if x else '{"name": "made_up", "arguments": {}}',
+                    }
+                },
+                {},
+            ],
             "end_reason": "final_answer",
             "workspace_diff": [{"path": "a"}] if x else [],
         }
         for t, xs in rewards.items()
         for x in xs
     ]
-    (d / "results.json").write_text(json.dumps({"meta": {"model": "m"}, "rollouts": rollouts}))
+    doc = {"meta": {"model": "m"}, "config": {"pass_threshold": threshold}, "rollouts": rollouts}
+    (d / "results.json").write_text(json.dumps(doc))
     return d
 
 
@@ -57,6 +72,24 @@ def test_rows_carry_pass_at_k_and_its_standard_error(tmp_path: Path) -> None:
         rows["a"]["tool_calls_per_rollout"] == 0.5 and rows["a"]["rollouts_with_a_tool_call"] == 2
     )
     assert "0.500 ± 0.500" in proc.stdout
+
+
+def test_the_runs_threshold_single_tasks_and_unscored_rollouts(tmp_path: Path) -> None:
+    # the run's own pass threshold: 0.5 passes at 0.5
+    half = _run(tmp_path, "half", {"t1": [0.5, 0.5], "t2": [0.5, 0.0]}, threshold=0.5)
+    # one task: the error is undefined, printed as the value alone (not "± 0.000")
+    one = _run(tmp_path, "one", {"t1": [1.0, 0.0]})
+    out = tmp_path / "cmp.json"
+    proc = _compare(f"half={half}", f"one={one}", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    assert rows["half"]["pass_at_k"]["1"] == 0.75
+    assert rows["one"]["pass_at_k_stderr"]["1"] is None and "0.500 ±" not in proc.stdout
+    # only infrastructure failures: nothing scored is a usage error, not a traceback
+    infra = _run(tmp_path, "infra", {"t1": [0.0], "t2": [0.0]}, status="infra-error")
+    proc = _compare(f"x={infra}")
+    assert proc.returncode == 2 and "scored" in proc.stderr
+    assert _compare(f"a={one}", f"a={half}").returncode == 2  # a name twice
 
 
 def test_a_directory_without_results_is_a_usage_error(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@
 Each RUN_DIR is a ``bench --output-dir``: its ``results.json`` is re-aggregated with
 :func:`clawrl.bench.aggregate` (pass@k with the task-clustered standard error, so runs made
 before that field existed compare the same way). Besides the reward it counts what a pass/fail
-reward hides: sub-scores (checks) passed, model calls per rollout (one per agent turn: a
+reward hides: sub-scores (checks) passed, whether the first reply is shaped like a tool call, model calls per rollout (one per agent turn: a
 rollout that answers at once makes 1), tool calls the proxy parsed (calls of a tool the
 harness offers; JSON naming an unknown tool is text), rollouts that changed the
 workspace, and how rollouts ended. Writes a rich table and, with ``--out``, JSON.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -24,6 +25,9 @@ from clawrl.bench import ScoredRollout, aggregate
 from rich.console import Console
 from rich.table import Table
 
+_UNSCORED = ("infra-error", "env-error")  # excluded from every score (clawrl.bench.metrics)
+_CALL_SHAPED = re.compile(r'"name"\s*:\s*"[^"]*"\s*,\s*"arguments"\s*:')
+
 
 def _tool_calls(rollout: dict[str, Any]) -> int:
     """Tool calls the proxy parsed out of the rollout's model calls (its call records)."""
@@ -32,10 +36,27 @@ def _tool_calls(rollout: dict[str, Any]) -> int:
     )
 
 
+def _first_reply_call_shaped(rollout: dict[str, Any]) -> bool:
+    """The first model reply is a parsed tool call or text shaped like one
+    (``{"name": …, "arguments": …}``, e.g. a call of a tool the harness does not offer)."""
+    records = rollout.get("records") or []
+    if not records:
+        return False
+    parsed = records[0].get("parsed") or {}
+    return bool(parsed.get("tool_calls")) or bool(_CALL_SHAPED.search(parsed.get("content") or ""))
+
+
 def summarize_run(run_dir: Path, ks: list[int]) -> dict[str, object]:
-    """One run's row. Raises FileNotFoundError / KeyError on a directory that is not a run."""
+    """One run's row, over its scored rollouts (infrastructure and image-build failures are
+    left out, as bench's own summary does; ``excluded`` counts them). A rollout passes at the
+    run's own ``pass_threshold``.
+
+    Raises:
+        OSError / KeyError / ValueError: not a bench run directory, or not one harness.
+    """
     doc = json.loads((run_dir / "results.json").read_text())
-    rollouts = doc["rollouts"]
+    everything = doc["rollouts"]
+    rollouts = [r for r in everything if r["status"] not in _UNSCORED]
     scored = [
         ScoredRollout(
             task_id=r["task_id"],
@@ -46,17 +67,22 @@ def summarize_run(run_dir: Path, ks: list[int]) -> dict[str, object]:
         )
         for r in rollouts
     ]
-    report = aggregate(scored, ks=ks)
+    threshold = float((doc.get("config") or {}).get("pass_threshold", 1.0))
+    report = aggregate(scored, ks=ks, pass_threshold=threshold)
     if len(report.by_harness) != 1:
-        raise ValueError(f"{run_dir}: expected one harness, got {sorted(report.by_harness)}")
+        raise ValueError(
+            f"{run_dir}: expected one harness with scored rollouts, got {sorted(report.by_harness)}"
+        )
     ((harness, g),) = report.by_harness.items()
     checks = [v for r in rollouts for k, v in (r.get("subscores") or {}).items() if k != "reward"]
     return {
         "run": str(run_dir),
         "model": doc["meta"].get("model"),
         "harness": harness,
+        "pass_threshold": threshold,
         "tasks": g.n_tasks,
-        "rollouts": g.n_scored,
+        "rollouts": len(rollouts),
+        "excluded": len(everything) - len(rollouts),
         "pass_at_k": g.pass_at_k,
         "pass_at_k_stderr": g.pass_at_k_stderr,
         "mean_score": g.mean_score,
@@ -65,10 +91,18 @@ def summarize_run(run_dir: Path, ks: list[int]) -> dict[str, object]:
         "model_calls_per_rollout": statistics.fmean(r.get("n_calls", 0) for r in rollouts),
         "tool_calls_per_rollout": statistics.fmean(map(_tool_calls, rollouts)),
         "rollouts_with_a_tool_call": sum(1 for r in rollouts if _tool_calls(r)),
+        "first_reply_call_shaped": sum(map(_first_reply_call_shaped, rollouts)),
         "rollouts_changing_workspace": sum(1 for r in rollouts if r.get("workspace_diff")),
         "end_reasons": dict(Counter(r.get("end_reason") or r["status"] for r in rollouts)),
         "duration_s": doc["meta"].get("duration_s"),
     }
+
+
+def _cell(value: object, stderr: object = None) -> str:
+    """``0.281 ± 0.059``; the value alone when the error is undefined (< 2 tasks); ``–``."""
+    if not isinstance(value, float | int):
+        return "–"
+    return f"{value:.3f} ± {stderr:.3f}" if isinstance(stderr, float | int) else f"{value:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         name, sep, path = spec.partition("=")
         if not sep:
             ap.error(f"{spec!r}: expected NAME=RUN_DIR")
+        if name in rows:
+            ap.error(f"{name!r} is named twice")
         try:
             rows[name] = summarize_run(Path(path), args.k)
         except (OSError, KeyError, ValueError) as e:
@@ -94,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "sub-scores passed",
         "model calls / rollout",
         "tool calls / rollout",
+        "first reply call-shaped",
         "changed workspace",
     ):
         table.add_column(col)
@@ -103,17 +140,21 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(
             name,
             f"{row['tasks']} tasks, {row['rollouts']} rollouts",
-            *["–" if p.get(k) is None else f"{p[k]:.3f} ± {se.get(k) or 0.0:.3f}" for k in args.k],
-            f"{row['mean_score']:.3f}",
+            *[_cell(p.get(k), se.get(k)) for k in args.k],
+            _cell(row["mean_score"]),
             f"{row['subscores_passed']} / {row['subscores']}",
             f"{row['model_calls_per_rollout']:.2f}",
             f"{row['tool_calls_per_rollout']:.2f}",
+            f"{row['first_reply_call_shaped']} / {row['rollouts']}",
             f"{row['rollouts_changing_workspace']} / {row['rollouts']}",
         )
     Console(width=200).print(table)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(rows, indent=1) + "\n")
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(rows, indent=1) + "\n")
+        except OSError as e:
+            ap.error(f"--out {args.out}: {e}")
     return 0
 
 

@@ -131,6 +131,12 @@ def test_cli_vendi_scores_the_pool_and_its_prefixes(
     # bad input: a size beyond the pool, a missing file
     assert main(["vendi", str(out), "--embedding", "tfidf", "--sizes", str(n + 1)]) == 2
     assert main(["vendi", str(tmp_path / "missing.jsonl"), "--embedding", "tfidf"]) == 2
+    assert main(["vendi", str(out), "--embedding", "tfidf", "--out", str(tmp_path)]) == 2  # a dir
+    for bad in ({"intent": None}, {"intent": "  "}, {"seed": "x"}):
+        rec = {**json.loads(out.read_text().splitlines()[0]), **bad}
+        broken = tmp_path / "broken.jsonl"
+        broken.write_text(json.dumps(rec) + "\n")
+        assert main(["vendi", str(broken), "--embedding", "tfidf"]) == 2, bad
 
 
 def test_cli_usage_errors_exit_2(tmp_path: Path) -> None:

@@ -89,6 +89,10 @@ def test_drift_fires_on_assistant_voice_and_tool_calls(text: str, tag: str) -> N
         "Please double-check the files you made and summarise the result.",
         "What did you write to notes.txt? I want the total, not the average.",
         "Please add up the numbers in data/agenda_numbers.txt and write the total to t.txt.",
+        # near the turn instruction's wording, but a user's own request
+        "Read data.json and answer with the JSON object it contains.",
+        "You have at most 2 more messages before I give up, so please hurry.",
+        "Is your goal met by this script? I need the totals, not the averages.",
         "I'd like you to copy inbox/summary.txt to archive/report.txt, please.",
     ],
 )

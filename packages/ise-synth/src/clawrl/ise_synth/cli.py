@@ -526,7 +526,9 @@ def _stats(args: argparse.Namespace, console: Console) -> int:
 
 def _vendi(args: argparse.Namespace, console: Console) -> int:
     """The pool's Vendi Score (VS_1 of the cosine kernel, Friedman & Dieng 2023) and, per
-    ``--sizes`` N, the score of its first N intents; JSON on stdout (and ``--out``)."""
+    ``--sizes`` N, the score of its first N intents; JSON on stdout (and ``--out``). The pool
+    is embedded once: TF-IDF's vocabulary and IDF come from the whole pool, so a prefix's
+    score is its diversity in the pool's terms (mpnet / MiniLM embed each text alone)."""
     texts = [r.intent for path in args.intents for r in read_intents(path)]
     if not texts:
         raise IseSynthError("no intents in " + ", ".join(map(str, args.intents)))
@@ -547,8 +549,11 @@ def _vendi(args: argparse.Namespace, console: Console) -> int:
     for n, score in curve.items():
         console.print(f"{n:>7} intents: Vendi {score:.2f}")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+        except OSError as exc:
+            raise IseSynthError(f"cannot write --out {args.out}: {exc}") from exc
     print(json.dumps(result))
     return 0
 

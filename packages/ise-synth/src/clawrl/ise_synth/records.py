@@ -86,17 +86,25 @@ class IntentRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> IntentRecord:
-        """Raises IseSynthError when a required field is missing."""
+        """Raises IseSynthError when a required field is missing, ``id`` / ``intent`` is not a
+        non-empty string, or ``seed`` / ``index`` is not an integer."""
         names = ("id", "intent", "persona", "domains", "tools", "skills", "complexity")
         missing = [k for k in names if k not in d]
         if missing:
             raise IseSynthError(f"intent record lacks {missing}")
+        for key in ("id", "intent"):
+            if not isinstance(d[key], str) or not d[key].strip():
+                raise IseSynthError(f"intent record's {key!r} must be a non-empty string")
         known = {*names, "renderer", "seed", "index"}
+        try:
+            seed, index = int(d.get("seed", 0)), int(d.get("index", 0))
+        except (TypeError, ValueError) as exc:
+            raise IseSynthError(f"intent record {d['id']!r}: seed / index: {exc}") from exc
         return cls(
             **{k: d[k] for k in names},
             renderer=d.get("renderer", "unknown"),
-            seed=int(d.get("seed", 0)),
-            index=int(d.get("index", 0)),
+            seed=seed,
+            index=index,
             extra={k: v for k, v in d.items() if k not in known},
         )
 

@@ -147,8 +147,9 @@ _ROLE_INVERSION = [
     # our own turn instruction echoed back as the user's message (simulator_messages)
     (
         re.compile(
-            r"\byou have at most \d+ more message|\banswer with the json object"
-            r"|\bis your goal met\b|\breact to what the agent (?:really|actually) did\b",
+            r"\byou have at most \d+ more message\(s\)|\bdecide: is your goal met\b"
+            r"|\breact to what the agent (?:really|actually) did\b"
+            r"|\banswer with the json object only\b",
             re.I,
         ),
         "template-leak",

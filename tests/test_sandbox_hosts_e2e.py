@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -140,6 +142,26 @@ def _local_containers(run_id: str) -> list[str]:
     return out.split()
 
 
+def _processes_naming(root: Path) -> list[int]:
+    """Pids whose command line names ``root`` (the second host's storage)."""
+    needle, pids = str(root).encode(), []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if needle in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+    return pids
+
+
+def _kill_processes_naming(root: Path) -> None:
+    for pid in _processes_naming(root):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _processes_naming(root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def remote_service() -> Iterator[PodmanService]:
     # short path: a unix socket path is limited to 108 bytes
@@ -150,9 +172,15 @@ def remote_service() -> Iterator[PodmanService]:
     finally:
         svc.stop()
         subprocess.run(["podman", *svc.storage_args(), "rm", "-af", "-t", "0"], capture_output=True)
+        # the exec sessions' conmon processes of the killed service outlive it (they held
+        # the overlay mount busy, so each run left processes, a mount and the directory)
+        _kill_processes_naming(svc.root)
         # podman bind-mounts its overlay directory onto itself: unmount before removing
-        subprocess.run(["umount", str(svc.root / "storage" / "overlay")], capture_output=True)
+        overlay = str(svc.root / "storage" / "overlay")
+        if subprocess.run(["umount", overlay], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", overlay], capture_output=True)
         shutil.rmtree(svc.root, ignore_errors=True)
+        assert not _processes_naming(svc.root), "processes of the second host outlived the test"
 
 
 async def test_half_the_sandboxes_on_a_second_host_that_dies_mid_run(

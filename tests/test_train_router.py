@@ -142,6 +142,7 @@ def test_a_worker_killed_mid_step_gives_error_records_and_a_finished_step(
             time.sleep(0.1)
         assert proc.poll() is None, "the run ended before its first call was recorded"
         os.killpg(victim.process.pid, signal.SIGKILL)
+        killed_at = time.time()
         log, _ = proc.communicate(timeout=1800)
     finally:
         if proc.poll() is None:
@@ -162,5 +163,10 @@ def test_a_worker_killed_mid_step_gives_error_records_and_a_finished_step(
                 errors += 1
             else:
                 assert worker in (victim.url, survivor.url)
-    # the calls running on the victim when it died (2 of 6 in the run that was measured)
-    assert errors > 0
+                # a dead worker finishes nothing: a call it served ended before the kill
+                if worker == victim.url:
+                    assert r["timing"]["finished"] <= killed_at + 0.5, r["call_id"]
+    # how many calls were running on the victim when it died depends on timing (2 of 6 in
+    # one run, 0 in another); that such calls end as typed errors is asserted
+    # deterministically in packages/proxy/tests/test_sglang_router_real.py
+    print(f"calls that died with the victim: {errors}")

@@ -5,10 +5,11 @@
 Each RUN_DIR is a ``bench --output-dir``: its ``results.json`` is re-aggregated with
 :func:`clawrl.bench.aggregate` (pass@k with the task-clustered standard error, so runs made
 before that field existed compare the same way). Besides the reward it counts what a pass/fail
-reward hides: sub-scores (checks) passed, whether the first reply is shaped like a tool call, model calls per rollout (one per agent turn: a
-rollout that answers at once makes 1), tool calls the proxy parsed (calls of a tool the
-harness offers; JSON naming an unknown tool is text), rollouts that changed the
-workspace, and how rollouts ended. Writes a rich table and, with ``--out``, JSON.
+reward hides: sub-scores (checks) passed, whether the first reply is shaped like a tool call,
+model calls per rollout (one per agent turn: a rollout that answers at once makes 1), tool
+calls the proxy parsed (calls of a tool the harness offers; JSON naming an unknown tool is
+text), rollouts that changed the workspace, and how rollouts ended. Writes a rich table and,
+with ``--out``, JSON.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from clawrl.proxy import sglang_launcher
 from clawrl.proxy.sglang_launcher import CPU_ARGS, SGLangLaunchError, launch_sglang
 
 FAKE_LAUNCH_SERVER = r'''
@@ -174,3 +176,80 @@ def test_server_dies_with_a_killed_parent(fake_env: dict) -> None:
             parent.stdout.close()
         with contextlib.suppress(ProcessLookupError, NameError):
             os.killpg(info["pid"], signal.SIGKILL)  # the fake's own child
+
+
+def test_free_port_is_below_the_ephemeral_range_and_free() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {sglang_launcher._free_port("127.0.0.1") for _ in range(50)}
+    assert len(ports) > 40, "drawn at random, not the same port each time"
+    for port in ports:
+        assert sglang_launcher.PORT_RANGE[0] <= port <= min(sglang_launcher.PORT_RANGE[1], low)
+    # a port in use is never drawn: hold 60 of a 65-port range
+    base = min(ports)
+    if base + 65 > min(sglang_launcher.PORT_RANGE[1], low):
+        base -= 65
+    held = []
+    try:
+        for port in range(base, base + 65):
+            s = socket.socket()
+            held.append(s)
+            with contextlib.suppress(OSError):  # already taken elsewhere: as good
+                s.bind(("127.0.0.1", port))
+                s.listen()
+            if len(held) == 60:
+                break
+        busy = {s.getsockname()[1] for s in held if s.getsockname()[1]}
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sglang_launcher, "PORT_RANGE", (base, base + 64))
+            drawn = [sglang_launcher._free_port("127.0.0.1") for _ in range(20)]
+        assert not busy & set(drawn)
+        assert all(base <= p <= base + 64 for p in drawn)
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_a_lost_port_is_chosen_again(fake_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process binds the port between the launcher's choice and the server's bind
+    (the CI flake of 2026-12-04: a worker exited with uvicorn's status 3): the server is
+    started again on a new port, and the first start's log is kept."""
+    with socket.socket() as thief:
+        thief.bind(("127.0.0.1", 0))
+        thief.listen()
+        stolen = thief.getsockname()[1]
+        real = sglang_launcher._free_port
+        draws = iter([stolen])
+        monkeypatch.setattr(sglang_launcher, "_free_port", lambda h: next(draws, None) or real(h))
+        server = launch_sglang(
+            fake_env["model"],
+            python=sys.executable,
+            device="cpu",
+            env=fake_env["env"],
+            log_path=fake_env["log"],
+            progress=False,
+        )
+    try:
+        assert server.url != f"http://127.0.0.1:{stolen}"
+        assert httpx.get(f"{server.url}/health").status_code == 200
+        log = Path(fake_env["log"]).read_text()
+        assert "Address already in use" in log and log.count("fake sglang starting") == 2
+        assert not server.lost_port
+    finally:
+        server.stop()
+
+
+def test_a_taken_port_given_by_the_caller_is_an_error(fake_env: dict) -> None:
+    """No retry on a port the caller chose: the error names the bind failure."""
+    with socket.socket() as thief:
+        thief.bind(("127.0.0.1", 0))
+        thief.listen()
+        port = thief.getsockname()[1]
+        with pytest.raises(SGLangLaunchError, match="Address already in use"):
+            launch_sglang(
+                fake_env["model"],
+                python=sys.executable,
+                device="cpu",
+                port=port,
+                env=fake_env["env"],
+                progress=False,
+            )

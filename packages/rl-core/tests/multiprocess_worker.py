@@ -136,6 +136,7 @@ def run_resume(out: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 def main(out: Path, mode: str) -> None:
     t0 = time.perf_counter()
     tensors, info = MODES[mode](out)
+    _phase(f"{mode} returned")
     info["seconds"] = time.perf_counter() - t0
     if os.environ.get("RANK", "0") == "0":  # the trainers are closed: ask the launcher's env
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / f"{mode}.safetensors"))
@@ -266,15 +267,23 @@ def run_fsdp_steps(out: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return tensors, info
 
 
+def _phase(name: str) -> None:
+    """Say on stderr where this rank is (the launch log tells where a rank died)."""
+    print(f"[rank {os.environ.get('RANK', '0')}] {name}", file=sys.stderr, flush=True)
+
+
 def run_fsdp_resume(out: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     t = make_fsdp_trainer(init_seed=5)  # other weights: the checkpoint must replace them
     state = t.load_checkpoint(out / "ckpt-fsdp")
+    _phase("loaded")
     trees2, rewards2 = rank0_batch(t, 2)
     info = {"step2": _metrics(t.rl_step(trees2, rewards2)), "fsdp": t.fsdp}
+    _phase("stepped")
     info["data_position"] = state["data_position"]
     info["world_size"] = t.accelerator.num_processes
     tensors = _full_params(t, "after2")
     t.close()
+    _phase("closed")
     return tensors, info
 
 

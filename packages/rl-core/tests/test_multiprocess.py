@@ -53,9 +53,12 @@ def _launch(out: Path, mode: str) -> None:
         *("--main_process_port", str(port)),
         *(str(HERE / "multiprocess_worker.py"), str(out), mode),
     ]
+    # a rank that dies of a signal prints every thread's Python stack (faulthandler)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    env["PYTHONFAULTHANDLER"] = "1"
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
+    (out / f"launch-{mode}.log").write_text(f"{done.stdout}\n----- stderr\n{done.stderr}")
+    assert done.returncode == 0, done.stderr[-8000:]
 
 
 def _read(out: Path, mode: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -39,7 +40,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -82,11 +83,41 @@ def default_sglang_env(version: str = DEFAULT_SGLANG_VERSION) -> Path:
     return Path.home() / ".cache" / "clawrl" / f"sglang-{version}"
 
 
+#: where :func:`_free_port` looks: below the kernel's ephemeral range, where ``bind(0)`` and
+#: outgoing connections (gloo, ZMQ, every HTTP client) never take a port, and below the
+#: 22000-29999 that SGLang itself draws its internal ports from
+#: (``sglang.srt.utils.network.get_free_port_below_ephemeral``)
+PORT_RANGE = (12000, 21999)
+_port_rng = random.Random()  # its own stream: a test's random.seed() must not repeat ports
+#: a process that picks a port, lets it go and spawns a server that binds it seconds later
+#: can lose it to another process; such a start-up is retried this often on a new port
+PORT_RETRIES = 2
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _free_port(host: str) -> int:
+    """A TCP port free on ``host`` now, for a server that binds it only later: drawn from
+    :data:`PORT_RANGE` (below the ephemeral range, so that only an explicit bind can take it
+    meanwhile); ``bind(0)``'s choice when none of 64 draws is free."""
+    low, high = PORT_RANGE[0], min(PORT_RANGE[1], _ephemeral_low() - 1)
+    candidates = _port_rng.sample(range(low, high + 1), 64) if high - low >= 64 else []
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
@@ -133,6 +164,8 @@ class SGLangServer:
     command: list[str]
     startup_s: float = 0.0
     _finalizer: weakref.finalize | None = field(default=None, repr=False)
+    #: spawns the same server on a new free port (set when the launcher chose the port)
+    _respawn: Callable[[], SGLangServer] | None = field(default=None, repr=False)
 
     @property
     def alive(self) -> bool:
@@ -161,16 +194,49 @@ class SGLangServer:
         """Wait until ``GET route`` answers 200; sets and returns :attr:`startup_s`
         (seconds since this call began). The server is stopped when it fails.
 
+        A server whose port the launcher chose, and which exited because another process
+        bound that port first (exit status 3, "address already in use" in its log), is
+        started again on a new port, up to :data:`PORT_RETRIES` times; :attr:`url`,
+        :attr:`process`, :attr:`log_path` and :attr:`command` then name the new one.
+
         Raises:
             SGLangLaunchError: the process exited, or no 200 within ``timeout_s``.
         """
         what = "sglang-router" if "sglang_router" in " ".join(self.command) else "SGLang"
-        try:
-            self.startup_s = _wait_healthy(self, timeout_s, progress, route, what)
-        except BaseException:
-            self.stop(grace_s=5.0)
-            raise
+        start = time.monotonic()
+        for attempt in range(PORT_RETRIES + 1):
+            try:
+                _wait_healthy(self, timeout_s - (time.monotonic() - start), progress, route, what)
+            except SGLangLaunchError:
+                if attempt == PORT_RETRIES or self._respawn is None or not self.lost_port:
+                    self.stop(grace_s=5.0)
+                    raise
+                self._take_over(self._respawn())
+                continue
+            except BaseException:
+                self.stop(grace_s=5.0)
+                raise
+            break
+        self.startup_s = time.monotonic() - start
         return self.startup_s
+
+    @property
+    def lost_port(self) -> bool:
+        """The process failed because a port it binds was taken: it exited with an error
+        (uvicorn's bind failure is status 3) and its log says "address already in use"."""
+        if self.process.poll() in (None, 0):
+            return False
+        return "address already in use" in self.log_tail(80).lower()
+
+    def _take_over(self, new: SGLangServer) -> None:
+        """Become ``new`` (the same server respawned on another port)."""
+        self.stop(grace_s=5.0)
+        self.url, self.process, self.log_path = new.url, new.process, new.log_path
+        self.command, self._respawn = new.command, new._respawn
+        if new._finalizer is not None:  # it would kill the process when `new` is collected
+            new._finalizer.detach()
+            new._finalizer = None
+        self._finalizer = weakref.finalize(self, _kill_group, self.process, 5.0)
 
     def __enter__(self) -> SGLangServer:
         return self
@@ -244,15 +310,14 @@ def launch_sglang(
         )
     if device == "auto":
         device = "cuda" if _has_nvidia_gpu() else "cpu"
-    port = port if port is not None else _free_port(host)
-    cmd, child_env = _server_command(
-        py, model, host, port, device, dtype, skip_tokenizer_init, extra_args, env
-    )
-    log_file = _log_file(log_path)
-    proc = _spawn(cmd, child_env, log_file, die_with_parent, niceness)
-    url = f"http://{host}:{port}"
-    server = SGLangServer(url=url, process=proc, log_path=log_file, command=cmd)
-    server._finalizer = weakref.finalize(server, _kill_group, proc, 5.0)
+
+    def command(at: int) -> tuple[list[str], dict[str, str]]:
+        return _server_command(
+            py, model, host, at, device, dtype, skip_tokenizer_init, extra_args, env
+        )
+
+    # a port we chose and lost is chosen again; the caller's own port is not retried
+    server = _start(command, host, port, log_path, die_with_parent, niceness, port is None)
     if wait:
         server.wait_healthy(startup_timeout_s, progress=progress)
     return server
@@ -309,8 +374,10 @@ def _spawn(
     log_file: Path,
     die_with_parent: bool,
     niceness: int = 0,
+    append: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start the server in its own process group, its output going to ``log_file``."""
+    """Start the server in its own process group, its output going to ``log_file``
+    (appended to it with ``append``: a respawn keeps the failed start's log)."""
     pdeathsig = die_with_parent and threading.current_thread() is threading.main_thread()
 
     def preexec() -> None:  # runs in the child between fork and exec
@@ -319,7 +386,7 @@ def _spawn(
         if pdeathsig:
             _set_parent_death_signal()
 
-    with open(log_file, "wb") as out:
+    with open(log_file, "ab" if append else "wb") as out:
         return subprocess.Popen(
             cmd,
             stdout=out,
@@ -329,6 +396,33 @@ def _spawn(
             start_new_session=True,  # own process group: stop() kills the whole tree
             preexec_fn=preexec if (pdeathsig or niceness) else None,
         )
+
+
+def _start(
+    command: Callable[[int], tuple[list[str], dict[str, str]]],
+    host: str,
+    port: int | None,
+    log_path: str | os.PathLike[str] | None,
+    die_with_parent: bool,
+    niceness: int,
+    respawn: bool,
+) -> SGLangServer:
+    """Spawn ``command(port)`` (port None: :func:`_free_port`) as an :class:`SGLangServer`;
+    with ``respawn``, :meth:`SGLangServer.wait_healthy` may start it again (on a new free
+    port when ``port`` is None), appending to the same log."""
+
+    def spawn(log: Path | None) -> SGLangServer:
+        at = port if port is not None else _free_port(host)
+        cmd, env = command(at)
+        log_file = log if log is not None else _log_file(log_path)
+        proc = _spawn(cmd, env, log_file, die_with_parent, niceness, append=log is not None)
+        new = SGLangServer(url=f"http://{host}:{at}", process=proc, log_path=log_file, command=cmd)
+        new._finalizer = weakref.finalize(new, _kill_group, proc, 5.0)
+        if respawn:
+            new._respawn = lambda: spawn(log_file)
+        return new
+
+    return spawn(None)
 
 
 def _wait_healthy(

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,9 +46,7 @@ from clawrl.proxy.sglang_launcher import (
     SGLangLaunchError,
     SGLangServer,
     _free_port,
-    _kill_group,
-    _log_file,
-    _spawn,
+    _start,
     default_sglang_env,
     launch_sglang,
 )
@@ -155,12 +152,13 @@ def launch_sglang_router(
             f"no SGLang interpreter at {py}: run `bash tools/sglang/install.sh` "
             "(or pass python=...)"
         )
-    port = port if port is not None else _free_port(host)
-    cmd = _router_command(py, urls, host, port, policy, health_check_interval_s, extra_args)
-    log_file = _log_file(log_path)
-    proc = _spawn(cmd, dict(os.environ), log_file, die_with_parent, niceness)
-    server = SGLangServer(url=f"http://{host}:{port}", process=proc, log_path=log_file, command=cmd)
-    server._finalizer = weakref.finalize(server, _kill_group, proc, 5.0)
+
+    def command(at: int) -> tuple[list[str], dict[str, str]]:
+        cmd = _router_command(py, urls, host, at, policy, health_check_interval_s, extra_args)
+        return cmd, dict(os.environ)
+
+    # a lost port (its own, or the Prometheus exporter's, always chosen here) is chosen again
+    server = _start(command, host, port, log_path, die_with_parent, niceness, True)
     server.wait_healthy(startup_timeout_s, progress=progress, route="/readiness")
     return server
 

@@ -42,23 +42,39 @@ import multiprocess_worker as worker  # noqa: E402
 RTOL, ATOL = 1e-9, 1e-12
 
 
+#: A rank of these 2-process gloo launches died of SIGABRT ("terminate called without an
+#: active exception": a C++ std::thread destroyed while joinable) in 2 of about 7 fresh-clone
+#: CI runs (2026-12-04, fsdp-resume, once known to be after rank 0 had written its results);
+#: never in about 95 launches here (alone, in loops, under CPU load). Its cause inside torch
+#: is not found. Such a launch runs once more; any other failure, or a second abort, fails the
+#: test. Every attempt's output (faulthandler stacks, each rank's phases) stays in
+#: launch-<mode>-<n>.log.
+LAUNCH_ATTEMPTS = 2
+
+
 def _launch(out: Path, mode: str) -> None:
-    with socket.socket() as s:  # a free port: other test runs may use accelerate's default
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     cmd = [
         *(sys.executable, "-m", "accelerate.commands.launch"),
         *("--multi_gpu", "--num_processes", "2", "--num_machines", "1"),
         *("--mixed_precision", "no", "--dynamo_backend", "no"),
-        *("--main_process_port", str(port)),
+        *("--main_process_port", "PORT"),
         *(str(HERE / "multiprocess_worker.py"), str(out), mode),
     ]
     # a rank that dies of a signal prints every thread's Python stack (faulthandler)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     env["PYTHONFAULTHANDLER"] = "1"
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    (out / f"launch-{mode}.log").write_text(f"{done.stdout}\n----- stderr\n{done.stderr}")
-    assert done.returncode == 0, done.stderr[-8000:]
+    for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+        with socket.socket() as s:  # a free port: other test runs may use accelerate's default
+            s.bind(("127.0.0.1", 0))
+            cmd[cmd.index("--main_process_port") + 1] = str(s.getsockname()[1])
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        log = out / f"launch-{mode}-{attempt}.log"
+        log.write_text(f"{done.stdout}\n----- stderr\n{done.stderr}")
+        if done.returncode == 0:
+            return
+        if attempt == LAUNCH_ATTEMPTS or "SIGABRT" not in done.stderr:
+            pytest.fail(f"{mode} launch failed (log {log}):\n{done.stderr[-8000:]}")
+        print(f"[{mode}] a rank died of SIGABRT; launching again (log {log})", file=sys.stderr)
 
 
 def _read(out: Path, mode: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

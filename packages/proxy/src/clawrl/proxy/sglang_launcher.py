@@ -195,8 +195,9 @@ class SGLangServer:
         (seconds since this call began). The server is stopped when it fails.
 
         A server whose port the launcher chose, and which exited because another process
-        bound that port first (exit status 3, "address already in use" in its log), is
-        started again on a new port, up to :data:`PORT_RETRIES` times; :attr:`url`,
+        bound that port first (:attr:`lost_port`: an error exit with "address already in
+        use" in its log; uvicorn's bind failure is status 3), is started again on a new
+        port, up to :data:`PORT_RETRIES` times, within the same ``timeout_s``; :attr:`url`,
         :attr:`process`, :attr:`log_path` and :attr:`command` then name the new one.
 
         Raises:
@@ -206,7 +207,8 @@ class SGLangServer:
         start = time.monotonic()
         for attempt in range(PORT_RETRIES + 1):
             try:
-                _wait_healthy(self, timeout_s - (time.monotonic() - start), progress, route, what)
+                left = max(0.0, timeout_s - (time.monotonic() - start))
+                _wait_healthy(self, left, progress, route, what)
             except SGLangLaunchError:
                 if attempt == PORT_RETRIES or self._respawn is None or not self.lost_port:
                     self.stop(grace_s=5.0)

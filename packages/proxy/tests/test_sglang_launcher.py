@@ -185,19 +185,14 @@ def test_free_port_is_below_the_ephemeral_range_and_free() -> None:
     for port in ports:
         assert sglang_launcher.PORT_RANGE[0] <= port <= min(sglang_launcher.PORT_RANGE[1], low)
     # a port in use is never drawn: hold 60 of a 65-port range
-    base = min(ports)
-    if base + 65 > min(sglang_launcher.PORT_RANGE[1], low):
-        base -= 65
-    held = []
+    top = min(sglang_launcher.PORT_RANGE[1], low - 1)
+    base = min(min(ports), top - 64)
+    held = [socket.socket() for _ in range(60)]
     try:
-        for port in range(base, base + 65):
-            s = socket.socket()
-            held.append(s)
+        for s, port in zip(held, range(base, base + 60), strict=True):
             with contextlib.suppress(OSError):  # already taken elsewhere: as good
                 s.bind(("127.0.0.1", port))
                 s.listen()
-            if len(held) == 60:
-                break
         busy = {s.getsockname()[1] for s in held if s.getsockname()[1]}
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(sglang_launcher, "PORT_RANGE", (base, base + 64))

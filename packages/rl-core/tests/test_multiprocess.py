@@ -53,20 +53,20 @@ LAUNCH_ATTEMPTS = 2
 
 
 def _launch(out: Path, mode: str) -> None:
-    cmd = [
-        *(sys.executable, "-m", "accelerate.commands.launch"),
-        *("--multi_gpu", "--num_processes", "2", "--num_machines", "1"),
-        *("--mixed_precision", "no", "--dynamo_backend", "no"),
-        *("--main_process_port", "PORT"),
-        *(str(HERE / "multiprocess_worker.py"), str(out), mode),
-    ]
     # a rank that dies of a signal prints every thread's Python stack (faulthandler)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     env["PYTHONFAULTHANDLER"] = "1"
     for attempt in range(1, LAUNCH_ATTEMPTS + 1):
         with socket.socket() as s:  # a free port: other test runs may use accelerate's default
             s.bind(("127.0.0.1", 0))
-            cmd[cmd.index("--main_process_port") + 1] = str(s.getsockname()[1])
+            port = s.getsockname()[1]
+        cmd = [
+            *(sys.executable, "-m", "accelerate.commands.launch"),
+            *("--multi_gpu", "--num_processes", "2", "--num_machines", "1"),
+            *("--mixed_precision", "no", "--dynamo_backend", "no"),
+            *("--main_process_port", str(port)),
+            *(str(HERE / "multiprocess_worker.py"), str(out), mode),
+        ]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         log = out / f"launch-{mode}-{attempt}.log"
         log.write_text(f"{done.stdout}\n----- stderr\n{done.stderr}")

@@ -501,3 +501,85 @@ def test_a_script_that_deletes_nothing_earns_no_rotation_credit(tmp_path: Path) 
     (r,) = asyncio.run(run_rollouts([load_task(root)], ["oracle"]))
     assert r.status is RolloutStatus.OK, r.reason
     assert r.subscores["n_larger_than_count"] == 0.0 and r.reward == 0.25, r.subscores
+
+
+# ---------------------------------------------- test runners shadowed or their output faked
+
+FIXTURES = Path(__file__).resolve().parents[2] / "packages" / "bench" / "tests" / "fixtures"
+_PASSING_SUMMARY = (
+    "=== short test summary info ===\nPASSED test_outputs.py::test_sample\n"
+    "PASSED test_outputs.py::test_hidden\n=== 2 passed in 0.01s ==="
+)
+
+
+def _with_oracle(tmp: Path, fixture: str, oracle: str, script: str) -> Task:
+    root = tmp / fixture
+    shutil.copytree(FIXTURES / fixture, root)
+    (root / oracle).write_text("#!/bin/bash\n" + textwrap.dedent(script))
+    return load_task(root)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "oracle"),
+    [("harbor_slugify", "solution/solve.sh"), ("tb1_word_count", "solution.sh")],
+)
+def test_a_pytest_module_in_the_workspace_is_tampering(
+    tmp_path: Path, fixture: str, oracle: str
+) -> None:
+    """The agent leaves ``/app/pytest.py`` that prints a passing summary and exits 0: it
+    used to stand in for ``python -m pytest`` (Harbor's test.sh, TB1's stand-in script) and
+    score 1.0. Now the verifier's pytest runs as ``python -I`` (no working directory on
+    ``sys.path``) and such an entry is tampering. Revert tried: ``_shadowing`` returning
+    ``None`` and the old ``python3 -m pytest`` stand-in → 1.0 (this test fails)."""
+    task = _with_oracle(
+        tmp_path,
+        fixture,
+        oracle,
+        f"""
+        cat > /app/pytest.py <<'PY'
+        print({_PASSING_SUMMARY!r})
+        raise SystemExit(0)
+        PY
+        """,
+    )
+    r = rollout(task, concurrency=1)
+    assert r.status is RolloutStatus.VERIFIER_ERROR and r.reward == 0.0, (r.reason, r.verifier)
+    assert "tampering" in r.reason and "pytest.py" in r.reason, r.reason
+
+
+def test_a_summary_printed_after_pytest_exits_is_not_read(tmp_path: Path) -> None:
+    """TB1: the program the tests run leaves a daemon that waits for pytest to exit, then
+    prints a passing summary into the verifier's stdout (4 of 4 scored 1.0 when the grade
+    was read from stdout). The grade comes from the runner's JUnit report: 0. Revert tried:
+    ``_from_pytest`` parsing ``result.stdout`` → the faked summary is read."""
+    task = _with_oracle(
+        tmp_path,
+        "tb1_word_count",
+        "solution.sh",
+        f"""
+        cat > /app/count.py <<'PY'
+        import os, sys, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                def pytest_alive():
+                    for p in os.listdir("/proc"):
+                        try:
+                            cmd = open(f"/proc/{{p}}/cmdline", "rb").read()
+                            if p != str(os.getpid()) and b"-m\\0pytest" in cmd or b"pytest_runner" in cmd:
+                                return True
+                        except OSError:
+                            pass
+                    return False
+                deadline = time.time() + 20
+                while time.time() < deadline and pytest_alive():
+                    time.sleep(0.05)
+                print({_PASSING_SUMMARY!r}, flush=True)
+            os._exit(0)
+        print("0")
+        PY
+        """,
+    )
+    r = rollout(task, concurrency=1)
+    assert r.reward == 0.0, (r.status, r.reason, r.verifier)
+    assert r.status in (RolloutStatus.OK, RolloutStatus.VERIFIER_ERROR), r

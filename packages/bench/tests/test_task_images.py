@@ -19,6 +19,7 @@ from clawrl.bench import (
     load_task,
     plan_rollouts,
     run_rollouts,
+    withhold_network,
 )
 from clawrl.bench.base_images import base_recipe_for
 from clawrl.bench.task_image import _context_digest, rewrite_froms
@@ -111,7 +112,13 @@ def test_harbor_limits_and_env_without_a_build() -> None:
 
 @pytest.mark.parametrize(
     ("line", "network"),
-    [("allow_internet = true", True), ('network_mode = "public"', True), ("", False)],
+    [
+        ("allow_internet = true", True),
+        ('network_mode = "public"', True),
+        # Harbor's default: a network unless the task says otherwise
+        ("", True),
+        ('network_mode = "none"', False),
+    ],
 )
 def test_harbor_network_declarations(tmp_path: Path, line: str, network: bool) -> None:
     root = tmp_path / "t"
@@ -273,20 +280,24 @@ def test_agent_network_opt_in(tmp_path: Path) -> None:
 
 @pytest.mark.podman
 @pytest.mark.slow
-@pytest.mark.parametrize("allow", [True, False])
-def test_network_per_phase(tmp_path: Path, allow: bool) -> None:
-    """The agent phase never has a network (the oracle's curl fails even when the task
-    allows the internet); the verifier phase has one iff ``allow_internet = true`` — without
-    it the verifier's DNS failure is a ``verifier-error``, not a 0."""
+@pytest.mark.parametrize("withheld", [False, True])
+def test_network_per_phase(tmp_path: Path, withheld: bool) -> None:
+    """The agent phase never has a network by default (the oracle's curl fails even when
+    the task allows the internet); the verifier phase has the one the task declares —
+    unless the run withholds it, and then the verifier's failure is a ``verifier-error``
+    naming the network, not a 0."""
     root = _task_with(
         tmp_path,
         "FROM debian:bookworm-slim\nWORKDIR /app\n",
         _NET_TEST,
-        allow_internet=str(allow).lower(),
+        allow_internet="true",
     )
-    (r,) = asyncio.run(run_rollouts([load_task(root)], ["oracle"], concurrency=1))
-    if allow:
+    tasks = [load_task(root)]
+    if withheld:
+        tasks = withhold_network(tasks)
+    (r,) = asyncio.run(run_rollouts(tasks, ["oracle"], concurrency=1))
+    if not withheld:
         assert r.status is RolloutStatus.OK and r.reward == 1.0, (r.reason, r.verifier)
     else:
         assert r.status is RolloutStatus.VERIFIER_ERROR, r
-        assert "Could not resolve host" in r.reason
+        assert "network, which this run withheld" in r.reason, r.reason

@@ -54,7 +54,13 @@ def test_tb1_fields() -> None:
     assert task.verifier.command == ("bash", "/tests/run-tests.sh")
     assert task.verifier.reward_channel == "pytest"
     staged = {p.name for p in task.verifier.files_dir.iterdir()}
-    assert staged == {"run-tests.sh", "test_outputs.py", "setup-uv-pytest.sh", "run-uv-pytest.sh"}
+    assert staged == {
+        ".clawrl",
+        "run-tests.sh",
+        "test_outputs.py",
+        "setup-uv-pytest.sh",
+        "run-uv-pytest.sh",
+    }
     assert task.solution is not None and task.solution.command[-1] == "/solution/solution.sh"
     assert [(s.src.name, s.dest) for s in task.workspace_sources] == [("sample.txt", "sample.txt")]
 

@@ -19,6 +19,7 @@ from clawrl.bench import (
     load_task,
     run_rollouts,
     verify,
+    withhold_network,
 )
 from clawrl.bench.verifier_diagnosis import cannot_run_reason
 
@@ -59,13 +60,13 @@ CANNOT_RUN = {
         _ZERO_ON_FAILURE.format(command="python3 -m pytest /tests/test_outputs.py"),
         "missing Python module: pytest",
     ),
-    "pytest-import-missing": (
-        _ZERO_ON_FAILURE.format(command="python3 -c 'import pytest'"),
-        "missing Python module: pytest",
+    "pytest-missing": (
+        _ZERO_ON_FAILURE.format(command="pytest /tests/test_outputs.py >/dev/null 2>&1"),
+        "pytest is not installed",
     ),
     "dns-failure": (
         _ZERO_ON_FAILURE.format(command="curl -sS -o /dev/null https://pypi.org/simple/"),
-        "Could not resolve host",
+        "the task declares a network, which this run withheld",
     ),
     "exit-127": ("set -e\nuvx pytest /tests/test_outputs.py\n", "status 127"),
     "no-reward": ("echo tests ran\n", "wrote no reward"),
@@ -79,6 +80,8 @@ def test_verifier_that_cannot_run_is_an_error(
 ) -> None:
     script, reason = CANNOT_RUN[case]
     task = harbor_task(tmp_path / "task", script)
+    if case == "dns-failure":  # the run withheld the network this task declares
+        (task,) = withhold_network([task])
     ws = tmp_path / "ws"
     ws.mkdir()
     r = verify(task, ws, executor)

@@ -47,7 +47,7 @@ from clawrl.bench.runner import (
     RolloutStatus,
     plan_rollouts,
 )
-from clawrl.bench.task import Task
+from clawrl.bench.task import Task, withhold_network
 from clawrl.proxy import ProxyStartError, SessionInfo
 from clawrl.sandbox import SandboxHosts
 from rich.console import Console
@@ -110,6 +110,14 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="trusted tasks only: the agent phase of tasks that declare a network gets "
         "podman's bridge network (what this host reaches)",
+    )
+    p.add_argument(
+        "--no-network",
+        dest="network",
+        action="store_false",
+        default=None,
+        help="no task gets a network, in any phase (a task that declares one and then scores "
+        "below 1 is a verifier-error naming the network)",
     )
     p.add_argument("--list", action="store_true", help="list the selected tasks and exit")
     return p
@@ -339,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, overrides)
         tasks = select_tasks(cfg)
+        if not cfg.network:
+            tasks = withhold_network(tasks)
         harnesses = [get_harness(n) for n in cfg.harnesses]
     except (BenchError, ValueError) as exc:
         console.print(f"[red]bench: {exc}[/red]")

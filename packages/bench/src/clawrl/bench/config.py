@@ -32,6 +32,9 @@ Example ``bench.toml`` (all keys optional; these are the defaults)::
                                   # false: every task runs in the default root
     agent_network = false         # true: the agent phase of tasks that declare a network
                                   # gets podman's bridge (trusted tasks only)
+    network = true                # false: no task gets a network, in any phase; a task
+                                  # that declares one and scores below 1 is then a
+                                  # verifier-error naming the network
     sandbox_hosts = []            # [] = agent sandboxes on the local podman only
 
     # Instead of `sandbox_hosts = []`: agent sandboxes on several podman hosts, spread by
@@ -135,6 +138,7 @@ class BenchConfig(BaseModel):
     html: bool = True
     task_images: bool = True
     agent_network: bool = False
+    network: bool = True
     sandbox_hosts: list[SandboxHostConfig] = Field(default_factory=list)
 
     @field_validator("sandbox_hosts")

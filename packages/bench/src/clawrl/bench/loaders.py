@@ -8,7 +8,8 @@
 * **Harbor / Terminal-Bench 2**: ``instruction.md``; ``task.toml`` with ``[agent]
   timeout_sec``, ``[verifier] timeout_sec``, ``[environment] cpus, memory_mb, storage_mb``
   (or the strings ``memory = "4G"``, ``storage = "10G"``), ``allow_internet``,
-  ``[metadata]``; ``environment/Dockerfile`` (built into the task's image by the rollout
+  ``[metadata]`` (a network unless ``allow_internet = false``, Harbor's default);
+  ``environment/Dockerfile`` (built into the task's image by the rollout
   runner, :mod:`clawrl.bench.task_image`; its ``ENV`` values are also read here, ``$VAR``
   expanded, for runs without images); ``tests/test.sh`` writing
   ``/logs/verifier/reward.txt`` or ``reward.json``; optional ``solution/solve.sh``.
@@ -39,6 +40,7 @@ from typing import Any
 
 from clawrl.bench.clawgym import CHECKER_JSON, VERIFY_SCRIPT, with_clawgym_image
 from clawrl.bench.errors import TaskLoadError
+from clawrl.bench.staging import stage_files
 from clawrl.bench.task import (
     CATEGORIES,
     DIFFICULTIES,
@@ -53,6 +55,7 @@ from clawrl.bench.task import (
     VerifierSpec,
     WorkspaceSource,
 )
+from clawrl.bench.verdict_reports import runner_env, runner_files
 from clawrl.sandbox import SandboxSpecError, parse_size
 from pydantic import ValidationError
 
@@ -497,6 +500,27 @@ def _dockerfile_workspace(
     return parsed, workdir, sources, notes
 
 
+def _stage_harbor_tests(root: Path) -> Path:
+    """A cached copy of ``tests/`` with clawrl's trusted pytest runner beside it
+    (``.clawrl/``, :func:`clawrl.bench.verdict_reports.runner_files`)."""
+    tests = root / "tests"
+    files = {
+        path.relative_to(tests).as_posix(): path.read_bytes()
+        for path in sorted(tests.rglob("*"))
+        if path.is_file() and not path.is_symlink()
+    }
+    files.update(runner_files())
+    try:
+        staged = stage_files("harbor-tests", "1", files)
+        for rel in files:  # the staged copy keeps each file's executable bit
+            source = tests / rel
+            if source.is_file() and source.stat().st_mode & 0o111:
+                (staged / rel).chmod((staged / rel).stat().st_mode | 0o111)
+    except OSError as exc:
+        raise TaskLoadError(root, f"cannot stage tests/: {exc}") from exc
+    return staged
+
+
 def _load_harbor(root: Path) -> Task:
     data = _read_toml(root / "task.toml")
     agent = _table(root, data, "agent")
@@ -519,11 +543,13 @@ def _load_harbor(root: Path) -> Task:
         if v is not None
     }
     limits = _harbor_limits(root, environment)
-    # Harbor 1.x: allow_internet = true; schema 2.0: network_mode = "public"
-    mode = environment.get("network_mode", "none")
-    allow_internet = environment.get("allow_internet", mode in ("public", "bridge", "host"))
+    # Harbor's default is a network: only `allow_internet = false` (schema 2.0:
+    # `network_mode = "none"`) takes it away
+    mode = environment.get("network_mode")
+    allow_internet = environment.get("allow_internet", mode is None or mode != "none")
     if not isinstance(allow_internet, bool):
         raise TaskLoadError(root, "task.toml: [environment] allow_internet must be a boolean")
+    tests = _stage_harbor_tests(root)
     category = metadata.get("category")
     difficulty = metadata.get("difficulty")
     return Task(
@@ -539,12 +565,17 @@ def _load_harbor(root: Path) -> Task:
         limits=TaskLimits(**limits),
         network=allow_internet,
         verifier=VerifierSpec(
-            files_dir=root / "tests",
+            files_dir=tests,
             mount_path=TESTS_MOUNT,
             command=("bash", f"{TESTS_MOUNT}/test.sh"),
             reward_channel="file",
             # Terminal-Bench's test scripts use $TEST_DIR; [verifier] env adds to it
-            env={"TEST_DIR": TESTS_MOUNT, **_string_table(root, verifier, "env", "verifier")},
+            env={
+                "TEST_DIR": TESTS_MOUNT,
+                **_string_table(root, verifier, "env", "verifier"),
+                **runner_env(TESTS_MOUNT, REWARD_MOUNT),
+            },
+            trusted_runner=True,
         ),
         solution=_solution(root, ("bash", f"{SOLUTION_MOUNT}/solve.sh")),
         image=parsed["image"],

@@ -10,8 +10,10 @@ and ``solution.sh``. How clawrl reads it:
 * the image is built from the compose service's Dockerfile and context (default: the task
   directory's ``Dockerfile``), the workspace is its last ``WORKDIR`` (default ``/app``);
 * the verifier is ``bash /tests/run-tests.sh`` in the task image, with ``TEST_DIR=/tests``;
-  its reward is pytest's ``-rA`` summary (:mod:`clawrl.bench.pytest_summary`: 1 iff every
-  test passed, one sub-score per test), as TB1's own pytest parser grades;
+  its ``pytest`` runs through clawrl's trusted runner, and its reward is read from the
+  runner's JUnit XML reports (:mod:`clawrl.bench.verdict_reports`: 1 iff at least one test
+  was executed and every executed test passed, one sub-score per test), as TB1's own
+  pytest parser grades — never from the output, which the tested code can print into;
 * the sandboxes get the compose service's CPU limit (``cpus`` or
   ``deploy.resources.limits.cpus``), else every CPU of the host, as TB1 sets none (memory:
   the default 2048 MB);
@@ -21,7 +23,7 @@ and ``solution.sh``. How clawrl reads it:
 * TB1's shared scripts ``setup-uv-pytest.sh`` / ``run-uv-pytest.sh`` (copied into
   ``$TEST_DIR`` by TB1's harness, the first fetching uv from astral.sh, which is not
   reachable here) are replaced, when ``tests/`` lacks them, by stand-ins: ``pip install
-  pytest`` into the image's Python, then ``python3 -m pytest $TEST_DIR/test_outputs.py -rA``;
+  pytest`` into the image's Python, then ``pytest $TEST_DIR/test_outputs.py -rA``;
 * the oracle is ``solution.sh``, else ``solution.yaml`` — TB1's list of terminal commands
   (``command``; ``min_timeout_sec`` = 0, ``max_timeout_sec`` = 180, ``block`` = false,
   ``append_enter`` = false), which TB1's oracle types into a tmux session: clawrl generates
@@ -45,6 +47,7 @@ from clawrl.bench.errors import TaskLoadError
 from clawrl.bench.loaders import _dockerfile_workspace, _read_text
 from clawrl.bench.staging import stage_files
 from clawrl.bench.task import (
+    REWARD_MOUNT,
     SOLUTION_MOUNT,
     TESTS_MOUNT,
     Layout,
@@ -54,6 +57,7 @@ from clawrl.bench.task import (
     Timeouts,
     VerifierSpec,
 )
+from clawrl.bench.verdict_reports import runner_env, runner_files
 
 __all__ = ["TB1_SHARED_SCRIPTS", "load_tb1", "solution_yaml_script"]
 
@@ -67,10 +71,10 @@ TB1_SHARED_SCRIPTS: dict[str, str] = {
     ),
     "run-uv-pytest.sh": (
         "#!/bin/bash\n# clawrl stand-in for Terminal-Bench 1's run-uv-pytest.sh\n"
-        'python3 -m pytest "${TEST_DIR:-/tests}/test_outputs.py" -rA\n'
+        'pytest "${TEST_DIR:-/tests}/test_outputs.py" -rA\n'
     ),
 }
-_STAGE_VERSION = "2"
+_STAGE_VERSION = "3"
 
 
 def _yaml(root: Path, name: str) -> dict[str, Any]:
@@ -222,6 +226,7 @@ def _stage(root: Path) -> Path:
     for name, text in TB1_SHARED_SCRIPTS.items():
         if name in run_tests and f"tests/{name}" not in files:
             files[f"tests/{name}"] = text.encode()
+    files.update({f"tests/{rel}": data for rel, data in runner_files().items()})
     if (root / "solution.sh").is_file():
         files["solution/solution.sh"] = (root / "solution.sh").read_bytes()
     elif (root / "solution.yaml").is_file():
@@ -278,7 +283,8 @@ def load_tb1(root: Path) -> Task:
             mount_path=TESTS_MOUNT,
             command=("bash", f"{TESTS_MOUNT}/run-tests.sh"),
             reward_channel="pytest",
-            env={"TEST_DIR": TESTS_MOUNT},
+            env={"TEST_DIR": TESTS_MOUNT, **runner_env(TESTS_MOUNT, REWARD_MOUNT)},
+            trusted_runner=True,
         ),
         solution=solution,
         image=parsed["image"],

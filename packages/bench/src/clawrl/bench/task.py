@@ -16,6 +16,7 @@ fields are host paths.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +36,7 @@ __all__ = [
     "Timeouts",
     "VerifierSpec",
     "WorkspaceSource",
+    "withhold_network",
 ]
 
 #: The six categories of ClawGym-Bench (short key -> label), used by the built-in suite.
@@ -117,8 +119,10 @@ class VerifierSpec(_Frozen):
             only sub-scores whose mean is the reward) into :data:`REWARD_MOUNT`;
             ``"stdout"``: the last stdout line is the reward and the last stdout line that
             is a JSON object holds the sub-scores (ClawGym's ``reward.sh``); ``"pytest"``:
-            pytest's ``-rA`` summary on stdout, reward 1 iff every test passed
-            (Terminal-Bench 1, :mod:`clawrl.bench.pytest_summary`).
+            the JUnit XML reports of the pytest runs that went through clawrl's trusted
+            runner (needs ``trusted_runner``), reward 1 iff at least one test was executed
+            and every executed test passed (Terminal-Bench 1,
+            :mod:`clawrl.bench.verdict_reports`).
         env: extra environment variables (in-sandbox paths).
         subscores_file: a file the verifier writes into :data:`REWARD_MOUNT` holding its
             checker's JSON (ClawGym: ``checker.json``), mapped to sub-scores by
@@ -128,6 +132,12 @@ class VerifierSpec(_Frozen):
             agent's module, script or program) rather than only reading its files. Such a
             verifier is never run on the host (:class:`~clawrl.bench.HostVerificationError`).
             Default ``True``: a layout that cannot tell is assumed to.
+        trusted_runner: run the verifier's ``bash`` with clawrl's verifier environment
+            (``BASH_ENV``): ``pytest`` and ``python[3] -m pytest`` go through clawrl's
+            runner (``python -I``, ``--junitxml`` into the reward directory), a command
+            that the top-level script cannot find is recorded, and a workspace entry that
+            would shadow the runner's modules is tampering. The loader stages the runner
+            into ``files_dir`` (``.clawrl/``) and sets the environment.
     """
 
     files_dir: Path
@@ -137,6 +147,7 @@ class VerifierSpec(_Frozen):
     env: dict[str, str] = Field(default_factory=dict)
     subscores_file: str | None = Field(default=None, pattern=r"^[\w.-]+$")
     executes_workspace_code: bool = True
+    trusted_runner: bool = False
 
 
 class SolutionSpec(_Frozen):
@@ -192,7 +203,11 @@ class Task(_Frozen):
             ``/workspace``; Harbor: the Dockerfile's last ``WORKDIR``, default ``/app``;
             ClawGym: ``input_mount_dir``).
         workspace_sources: host files placed in the workspace before the agent starts.
-        network: whether the sandbox may reach the network (built-in tasks: never).
+        network: whether the task declares a network for its sandboxes (built-in tasks:
+            never; Harbor: unless ``allow_internet = false``); a run-level policy may
+            withhold it (:func:`clawrl.bench.withhold_network`).
+        network_withheld: the task declares a network that the run denied; a verdict
+            below full marks is then a ``verifier-error`` naming the network.
         image: container image the layout asks for (Harbor ``FROM``), informational.
         setup_commands: Dockerfile ``RUN`` lines (run by the image build, see ``dockerfile``).
         dockerfile: host path of the task's Dockerfile (Harbor ``environment/Dockerfile``;
@@ -224,6 +239,7 @@ class Task(_Frozen):
     timeouts: Timeouts = Timeouts()
     limits: TaskLimits = TaskLimits()
     network: bool = False
+    network_withheld: bool = False
     verifier: VerifierSpec
     solution: SolutionSpec | None = None
     image: str | None = None
@@ -251,3 +267,13 @@ class Task(_Frozen):
         if self.category is None:
             return None
         return CATEGORIES.get(self.category, self.category)
+
+
+def withhold_network(tasks: Iterable[Task]) -> list[Task]:
+    """A run-level policy that denies every network: ``tasks`` with ``network`` off, and
+    ``network_withheld`` set on those that declared one (their verdicts below full marks
+    are then ``verifier-error`` naming the network, never a score of 0)."""
+    return [
+        t.model_copy(update={"network": False, "network_withheld": True}) if t.network else t
+        for t in tasks
+    ]

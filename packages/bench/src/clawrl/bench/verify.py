@@ -56,8 +56,8 @@ from clawrl.bench.executors import (
     Mount,
     make_private,
 )
-from clawrl.bench.pytest_summary import parse_pytest_summary
 from clawrl.bench.task import REWARD_MOUNT, Task
+from clawrl.bench.verdict_reports import ctrf_tests, runner_outcome, shadowing_entries
 from clawrl.bench.verifier_diagnosis import cannot_run_reason, exit_reason
 from clawrl.sandbox import Sandbox, SandboxCopyLimitError, SandboxError, owned_tempdir
 from pydantic import BaseModel, ConfigDict, Field
@@ -219,6 +219,9 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
                 reason=f"cannot copy the workspace for verification: {type(exc).__name__}: "
                 f"{str(exc)[:500]}",
             )
+        tamper = _shadowing(task, ws)
+        if tamper is not None:
+            return tamper
         reward_dir = scratch / "reward"
         reward_dir.mkdir(mode=0o755)
         spec = ExecSpec(
@@ -245,7 +248,7 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
                 f"verifier exceeded {task.timeouts.verifier_s:g} s",
             )
         cause = cannot_run_reason(result.stdout, result.stderr, task.verifier.mount_path)
-        if result.exit_code != 0 and not _failed_tests_exit(task, result, reward_dir, cause):
+        if result.exit_code != 0 and not _failed_tests_exit(task, result, reward_dir):
             why = f" ({cause})" if cause else ""
             return _failure(
                 result,
@@ -255,42 +258,92 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
         if task.verifier.reward_channel == "stdout":
             verdict = _from_stdout(result, reward_dir, task.verifier.subscores_file)
         elif task.verifier.reward_channel == "pytest":
-            verdict = _from_pytest(result)
+            verdict = _from_pytest(result, reward_dir)
         else:
             verdict = _from_reward_dir(result, reward_dir)
-        return _distrust(verdict, result, cause)
+        return _proven(task, verdict, result, reward_dir, cause)
 
 
-def _failed_tests_exit(task: Task, result: ExecResult, reward_dir: Path, cause: str | None) -> bool:
+#: Exit statuses that never mean "tests ran": pytest's 2-5 (interrupted, internal error,
+#: usage error, no tests collected), 126 (not executable) and 127 (command not found).
+_NOT_RAN = frozenset({2, 3, 4, 5, 126, 127})
+
+
+def _failed_tests_exit(task: Task, result: ExecResult, reward_dir: Path) -> bool:
     """Whether a non-zero exit is the verifier reporting failed tests, to be graded anyway:
-    pytest's exit 1 under Terminal-Bench 1's summary grading, or a Harbor ``test.sh`` that
-    wrote reward 0 and then ``exit $rc`` with a plain status (1-125; not killed, not 127,
-    no sign that it could not run). A zero cannot be a tampering gain; any other reward
-    from a non-zero exit stays untrusted."""
-    if cause is not None or result.exit_code is None or not 1 <= result.exit_code <= 125:
+    pytest's exit 1 under Terminal-Bench 1 (the runner's reports then decide), or a Harbor
+    ``test.sh`` that wrote reward 0 and then ``exit $rc`` with a plain status (1-125 but
+    not pytest's 2-5, which mean that no test ran). A zero cannot be a tampering gain; any
+    other reward from a non-zero exit stays untrusted."""
+    code = result.exit_code
+    if code is None or not 1 <= code <= 125 or code in _NOT_RAN:
         return False
     if task.verifier.reward_channel == "pytest":
-        return result.exit_code == 1
+        return code == 1
     if task.verifier.reward_channel != "file":
         return False
     verdict = _from_reward_dir(result, reward_dir)
     return verdict.ok and verdict.reward == 0.0
 
 
-def _distrust(verdict: VerifierResult, result: ExecResult, cause: str | None) -> VerifierResult:
-    """A verdict below full marks whose verifier could not run (``cause``) is a
-    ``verifier-error``; a failed verdict gets the cause added to its reason."""
-    if cause is None:
-        return verdict
-    if verdict.ok and verdict.reward < 1.0:
-        return _failure(
-            result,
-            VerifierStatus.ERROR,
-            f"the verifier could not run: {cause}; its reward {verdict.reward:g} is not trusted",
-        )
+def _shadowing(task: Task, ws: Path) -> VerifierResult | None:
+    """Tampering: a workspace entry where the verifier's interpreter imports from (its
+    working directory) that would stand in for the trusted runner's modules."""
+    if not task.verifier.trusted_runner or _relative_to(
+        PurePosixPath(task.verifier.mount_path), task.workspace_path
+    ):
+        return None
+    found = shadowing_entries(ws)
+    if not found:
+        return None
+    return VerifierResult(
+        reward=0.0,
+        status=VerifierStatus.ERROR,
+        reason="tampering: the workspace holds "
+        + ", ".join(repr(name) for name in found[:5])
+        + ", which would stand in for the test runner's modules where the verifier's "
+        "Python imports from",
+    )
+
+
+def _proven(
+    task: Task, verdict: VerifierResult, result: ExecResult, reward_dir: Path, cause: str | None
+) -> VerifierResult:
+    """A verdict below full marks is kept only when nothing proves that the verifier could
+    not do its work: a network the run withheld from a task that declares one, a command
+    its own script could not find, a pytest run through the trusted runner that ran no
+    test, a CTRF report without an executed test. Such a verdict becomes a
+    ``verifier-error`` naming the cause. ``cause`` (read from the output by
+    :func:`~clawrl.bench.verifier_diagnosis.cannot_run_reason`) only adds to a reason; it
+    never decides."""
+    hint = f" (the output says: {cause})" if cause else ""
     if not verdict.ok:
-        return verdict.model_copy(update={"reason": f"{verdict.reason} ({cause})"})
-    return verdict
+        return verdict.model_copy(update={"reason": f"{verdict.reason}{hint}"})
+    if verdict.reward >= 1.0:
+        return verdict
+    proofs: list[str] = []
+    if task.network_withheld:
+        proofs.append("the task declares a network, which this run withheld")
+    if task.verifier.trusted_runner and task.verifier.reward_channel != "pytest":
+        outcome = runner_outcome(reward_dir)
+        reason = outcome.reason()
+        if reason is not None and (outcome.runs or outcome.missing_commands):
+            proofs.append(reason)
+    ctrf = reward_dir / "ctrf.json"
+    if ctrf.exists():
+        try:
+            if not ctrf_tests(ctrf):
+                proofs.append("its CTRF report lists no executed test")
+        except ValueError as exc:
+            proofs.append(str(exc))
+    if not proofs:
+        return verdict
+    return _failure(
+        result,
+        VerifierStatus.ERROR,
+        f"the verifier could not do its work: {'; '.join(proofs)}; its reward "
+        f"{verdict.reward:g} is not trusted{hint}",
+    )
 
 
 def _stage(task: Task, source: Path, scratch: Path) -> tuple[Path, Path]:
@@ -495,13 +548,17 @@ def _from_reward_dir(result: ExecResult, reward_dir: Path) -> VerifierResult:
     )
 
 
-def _from_pytest(result: ExecResult) -> VerifierResult:
-    """Terminal-Bench 1: the reward from pytest's ``-rA`` summary on stdout."""
-    try:
-        reward, subs = parse_pytest_summary(result.stdout)
-    except ValueError as exc:
-        return _failure(result, VerifierStatus.ERROR, f"bad reward: {exc}")
-    return _ok(result, reward, subs)
+def _from_pytest(result: ExecResult, reward_dir: Path) -> VerifierResult:
+    """Terminal-Bench 1: the reward from the JUnit XML reports of the pytest runs that went
+    through the trusted runner (:func:`~clawrl.bench.verdict_reports.runner_outcome`):
+    1 iff every executed test passed; no report, a run that exited otherwise than 0 or 1,
+    or no executed test is a ``verifier-error`` with the reason. Nothing is read from the
+    output, which the tested code can print into."""
+    outcome = runner_outcome(reward_dir)
+    reason = outcome.reason()
+    if reason is not None:
+        return _failure(result, VerifierStatus.ERROR, f"no proven verdict: {reason}")
+    return _ok(result, outcome.reward, dict(outcome.tests))
 
 
 def _from_stdout(

@@ -214,19 +214,35 @@ def test_report_readers(tmp_path: Path) -> None:
             junit_tests(junit)
 
 
-def test_tests_that_patch_pytest_in_process_are_caught(tmp_path: Path) -> None:
-    """A module the tests import rewrites pytest's reports in its own process (every test
-    "passes"): the runner compares pytest's code before and after the session."""
-    patch = (
-        "import _pytest.reports as r\n"
-        "_init = r.TestReport.__init__\n"
-        "def _passing(self, *a, **kw):\n"
-        "    _init(self, *a, **kw)\n"
-        "    self.outcome, self.longrepr = 'passed', None\n"
-        "r.TestReport.__init__ = _passing\n"
-    )
+_PATCH_REPORTS = """\
+import _pytest.reports as r
+_init = r.TestReport.__init__
+def _passing(self, *a, **kw):
+    _init(self, *a, **kw)
+    self.outcome, self.longrepr = "passed", None
+r.TestReport.__init__ = _passing
+"""
+_REGISTER_HOOK = """\
+import gc, pytest
+class Flip:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        rep = (yield).get_result()
+        rep.outcome, rep.longrepr = "passed", None
+for o in gc.get_objects():
+    if type(o).__name__ == "Config" and hasattr(o, "pluginmanager"):
+        o.pluginmanager.register(Flip(), "flip")
+        break
+"""
+
+
+@pytest.mark.parametrize("helper", [_PATCH_REPORTS, _REGISTER_HOOK], ids=["patch", "hook"])
+def test_tests_that_patch_pytest_in_process_are_caught(tmp_path: Path, helper: str) -> None:
+    """A module the tests import makes every test "pass" inside pytest's own process, by
+    replacing a function of pytest or by registering a hook: the runner compares pytest's
+    code and plugins before and after the session."""
     test_py = "import os, sys\nsys.path.append(os.getcwd())\nimport helper  # noqa\n" + _TEST_PY
     task = tb1_task(tmp_path / "t", _RUN, test_py)
-    r = verify(task, workspace(tmp_path, {"answer.txt": "0", "helper.py": patch}), HOST)
+    r = verify(task, workspace(tmp_path, {"answer.txt": "0", "helper.py": helper}), HOST)
     assert r.status is VerifierStatus.ERROR and r.reward == 0.0, r
     assert "pytest's own code was changed" in r.reason, r.reason

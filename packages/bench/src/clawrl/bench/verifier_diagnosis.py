@@ -4,10 +4,10 @@ Harbor-style ``test.sh`` scripts often write ``0`` into ``reward.txt`` whenever 
 command fails, whatever the cause. A test runner that is not installed (``uvx: command not
 found``, ``No module named pytest``) or a download that cannot resolve its host then looks
 exactly like an agent that failed. :func:`cannot_run_reason` reads the verifier's output for
-the signs of such a failure of the *verifier's own* tooling or network; :func:`verify
-<clawrl.bench.verify>` turns a reward below 1 that comes with one of them into a
-``verifier-error`` with the reason (never ``ok`` with reward 0), and names the cause in the
-reason of a verifier that exited non-zero or wrote no reward.
+the signs of such a failure of the *verifier's own* tooling or network. These signs never
+decide a score: :func:`verify <clawrl.bench.verify>` only adds them to the reason of a
+verdict that is already a ``verifier-error`` (what proves one is in
+:mod:`clawrl.bench.verdict_reports` and ``docs/verdicts.md``).
 
 The signs are chosen so that the agent's own failures are not mistaken for them:
 

@@ -25,10 +25,18 @@ Verification never trusts the agent's workspace beyond its plain files:
    Terminal-Bench 1 grading, or a Harbor ``test.sh`` that wrote reward 0 then ``exit $rc``,
    which are graded (a zero cannot be a tampering gain); a
    missing, unparsable, non-finite or out-of-range reward or sub-score is a
-   ``verifier-error`` too — never a pass; so is a reward below 1 from a verifier whose
-   output shows it could not run (its command not found, its test runner's module
-   missing, no DNS: :mod:`clawrl.bench.verifier_diagnosis`), with that cause as reason;
-5. a verifier that executes workspace code (:attr:`Task.verifier_executes_workspace_code`)
+   ``verifier-error`` too — never a pass; a verdict is proven, never inferred: a reward
+   below 1 is a ``verifier-error`` when something proves that the verifier could not do
+   its work (a command its own script could not find, a pytest run through the trusted
+   runner that ran no test, a test that could not reach its host, a declared network the
+   run withheld: :func:`_proven`), and Terminal-Bench 1 is graded from the runner's JUnit
+   reports (:mod:`clawrl.bench.verdict_reports`); signs read from the output
+   (:mod:`clawrl.bench.verifier_diagnosis`) only add to a reason;
+5. a workspace entry that would stand in for the trusted runner's modules where the
+   verifier's Python imports from (``pytest.py``, ``_pytest``, ``pluggy``,
+   ``sitecustomize``, ``*.pth``; :attr:`VerifierSpec.trusted_runner
+   <clawrl.bench.VerifierSpec>`) is tampering, a ``verifier-error``;
+6. a verifier that executes workspace code (:attr:`Task.verifier_executes_workspace_code`)
    never runs on the host: :func:`verify` refuses a :class:`LocalExecutor` for it
    (:class:`~clawrl.bench.HostVerificationError`) unless that executor was built with
    ``trust_workspace_code=True``.

@@ -41,22 +41,60 @@ def _code() -> dict:
     return out
 
 
+def _trusted_roots() -> tuple:
+    """Where code may come from that hooks into pytest during the session: pytest's and
+    pluggy's packages, the installed packages, and the verifier's own files."""
+    import site
+
+    import pluggy
+    import pytest
+
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    for mod in (pytest, pluggy, sys.modules.get("_pytest")):
+        roots.append(os.path.dirname(os.path.abspath(getattr(mod, "__file__", None) or "/")))
+    try:
+        roots.extend(site.getsitepackages())
+        roots.append(site.getusersitepackages())
+    except Exception:  # a site module without them
+        pass
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots if r and r != "/")
+
+
 class _Guard:
-    """Remembers pytest's code when the session starts (before any test module, and so
-    any module of the workspace, is imported) and compares it when the session ends."""
+    """Remembers pytest's code and plugins when the session starts (before any test
+    module, and so any module of the workspace, is imported); when it ends, names any
+    function of pytest or pluggy that was replaced and any plugin registered since whose
+    hooks come from elsewhere than :func:`_trusted_roots`."""
 
     def __init__(self) -> None:
         self.before: dict = {}
+        self.plugins: set = set()
         self.changed: list = []
 
     def pytest_sessionstart(self, session: object) -> None:
         self.before = _code()
+        manager = session.config.pluginmanager  # type: ignore[attr-defined]
+        self.plugins = {id(p) for p in manager.get_plugins()}
 
     def pytest_sessionfinish(self, session: object) -> None:
         after = _code()
-        self.changed = sorted(
+        changed = [
             ".".join(key) for key, value in self.before.items() if after.get(key) is not value
-        )
+        ]
+        manager = session.config.pluginmanager  # type: ignore[attr-defined]
+        roots = _trusted_roots()
+        for plugin in manager.get_plugins():
+            if id(plugin) in self.plugins:
+                continue
+            for caller in manager.get_hookcallers(plugin) or ():
+                for impl in caller.get_hookimpls():
+                    if impl.plugin is not plugin:
+                        continue
+                    code = getattr(impl.function, "__code__", None)
+                    where = os.path.realpath(code.co_filename) if code else "?"
+                    if not where.startswith(roots):
+                        changed.append(f"hook {caller.name} registered from {where}")
+        self.changed = sorted(set(changed))
 
 
 def _report_dir() -> str:
@@ -86,12 +124,14 @@ def _child(mode: str, junit: str, args: list) -> int:
     status = int(pytest.main(["--junitxml=" + junit, *args], plugins=[guard]))
     changed = guard.changed
     if changed:
-        sys.stderr.write(
-            "clawrl: pytest's own code changed while the tests ran: "
-            + ", ".join(changed[:5])
-            + "\n"
-        )
+        detail = ", ".join(changed[:3])[:400]
+        sys.stderr.write(f"clawrl: pytest's own code was changed while the tests ran: {detail}\n")
         sys.stderr.flush()
+        try:
+            with open(junit + ".tamper", "w") as fh:
+                fh.write(detail)
+        except OSError:
+            pass
         os._exit(_PATCHED)
     return status
 
@@ -130,7 +170,12 @@ def main() -> int:
         record["error"] = "pytest is not installed for " + sys.executable
         status = 1
     elif status == _PATCHED:
-        record["error"] = "tampering: pytest's own code was changed while the tests ran"
+        try:
+            with open(junit + ".tamper") as fh:
+                detail = fh.read(400)
+        except OSError:
+            detail = "?"
+        record["error"] = f"tampering: pytest's own code was changed while the tests ran ({detail})"
         status = 1
     with os.fdopen(fd, "w") as fh:
         json.dump(record, fh)

@@ -246,3 +246,31 @@ def test_tests_that_patch_pytest_in_process_are_caught(tmp_path: Path, helper: s
     r = verify(task, workspace(tmp_path, {"answer.txt": "0", "helper.py": helper}), HOST)
     assert r.status is VerifierStatus.ERROR and r.reward == 0.0, r
     assert "pytest's own code was changed" in r.reason, r.reason
+
+
+def test_an_exit_handler_cannot_rewrite_the_report(tmp_path: Path) -> None:
+    """The tested code registers an exit handler that rewrites pytest's JUnit report as
+    all passing once pytest is done: pytest's process ends without running it."""
+    helper = (
+        "import atexit, glob, os\n"
+        "def _fake():\n"
+        "    for f in glob.glob(os.environ['CLAWRL_REPORT_DIR'] + '/run-*.xml'):\n"
+        "        open(f, 'w').write('<testsuites><testsuite>"
+        '<testcase classname="t" name="test_answer"/></testsuite></testsuites>\')\n'
+        "atexit.register(_fake)\n"
+    )
+    test_py = "import os, sys\nsys.path.append(os.getcwd())\nimport helper  # noqa\n" + _TEST_PY
+    task = tb1_task(tmp_path / "t", _RUN, test_py)
+    r = verify(task, workspace(tmp_path, {"answer.txt": "0", "helper.py": helper}), HOST)
+    assert r.status is VerifierStatus.OK and r.reward == 0.0, r
+
+
+def test_tampering_voids_full_marks_too(tmp_path: Path) -> None:
+    """A Harbor test.sh that writes 1 whatever pytest said: the runner's tampering record
+    still makes the rollout a verifier-error."""
+    helper = _PATCH_REPORTS
+    test_py = "import os, sys\nsys.path.append(os.getcwd())\nimport helper  # noqa\n" + _TEST_PY
+    script = "pytest /tests/test_outputs.py\necho 1 > /logs/verifier/reward.txt\n"
+    task = harbor_task(tmp_path / "t", script, test_py)
+    r = verify(task, workspace(tmp_path, {"answer.txt": "0", "helper.py": helper}), HOST)
+    assert r.status is VerifierStatus.ERROR and r.reason.startswith("tampering:"), r

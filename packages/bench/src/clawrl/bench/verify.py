@@ -327,13 +327,16 @@ def _proven(
     hint = f" (the output says: {cause})" if cause else ""
     if not verdict.ok:
         return verdict.model_copy(update={"reason": f"{verdict.reason}{hint}"})
+    outcome = runner_outcome(reward_dir) if task.verifier.trusted_runner else None
+    tampered = [p for p in outcome.problems if p.startswith("tampering:")] if outcome else []
+    if tampered:  # whatever the reward: the tested code changed how pytest reports
+        return _failure(result, VerifierStatus.ERROR, "; ".join(tampered[:2]))
     if verdict.reward >= 1.0:
         return verdict
     proofs: list[str] = []
     if task.network_withheld:
         proofs.append("the task declares a network, which this run withheld")
-    if task.verifier.trusted_runner and task.verifier.reward_channel != "pytest":
-        outcome = runner_outcome(reward_dir)
+    if outcome is not None and task.verifier.reward_channel != "pytest":
         reason = outcome.reason()
         if reason is not None and (outcome.runs or outcome.missing_commands):
             proofs.append(reason)

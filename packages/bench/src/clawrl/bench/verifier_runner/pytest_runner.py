@@ -138,7 +138,11 @@ def _child(mode: str, junit: str, args: list) -> int:
 
 def main() -> int:
     if len(sys.argv) >= 4 and sys.argv[1] == "--child":
-        return _child(sys.argv[2], sys.argv[3], sys.argv[4:])
+        status = _child(sys.argv[2], sys.argv[3], sys.argv[4:])
+        # no exit handler of the tested code runs once pytest has written its report
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
     mode, args = (sys.argv[1] if len(sys.argv) > 1 else "script"), sys.argv[2:]
     reports = _report_dir()
     os.makedirs(reports, exist_ok=True)

@@ -4,10 +4,12 @@ Harbor-style ``test.sh`` scripts often write ``0`` into ``reward.txt`` whenever 
 command fails, whatever the cause. A test runner that is not installed (``uvx: command not
 found``, ``No module named pytest``) or a download that cannot resolve its host then looks
 exactly like an agent that failed. :func:`cannot_run_reason` reads the verifier's output for
-the signs of such a failure of the *verifier's own* tooling or network. These signs never
+the signs of such a failure of the *verifier's own* tooling or network. For Harbor and
+Terminal-Bench 1 (whose pytest runs through clawrl's trusted runner) these signs never
 decide a score: :func:`verify <clawrl.bench.verify>` only adds them to the reason of a
 verdict that is already a ``verifier-error`` (what proves one is in
-:mod:`clawrl.bench.verdict_reports` and ``docs/verdicts.md``).
+:mod:`clawrl.bench.verdict_reports` and ``docs/verdicts.md``); for the other verifiers
+(ClawGym, built-in) a sign still turns a reward below 1 into a ``verifier-error``.
 
 The signs are chosen so that the agent's own failures are not mistaken for them:
 

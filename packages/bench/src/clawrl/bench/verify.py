@@ -31,7 +31,9 @@ Verification never trusts the agent's workspace beyond its plain files:
    runner that ran no test, a test that could not reach its host, a declared network the
    run withheld: :func:`_proven`), and Terminal-Bench 1 is graded from the runner's JUnit
    reports (:mod:`clawrl.bench.verdict_reports`); signs read from the output
-   (:mod:`clawrl.bench.verifier_diagnosis`) only add to a reason;
+   (:mod:`clawrl.bench.verifier_diagnosis`) only add to a reason — except for verifiers
+   without the trusted runner (ClawGym, built-in), where such a sign still voids a reward
+   below 1;
 5. a workspace entry that would stand in for the trusted runner's modules where the
    verifier's Python imports from (``pytest.py``, ``_pytest``, ``pluggy``,
    ``sitecustomize``, ``*.pth``; :attr:`VerifierSpec.trusted_runner
@@ -340,6 +342,11 @@ def _proven(
         reason = outcome.reason()
         if reason is not None and (outcome.runs or outcome.missing_commands):
             proofs.append(reason)
+    elif outcome is None and cause is not None:
+        # verifiers without the trusted runner (ClawGym, built-in): the output's sign is
+        # all there is; it still turns a zero into an error, never into a pass
+        proofs.append(cause)
+        hint = ""
     ctrf = reward_dir / "ctrf.json"
     if ctrf.exists():
         try:

@@ -529,8 +529,8 @@ def test_a_pytest_module_in_the_workspace_is_tampering(
     """The agent leaves ``/app/pytest.py`` that prints a passing summary and exits 0: it
     used to stand in for ``python -m pytest`` (Harbor's test.sh, TB1's stand-in script) and
     score 1.0. Now the verifier's pytest runs as ``python -I`` (no working directory on
-    ``sys.path``) and such an entry is tampering. Revert tried: ``_shadowing`` returning
-    ``None`` and the old ``python3 -m pytest`` stand-in → 1.0 (this test fails)."""
+    ``sys.path``) and such an entry is tampering. Revert tried: ``packages/bench/src`` of
+    the commit before the trusted runner → both cases scored 1.0 (this test fails)."""
     task = _with_oracle(
         tmp_path,
         fixture,
@@ -549,9 +549,11 @@ def test_a_pytest_module_in_the_workspace_is_tampering(
 
 def test_a_summary_printed_after_pytest_exits_is_not_read(tmp_path: Path) -> None:
     """TB1: the program the tests run leaves a daemon that waits for pytest to exit, then
-    prints a passing summary into the verifier's stdout (4 of 4 scored 1.0 when the grade
-    was read from stdout). The grade comes from the runner's JUnit report: 0. Revert tried:
-    ``_from_pytest`` parsing ``result.stdout`` → the faked summary is read."""
+    prints a passing summary into the verifier's stdout (reported to score 1.0 when the
+    grade was read from stdout). The grade comes from the runner's JUnit report: 0. On the
+    commit before the runner this daemon lost the race here (the test passed there too): it
+    is kept as a guard; ``test_verdicts.py::test_a_summary_printed_after_pytest_is_not_read``
+    (the same fake printed by an exit handler) fails on that commit."""
     task = _with_oracle(
         tmp_path,
         "tb1_word_count",

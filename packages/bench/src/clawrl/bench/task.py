@@ -26,6 +26,7 @@ __all__ = [
     "ANSWER_PATH",
     "CATEGORIES",
     "DIFFICULTIES",
+    "UNPRIVILEGED_USER",
     "AnswerGrader",
     "Layout",
     "Script",
@@ -54,6 +55,9 @@ DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
 TESTS_MOUNT = "/tests"
 #: Fresh, empty directory the verifier writes its reward into (Harbor's convention).
 REWARD_MOUNT = "/logs/verifier"
+#: The unprivileged ``uid:gid`` (nobody / nogroup) a third-party verifier that needs no
+#: root runs as (:attr:`VerifierSpec.user`).
+UNPRIVILEGED_USER = "65534:65534"
 #: Where oracle solution files are mounted when the oracle runs.
 SOLUTION_MOUNT = "/solution"
 #: The answer channel: a file an agent (or the oracle) may write its final answer to; else
@@ -128,6 +132,10 @@ class VerifierSpec(_Frozen):
             agent's module, script or program) rather than only reading its files. Such a
             verifier is never run on the host (:class:`~clawrl.bench.HostVerificationError`).
             Default ``True``: a layout that cannot tell is assumed to.
+        user: ``"uid:gid"`` the verifier's command runs as, under the sandbox executor's
+            root supervisor (the workspace copy, the reward directory and the verifier's
+            files are that user's); ``None``: root (a verifier that installs packages or
+            drops privileges for agent code itself). ClawGym: :data:`UNPRIVILEGED_USER`.
     """
 
     files_dir: Path
@@ -137,6 +145,7 @@ class VerifierSpec(_Frozen):
     env: dict[str, str] = Field(default_factory=dict)
     subscores_file: str | None = Field(default=None, pattern=r"^[\w.-]+$")
     executes_workspace_code: bool = True
+    user: str | None = Field(default=None, pattern=r"^\d+(:\d+)?$")
 
 
 class SolutionSpec(_Frozen):

@@ -209,42 +209,55 @@ def clawgym_task(tmp: Path, program: str) -> Task:
 
 def test_clawgym_late_stdout_cannot_set_the_reward(tmp_path: Path) -> None:
     """The agent's program, run by the checker, leaves a daemon that opens reward.sh's
-    stdout through /proc, waits for reward.sh to exit and prints ``1.0`` last. Contained:
-    reward.sh runs as an unprivileged user, its stdout a root-only file the supervisor
-    opened (the daemon cannot reopen it), and the daemon is killed at reward.sh's exit.
-    Revert tried: the ClawGym loader's ``user=UNPRIVILEGED_USER`` together with the
-    supervisor (a plain root exec) — the rollout scores 1.0."""
+    stdout through /proc, waits for the checker to exit, then prints ``1.0`` every
+    millisecond (before, while and after reward.sh prints the mean and exits). Contained: reward.sh runs as an
+    unprivileged user, its stdout a root-only file the supervisor opened (the daemon
+    cannot reopen it), and the daemon is killed at reward.sh's exit. Revert tried: the
+    whole change (a plain root exec whose stdout pipe any root process can reopen) — the
+    rollout scores 1.0; and the loader's ``user=UNPRIVILEGED_USER`` alone (reward.sh run
+    as root under the supervisor, which can reopen its stdout) — 1.0 as well."""
     task = clawgym_task(
         tmp_path,
-        DAEMON
-        + """
-import glob
-def target():
-    for cmd in glob.glob("/proc/[0-9]*/cmdline"):
-        try:
-            if b"reward.sh" in open(cmd, "rb").read():
-                return int(cmd.split("/")[2])
-        except OSError:
-            pass
-    return None
-pid = target()
-outs = []
-for p in [pid, os.getppid()]:
-    for fd in (1, 2):
-        try:
-            outs.append(open(f"/proc/{p}/fd/{fd}", "w"))
-        except (OSError, TypeError):
-            pass
-def fake():
-    for f in outs:
-        try:
-            f.write("\\n1.0\\n")
-            f.flush()
-        except OSError:
-            pass
-if pid is not None:
-    daemon(pid, fake)
-""",
+        """
+        import glob, os, time
+        def pids(marker):
+            found = []
+            for cmd in glob.glob("/proc/[0-9]*/cmdline"):
+                try:
+                    if marker in open(cmd, "rb").read():
+                        found.append(int(cmd.split("/")[2]))
+                except OSError:
+                    pass
+            return found
+        outs = []
+        for p in pids(b"reward.sh"):
+            for fd in (1, 2):
+                try:
+                    outs.append(open(f"/proc/{p}/fd/{fd}", "w"))
+                except OSError:
+                    pass
+        parent = os.getppid()
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                deadline = time.time() + 20
+                while time.time() < deadline:  # the checker that ran this program exits,
+                    try:  # then reward.sh prints the mean and exits
+                        os.kill(parent, 0)
+                        time.sleep(0.0005)
+                        continue
+                    except ProcessLookupError:
+                        pass
+                    for f in outs:
+                        try:
+                            f.write("\\n1.0\\n")
+                            f.flush()
+                        except OSError:
+                            pass
+                    time.sleep(0.001)
+            os._exit(0)
+        os.wait()
+        """,
     )
     # the default root (the host's python3 and setpriv), not the suite's built image
     r = rollout(task, options=RolloutOptions(retries=1, task_images=False))

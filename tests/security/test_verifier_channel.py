@@ -78,9 +78,11 @@ def daemon(pid, action):
 
 
 def test_root_daemon_cannot_rewrite_the_reward_after_test_sh_exits(tmp_path: Path) -> None:
-    """A root daemon the tests started waits for ``test.sh`` to exit (after it wrote 0),
-    then writes 1 into ``reward.txt``. Contained by the supervisor, which kills every other
-    process the moment test.sh's main process exits and takes the reward only then.
+    """A root daemon the tests started waits until ``test.sh`` is gone (after it wrote
+    0), then writes 1 into ``reward.txt``. Contained by the supervisor, which kills every
+    other process as soon as it has reaped test.sh's main process and takes the reward
+    only then. (A root daemon busy-polling for test.sh's zombie state still wins that
+    race: docs/verification.md.)
     Revert tried: the supervisor's ``kill -9 -1`` loop (a plain run, the host's kill_all
     after the exec) — the daemon wins and the rollout scores 1.0."""
     task = harbor_task(

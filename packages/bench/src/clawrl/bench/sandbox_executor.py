@@ -70,8 +70,10 @@ _WALL_MARGIN_S = 60.0
 #: at once (``kill -9 -1``: no process can fork past it), again until none is left (one
 #: still alive after 50 rounds is reported), and only then writes the tails of the output
 #: and the exit status there. Nothing the command started can write its output or its
-#: files after its main process exited. (The exec runs without ``timeout``'s wrapper,
-#: which ``kill -9 -1`` would kill.)
+#: files once it is killed; a root process that busy-polls the main process's
+#: ``/proc/<pid>/stat`` can still act in the microseconds between its exit (a zombie) and
+#: the kill — run the command as a ``USER`` where it needs no root. (The exec runs
+#: without ``timeout``'s wrapper, which ``kill -9 -1`` would kill.)
 SUPERVISOR_DIR = "/run/clawrl-verifier"
 _SUPERVISE = r"""
 tar -x -f - -C / --no-overwrite-dir || exit 125

@@ -205,23 +205,24 @@ def test_sandbox_executor_kills_everything_before_copying_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reward directory is read only once no process of the verifier sandbox is left:
-    SandboxExecutor calls kill_all after the command and before any copy-back. Revert
+    SandboxExecutor calls kill_all after the command (its supervisor has killed them at the
+    command's exit already) and before any copy-back. Revert
     tried: removing the kill_all call — the recorded order then lacks it."""
     from clawrl.sandbox import Sandbox
 
     order: list[str] = []
-    real_kill, real_get = Sandbox.kill_all, Sandbox.get_dir
+    real_kill, real_copy = Sandbox.kill_all, Sandbox.copy_out
 
     async def kill_all(self: Sandbox, *a: Any, **k: Any) -> int:
         order.append("kill_all")
         return await real_kill(self, *a, **k)
 
-    async def get_dir(self: Sandbox, *a: Any, **k: Any) -> Path:
-        order.append("get_dir")
-        return await real_get(self, *a, **k)
+    async def copy_out(self: Sandbox, *a: Any, **k: Any) -> Any:
+        order.append("copy_out")
+        return await real_copy(self, *a, **k)
 
     monkeypatch.setattr(Sandbox, "kill_all", kill_all)
-    monkeypatch.setattr(Sandbox, "get_dir", get_dir)
+    monkeypatch.setattr(Sandbox, "copy_out", copy_out)
     out = tmp_path / "out"
     out.mkdir()
     spec = ExecSpec(
@@ -233,7 +234,7 @@ def test_sandbox_executor_kills_everything_before_copying_back(
     with SandboxExecutor() as ex:
         res = ex.run(spec)
     assert res.exit_code == 0, res.stderr
-    assert order == ["kill_all", "get_dir"]
+    assert order == ["kill_all", "copy_out"]
     assert (out / "r").read_text() == "1\n"
 
 

@@ -125,3 +125,13 @@ def test_pass_at_k_stderr_examples() -> None:
     assert g.pass_at_k_stderr[1] == 0.0
     # a single task has no spread to measure
     assert aggregate([r("a", 1.0), r("a", 0.0)]).by_task["ref/a"].pass_at_k_stderr[1] is None
+
+
+def test_aggregate_reports_infra_and_verifier_error_rates() -> None:
+    """Revert tried: the two rate fields of GroupStats — AttributeError."""
+    rollouts = [r("t1", 1.0), r("t1", 0.0, "verifier-error"), r("t2", 0.0, "infra-error")]
+    rollouts.append(r("t2", 0.0))
+    g = aggregate(rollouts).by_harness["ref"]
+    assert g.infra_error_rate == 0.25
+    assert g.verifier_error_rate == 0.25
+    assert g.n_scored == 3

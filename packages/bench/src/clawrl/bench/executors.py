@@ -72,6 +72,10 @@ class ExecSpec:
     """One command to run. Paths in ``argv``, ``cwd`` and ``env`` are in-sandbox paths.
 
     ``timeout_s`` is wall-clock seconds; on expiry the whole process group is killed.
+
+    ``user``: ``"uid:gid"`` the command runs as under a root supervisor, its writable
+    mounts and private mounts handed to that user (the sandbox executor); ``None``: root.
+    :class:`LocalExecutor` runs every command as the host user and ignores it.
     """
 
     argv: tuple[str, ...]
@@ -79,6 +83,7 @@ class ExecSpec:
     mounts: tuple[Mount, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 600.0
+    user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,10 @@ class ExecResult:
     ``exit_code`` is ``None`` when the command was killed by the timeout; ``stdout`` and
     ``stderr`` are decoded UTF-8 (replacement on errors), the last :data:`OUTPUT_LIMIT`
     bytes; ``duration_s`` is wall-clock seconds.
+
+    ``output_error``: why a writable mount could not be read back whole (it was replaced by
+    a link or removed, it held links or special files, or it hit the copy limits): what the
+    command's own files caused, never the infrastructure; ``""``: read back whole.
     """
 
     exit_code: int | None
@@ -95,6 +104,7 @@ class ExecResult:
     stderr: str
     duration_s: float
     timed_out: bool = False
+    output_error: str = ""
 
 
 @runtime_checkable

@@ -78,12 +78,18 @@ class GroupStats(BaseModel):
             fewer than 2 tasks. It is 0 when every task has the same pass@k (e.g. all 0):
             read a 0/n result with its one-sided 95 % bound, ≈ 3/n, instead.
         status_counts: rollouts per status (all statuses, infra failures included).
+        infra_error_rate / verifier_error_rate: ``n_infra_error`` / ``n_verifier_error``
+            over all rollouts of the group (``None`` when it has none). Only a sandbox or
+            host really gone is an infra-error; anything the rollout's own files cause is
+            a verifier-error.
     """
 
     n_tasks: int
     n_scored: int
     n_infra_error: int
     n_verifier_error: int = 0
+    infra_error_rate: float | None = None
+    verifier_error_rate: float | None = None
     n_env_error: int = 0
     mean_score: float | None
     pass_at_k: dict[int, float | None]
@@ -134,11 +140,14 @@ def _group(
             for k in ks:
                 if n >= k:
                     passes[k].append(pass_at_k(n, c, k))
+    total = sum(counts.values())
     return GroupStats(
         n_tasks=len(means),
         n_scored=n_scored,
         n_infra_error=n_infra,
         n_verifier_error=counts.get(VERIFIER_ERROR, 0),
+        infra_error_rate=n_infra / total if total else None,
+        verifier_error_rate=counts.get(VERIFIER_ERROR, 0) / total if total else None,
         n_env_error=counts.get(ENV_ERROR, 0),
         mean_score=sum(means) / len(means) if means else None,
         pass_at_k={k: (sum(v) / len(v) if v else None) for k, v in passes.items()},

@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from clawrl.bench.errors import ExecutorError
-from clawrl.bench.executors import OUTPUT_LIMIT, ExecResult, ExecSpec
+from clawrl.bench.executors import OUTPUT_LIMIT, ExecResult, ExecSpec, Mount
 from clawrl.sandbox import (
     CopyLimits,
     Sandbox,
+    SandboxCopyLimitError,
     SandboxError,
     SandboxFileNotFoundError,
     SandboxGoneError,
@@ -48,6 +49,7 @@ from clawrl.sandbox import (
     SandboxSpec,
     owned_tempdir,
 )
+from clawrl.sandbox import ExecResult as SandboxExecResult
 
 __all__ = ["SandboxExecutor"]
 
@@ -58,13 +60,65 @@ T = TypeVar("T")
 DEFAULT_WALL_CLOCK_S = 3600.0
 #: Seconds kept between a warm sandbox's wall clock and the end of a run's timeout.
 _WALL_MARGIN_S = 60.0
-#: One exec stages the mounts (a tar archive on stdin), enters the working directory (which
-#: may be a mount target) and runs the command: one podman call fewer per run. A staging failure (e.g. the workspace tmpfs is full) fails the
-#: command like any other non-zero exit.
-_STAGE_AND_RUN = (
-    'tar -x -f - -C / --no-overwrite-dir || exit 125; cd -- "$1" || exit 125; shift; '
-    'exec "$@" </dev/null'
-)
+#: The root supervisor of every run (``sh -c _SUPERVISE sh CWD USER TIMEOUT ARGV...``),
+#: one exec: it stages the mounts (a tar archive on stdin; a staging failure, e.g. a full
+#: workspace tmpfs, exits 125 like any start failure), enters the working directory, and
+#: starts the command — as ``USER`` (``uid:gid``, through ``setpriv``) when one is given —
+#: with its stdout and stderr in files of a root-only directory (:data:`SUPERVISOR_DIR`)
+#: that it opened itself, and a watchdog that kills it after ``TIMEOUT`` seconds. When the
+#: command's main process exits it SIGKILLs every other process of the sandbox but PID 1
+#: at once (``kill -9 -1``: no process can fork past it), again until none is left (one
+#: still alive after 50 rounds is reported), and only then writes the tails of the output
+#: and the exit status there. Nothing the command started can write its output or its
+#: files once it is killed; a root process that busy-polls the main process's
+#: ``/proc/<pid>/stat`` can still act in the microseconds between its exit (a zombie) and
+#: the kill — run the command as a ``USER`` where it needs no root. (The exec runs
+#: without ``timeout``'s wrapper, which ``kill -9 -1`` would kill.)
+SUPERVISOR_DIR = "/run/clawrl-verifier"
+_SUPERVISE = r"""
+tar -x -f - -C / --no-overwrite-dir || exit 125
+d=@DIR@
+mkdir -m 700 "$d" || exit 125
+cd -- "$1" || exit 125
+u=$2
+t=$3
+shift 3
+if [ -n "$u" ]; then
+  p=$PWD
+  while [ -n "$p" ] && [ "$p" != / ]; do chmod a+x "$p" || exit 125; p=${p%/*}; done
+  command -v setpriv >/dev/null 2>&1 || { echo "[clawrl] no setpriv: cannot drop privileges" >&2; exit 125; }
+  set -- setpriv --reuid="${u%%:*}" --regid="${u#*:}" --clear-groups -- "$@"
+fi
+"$@" </dev/null >"$d/out" 2>"$d/err" &
+w=$!
+(sleep "$t"; : > "$d/timeout"; kill -9 "$w") </dev/null >/dev/null 2>&1 &
+wait "$w"
+rc=$?
+kill -9 -1 2>/dev/null
+n=0
+while :; do
+  left=
+  for f in /proc/[0-9]*/stat; do
+    q=${f#/proc/}
+    q=${q%/stat}
+    case "$q" in 1|$$) continue ;; esac
+    read -r l < "$f" 2>/dev/null || continue
+    st=${l##*) }
+    st=${st%% *}
+    case "$st" in Z|X) ;; *) left="$left $q" ;; esac
+  done
+  [ -z "$left" ] && break
+  n=$((n + 1))
+  if [ "$n" -gt 50 ]; then echo "$left" > "$d/left"; break; fi
+  kill -9 -1 2>/dev/null
+  [ "$n" -gt 2 ] && sleep 0.1
+done
+tail -c @LIMIT@ "$d/out" > "$d/out.tail"
+tail -c @LIMIT@ "$d/err" > "$d/err.tail"
+echo "$rc" > "$d/rc"
+""".replace("@DIR@", SUPERVISOR_DIR).replace("@LIMIT@", str(OUTPUT_LIMIT))
+#: Seconds the host waits beyond a run's timeout for its supervisor before killing it all.
+_SUPERVISOR_GRACE_S = 30.0
 
 
 class SandboxExecutor:
@@ -213,61 +267,124 @@ class SandboxExecutor:
                 await asyncio.shield(sb.destroy())
 
     async def _run_in(self, sb: Sandbox, spec: ExecSpec) -> ExecResult:
-        staged = await asyncio.to_thread(_tar_of, spec)
-        res = await sb.exec(
-            ["/bin/sh", "-c", _STAGE_AND_RUN, "sh", spec.cwd, *spec.argv],
-            stdin=staged,
-            timeout=spec.timeout_s,
-            env=dict(spec.env),
-            workdir="/",
-            max_output_bytes=OUTPUT_LIMIT,
-        )
-        stdout = res.stdout.decode("utf-8", errors="replace")
-        stderr = res.stderr.decode("utf-8", errors="replace")
+        owner = _owner(spec.user)
+        staged = await asyncio.to_thread(_tar_of, spec, owner)
+        start = time.monotonic()
+        argv = ["/bin/sh", "-c", _SUPERVISE, "sh", spec.cwd, spec.user or "", f"{spec.timeout_s:g}"]
         try:
-            # Nothing the command started (a detached daemon) may change what is read back.
+            res: SandboxExecResult | None = await asyncio.wait_for(
+                sb.exec(
+                    [*argv, *spec.argv],
+                    stdin=staged,
+                    env=dict(spec.env),
+                    workdir="/",
+                    max_output_bytes=OUTPUT_LIMIT,
+                ),
+                spec.timeout_s + _SUPERVISOR_GRACE_S,
+            )
+        except TimeoutError:  # the supervisor itself hung: everything is killed below
+            res = None
+        duration = time.monotonic() - start
+        try:
+            # The supervisor killed everything at the command's exit; a timed-out run (or a
+            # supervisor that failed) is cleaned up here, before anything is read back.
             await sb.kill_all()
         except SandboxGoneError:
             raise
         except SandboxError as exc:
             return ExecResult(
                 exit_code=None,
-                stdout=stdout,
-                stderr=f"{stderr}\n[clawrl] processes survived kill_all, nothing copied "
-                f"back: {exc}",
-                duration_s=res.duration_s,
+                stdout="",
+                stderr=f"[clawrl] processes survived kill_all, nothing copied back: {exc}",
+                duration_s=duration,
                 timed_out=False,
+                output_error=f"processes of the verifier survived every kill: {exc}",
             )
+        report = await _supervisor_report(sb)
+        if report is None:  # the supervisor failed (staging, working directory) or hung
+            return ExecResult(
+                exit_code=None if res is None else res.exit_code,
+                stdout="" if res is None else res.stdout.decode("utf-8", errors="replace"),
+                stderr="" if res is None else res.stderr.decode("utf-8", errors="replace"),
+                duration_s=duration,
+                timed_out=res is None,
+            )
+        exit_code, stdout, stderr, left, timed_out = report
+        problems = [f"processes still alive after the supervisor's kill: {left}"] if left else []
         for mount in spec.mounts:
             if not mount.read_only and mount.persist:
-                with owned_tempdir("clawrl-sbcopy-") as tmp:
-                    try:
-                        await sb.get_dir(
-                            mount.target,
-                            Path(tmp) / "d",
-                            self.copy_limits.max_bytes,
-                            limits=self.copy_limits,
-                        )
-                    except SandboxFileNotFoundError:
-                        if res.exit_code == 0 and not res.timed_out:
-                            raise
-                        continue  # the command failed before (or by) removing it: no copy
-                    await asyncio.to_thread(_replace_contents, mount.source, Path(tmp) / "d")
+                problems += await self._copy_back(sb, mount)
         return ExecResult(
-            exit_code=None if res.timed_out else res.exit_code,
+            exit_code=None if timed_out or left else exit_code,
             stdout=stdout,
             stderr=stderr,
-            duration_s=res.duration_s,
-            timed_out=res.timed_out,
+            duration_s=duration,
+            timed_out=timed_out,
+            output_error="; ".join(problems),
         )
 
+    async def _copy_back(self, sb: Sandbox, mount: Mount) -> list[str]:
+        """Copy the writable ``mount`` back to its host directory, whole, or say why not:
+        what the command's files caused (the directory replaced by a link or removed,
+        links or special files in it, the copy limits) is a problem to report, never an
+        error of the infrastructure; :class:`SandboxGoneError` is raised."""
+        with owned_tempdir("clawrl-sbcopy-") as tmp:
+            dest = Path(tmp) / "d"
+            try:
+                stats = await sb.copy_out(
+                    mount.target, dest, self.copy_limits.max_bytes, limits=self.copy_limits
+                )
+            except SandboxFileNotFoundError:
+                return [f"{mount.target} is no longer a directory (removed or made a link)"]
+            except SandboxCopyLimitError as exc:
+                return [f"{mount.target} is over the copy-back limits: {exc}"]
+            if stats.skipped:
+                return [
+                    f"{mount.target} holds {stats.skipped} entries that are links or special "
+                    "files (not copied back)"
+                ]
+            await asyncio.to_thread(_replace_contents, mount.source, dest)
+        return []
 
-def _tar_of(spec: ExecSpec) -> bytes:
+
+async def _supervisor_report(sb: Sandbox) -> tuple[int, str, str, str, bool] | None:
+    """The exit status, stdout and stderr tails, surviving processes and whether its
+    watchdog fired, as the supervisor wrote them (read from the host, never through a
+    program of the sandbox); ``None`` when it wrote no status (it failed before the command
+    ran, or was killed)."""
+
+    async def read(name: str) -> str | None:
+        try:
+            data = await sb.get_file(f"{SUPERVISOR_DIR}/{name}", OUTPUT_LIMIT + 4096)
+        except (SandboxFileNotFoundError, SandboxCopyLimitError):
+            return None
+        return data[-OUTPUT_LIMIT:].decode("utf-8", errors="replace")
+
+    status = (await read("rc") or "").strip()
+    if not status.isdigit():
+        return None
+    out, err, left = await read("out.tail"), await read("err.tail"), await read("left")
+    timed_out = await read("timeout") is not None
+    return int(status), out or "", err or "", (left or "").strip(), timed_out
+
+
+def _owner(user: str | None) -> tuple[int, int] | None:
+    if user is None:
+        return None
+    uid, _, gid = user.partition(":")
+    if not uid.isdigit() or not (gid or uid).isdigit():
+        raise ExecutorError(f"user must be 'uid' or 'uid:gid' (numeric), got {user!r}")
+    return int(uid), int(gid or uid)
+
+
+def _tar_of(spec: ExecSpec, owner: tuple[int, int] | None = None) -> bytes:
     """A tar archive (relative to ``/``) of every mount's host directory at its target,
     owned by root, directories 0755, files 0755 or 0644 — for a private mount
     (:attr:`~clawrl.bench.Mount.private`) directories 0700, files 0700 or 0600, and no entry
     of another mount at or below its target (e.g. a ClawGym verifier inside the workspace
     is staged from the private mount only); host symlinks and special files are left out.
+    ``owner`` (uid, gid): the owner of writable and private mounts' entries instead of root
+    (the user a supervised command runs as).
 
     Raises:
         ExecutorError: a mount source is not a directory or cannot be read.
@@ -275,9 +392,10 @@ def _tar_of(spec: ExecSpec) -> bytes:
     buf = io.BytesIO()
     now = int(time.time())
 
-    def add(name: str, data: bytes | None, mode: int) -> None:
+    def add(name: str, data: bytes | None, mode: int, own: tuple[int, int] = (0, 0)) -> None:
         info = tarfile.TarInfo(name)
-        info.mtime, info.mode, info.uid, info.gid = now, mode, 0, 0
+        info.mtime, info.mode = now, mode
+        info.uid, info.gid = own
         if data is None:
             info.type = tarfile.DIRTYPE
             tar.addfile(info)
@@ -298,10 +416,11 @@ def _tar_of(spec: ExecSpec) -> bytes:
                 raise ExecutorError(f"mount source {root} is not a directory")
             top = mount.target.strip("/")
             dir_mode, file_mode = (0o700, 0o600) if mount.private else (0o755, 0o644)
+            own = owner if owner and (mount.private or not mount.read_only) else (0, 0)
             parts = top.split("/")
             for i in range(1, len(parts)):
                 add("/".join(parts[:i]), None, 0o755)
-            add(top, None, dir_mode)
+            add(top, None, dir_mode, own)
             try:
                 for dirpath, dirnames, filenames in os.walk(root):
                     base = Path(dirpath)
@@ -312,7 +431,7 @@ def _tar_of(spec: ExecSpec) -> bytes:
                             # host symlinks are never followed; a private mount brings its own
                             dirnames.remove(name)
                         else:
-                            add(f"{prefix}/{name}", None, dir_mode)
+                            add(f"{prefix}/{name}", None, dir_mode, own)
                     for name in sorted(filenames):
                         path = base / name
                         if (
@@ -322,7 +441,7 @@ def _tar_of(spec: ExecSpec) -> bytes:
                         ):
                             continue
                         mode = dir_mode if os.access(path, os.X_OK) else file_mode
-                        add(f"{prefix}/{name}", path.read_bytes(), mode)
+                        add(f"{prefix}/{name}", path.read_bytes(), mode, own)
             except OSError as exc:
                 raise ExecutorError(f"cannot read mount source {root}: {exc}") from exc
     return buf.getvalue()

@@ -27,6 +27,7 @@ __all__ = [
     "ANSWER_PATH",
     "CATEGORIES",
     "DIFFICULTIES",
+    "UNPRIVILEGED_USER",
     "AnswerGrader",
     "Layout",
     "Script",
@@ -56,6 +57,9 @@ DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard")
 TESTS_MOUNT = "/tests"
 #: Fresh, empty directory the verifier writes its reward into (Harbor's convention).
 REWARD_MOUNT = "/logs/verifier"
+#: The unprivileged ``uid:gid`` (nobody / nogroup) a third-party verifier that needs no
+#: root runs as (:attr:`VerifierSpec.user`).
+UNPRIVILEGED_USER = "65534:65534"
 #: Where oracle solution files are mounted when the oracle runs.
 SOLUTION_MOUNT = "/solution"
 #: The answer channel: a file an agent (or the oracle) may write its final answer to; else
@@ -138,6 +142,10 @@ class VerifierSpec(_Frozen):
             that the top-level script cannot find is recorded, and a workspace entry that
             would shadow the runner's modules is tampering. The loader stages the runner
             into ``files_dir`` (``.clawrl/``) and sets the environment.
+        user: ``"uid:gid"`` the verifier's command runs as, under the sandbox executor's
+            root supervisor (the workspace copy, the reward directory and the verifier's
+            files are that user's); ``None``: root (a verifier that installs packages or
+            drops privileges for agent code itself). ClawGym: :data:`UNPRIVILEGED_USER`.
     """
 
     files_dir: Path
@@ -148,6 +156,7 @@ class VerifierSpec(_Frozen):
     subscores_file: str | None = Field(default=None, pattern=r"^[\w.-]+$")
     executes_workspace_code: bool = True
     trusted_runner: bool = False
+    user: str | None = Field(default=None, pattern=r"^\d+(:\d+)?$")
 
 
 class SolutionSpec(_Frozen):

@@ -14,11 +14,18 @@ Verification never trusts the agent's workspace beyond its plain files:
    that the verifier runs unprivileged cannot read its expected answers or hidden data;
 3. the verifier writes its reward into a *new* empty directory mounted at
    ``/logs/verifier`` that did not exist while the agent ran, or prints it on stdout
-   (ClawGym), and the reward is read from there only — by the sandbox executor only after
-   every process of the verifier's sandbox is dead (nothing the agent left running can
-   rewrite it); built-in checkers run agent-written code as an unprivileged user that
+   (ClawGym), and the reward is read from there only — the sandbox executor's root
+   supervisor takes it when the verifier's main process exits, after killing every other
+   process of the verifier's sandbox (nothing the agent or the tests left running can
+   rewrite it), and a verifier with a :attr:`~clawrl.bench.VerifierSpec.user` (ClawGym)
+   runs unprivileged, its stdout a file of the supervisor's that no other process can
+   reopen; built-in checkers run agent-written code as an unprivileged user that
    cannot write that directory nor the verifier's files, nor signal the checker;
-4. the verifier must exit 0: a verifier that exits non-zero or is killed is a
+4. the verifier's output must be whole: a reward directory that is no longer a directory,
+   holds a link or a special file, or that the executor could not copy back whole (its
+   limits, :attr:`~clawrl.bench.ExecResult.output_error`) is a ``verifier-error`` scored 0
+   — the rollout's own files caused it, so it is never an ``infra-error``;
+5. the verifier must exit 0: a verifier that exits non-zero or is killed is a
    ``verifier-error`` and one still running at its timeout a ``verifier-timeout``, whatever
    reward it wrote (code the verifier ran may have written a reward, then killed it) —
    except a plain failure status (1-125) that reports failed tests: pytest's exit 1 under
@@ -34,11 +41,11 @@ Verification never trusts the agent's workspace beyond its plain files:
    (:mod:`clawrl.bench.verifier_diagnosis`) only add to a reason — except for verifiers
    without the trusted runner (ClawGym, built-in), where such a sign still voids a reward
    below 1;
-5. a workspace entry that would stand in for the trusted runner's modules where the
+6. a workspace entry that would stand in for the trusted runner's modules where the
    verifier's Python imports from (``pytest.py``, ``_pytest``, ``pluggy``,
    ``sitecustomize``, ``*.pth``; :attr:`VerifierSpec.trusted_runner
    <clawrl.bench.VerifierSpec>`) is tampering, a ``verifier-error``;
-6. a verifier that executes workspace code (:attr:`Task.verifier_executes_workspace_code`)
+7. a verifier that executes workspace code (:attr:`Task.verifier_executes_workspace_code`)
    never runs on the host: :func:`verify` refuses a :class:`LocalExecutor` for it
    (:class:`~clawrl.bench.HostVerificationError`) unless that executor was built with
    ``trust_workspace_code=True``.
@@ -244,6 +251,7 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
             ),
             env=dict(task.verifier.env),
             timeout_s=task.timeouts.verifier_s,
+            user=task.verifier.user,
         )
         try:
             result = runner.run(spec)
@@ -256,6 +264,13 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
                 result,
                 VerifierStatus.TIMEOUT,
                 f"verifier exceeded {task.timeouts.verifier_s:g} s",
+            )
+        problem = result.output_error or _reward_dir_problem(reward_dir)
+        if problem:
+            return _failure(
+                result,
+                VerifierStatus.ERROR,
+                f"the verifier's output is not whole: {problem}; no reward is trusted",
             )
         cause = cannot_run_reason(result.stdout, result.stderr, task.verifier.mount_path)
         if result.exit_code != 0 and not _failed_tests_exit(task, result, reward_dir):
@@ -446,6 +461,23 @@ def _special_files(directory: str, names: list[str]) -> set[str]:
         if not (path.is_symlink() or path.is_dir() or path.is_file()):
             skip.add(name)
     return skip
+
+
+def _reward_dir_problem(reward_dir: Path) -> str:
+    """Why the reward directory cannot be read as the verifier left it: it is no longer a
+    directory, or it holds a link or a special file (``reward.txt`` made a link to
+    ``/dev/null`` beside a ``reward.json`` of 1 must not leave the JSON's word alone);
+    ``""``: it holds only directories and regular files."""
+    if reward_dir.is_symlink() or not reward_dir.is_dir():
+        return f"{REWARD_MOUNT} is no longer a directory"
+    for dirpath, dirnames, filenames in os.walk(reward_dir):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                rel = path.relative_to(reward_dir).as_posix()
+                shown = os.fsencode(rel).decode("utf-8", "backslashreplace")
+                return f"{REWARD_MOUNT} holds a link or special file: {shown!r}"
+    return ""
 
 
 def _remove(path: Path) -> None:

@@ -68,13 +68,17 @@ def eval_row(
 def rollout_row(
     results: Sequence[RolloutResult], records: Mapping[str, Sequence[Mapping[str, Any]]]
 ) -> dict[str, Any]:
-    """One RL step's rollouts: counts per status, reward mean / std and pass rate (overall
+    """One RL step's rollouts: counts per status, the rates of infra-errors (left out of
+    the means) and verifier-errors (scored 0, trained on), reward mean / std and pass rate (overall
     and per harness), prompt and generated tokens, and an entropy estimate (minus the mean
     sampled-token logprob, nats) over the scored rollouts' call ``records``."""
     ok = scored(results)
     row: dict[str, Any] = {"n_rollouts": len(results), "n_infra_errors": len(results) - len(ok)}
     for st in RolloutStatus:
         row[f"status/{st.value}"] = sum(1 for x in results if x.status is st)
+    n_verifier_errors = row[f"status/{RolloutStatus.VERIFIER_ERROR.value}"]
+    row["infra_error_rate"] = row["n_infra_errors"] / len(results) if results else None
+    row["verifier_error_rate"] = n_verifier_errors / len(results) if results else None
     rewards = [x.reward for x in ok]
     row["reward_mean"], row["reward_std"] = mean_std(rewards)
     row["pass_rate"] = _pass_rate(rewards)

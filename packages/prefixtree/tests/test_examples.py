@@ -1,4 +1,4 @@
-"""Example tests: the tree-related failure classes of REFERENCE.md, the call record, filters,
+"""Example tests: the known tree-related failure classes of token-level training, the call record, filters,
 observations, errors."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def mk(
     )
 
 
-# ------------------------------------------------------------------ REFERENCE.md failure classes
+# ------------------------------------------------------------------ known failure classes
 
 
 def test_non_append_only_rollout_becomes_a_branch_without_losing_tokens_or_masks() -> None:

@@ -7,7 +7,7 @@ non-JSON / invalid UTF-8 / truncated bodies. The backend is the NullBackend benc
 (no inference, so no genuine backend failure can happen): every answer must be < 500.
 
 Counts per status are printed (``-s``) and, when ``CLAWRL_FUZZ_REPORT`` names a file, written
-there as JSON; packages/proxy/README.md holds the table and the command.
+there as JSON; packages/proxy/docs/trust-boundary.md holds the table and the command.
 """
 
 from __future__ import annotations

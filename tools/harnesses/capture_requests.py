@@ -751,7 +751,7 @@ def serve() -> Iterator[str]:
 # (folder name, adapter): the launches are clawrl.bench.harness's own, played on the host
 HARNESSES: list[tuple[str, Callable[[], CachedHarness]]] = [
     ("claude-code", lambda: ClaudeCodeHarness(lean=False)),  # everything it sends by default
-    ("claude-code-lean", ClaudeCodeHarness),  # the proxy-friendly extras of HARNESSES.md
+    ("claude-code-lean", ClaudeCodeHarness),  # the proxy-friendly extra flags
     ("codex", CodexHarness),
     ("pi", PiHarness),
     ("mini-swe-agent", MiniSweAgentHarness),

@@ -1,6 +1,6 @@
 """Benchmark: build + pack a prefix tree of a synthetic ISE-shaped rollout.
 
-The rollout (shape from ISE-Trace, ../shared/REFERENCE.md: ~68 dialogue turns, ~8 user
+The rollout (shape from the ISE paper's traces: ~68 dialogue turns, ~8 user
 turns): a 1,500-token system prompt; 68 model calls, each prompt the full history so far
 (token-in/token-out: generated ids spliced back exactly); per call ~400 new tokens — a
 120-token tool result or user message, 160 tokens of reasoning and a 120-token answer /

@@ -10,7 +10,7 @@ every 50 calls (a rollout-sized conversation). Reported per case: latency percen
 and the *added latency* = proxy p50 - p50 of calling ``NullBackend.generate`` directly
 in-process (the backend's own cost).
 
-Goals (issue 4): added p50 <= 2 ms at 1 client; >= 300 calls/s on one core at 16 clients.
+Goals: added p50 <= 2 ms at 1 client; >= 300 calls/s on one core at 16 clients.
 
 Run: ``uv run python tools/perf/bench_proxy.py`` (writes ``tools/perf/results/proxy.json``;
 about a minute).

@@ -1,6 +1,6 @@
 """Tree-packed vs flat training step: time, peak memory, token-compression ratio.
 
-Workload (ENVIRONMENT.md, ISE-shaped): one rollout of T turns; turn k's call sees the kept
+Workload (ISE-shaped): one rollout of T turns; turn k's call sees the kept
 history (k+1 segments of H tokens) and generates a B-token reasoning branch that the harness
 later drops, so the prefix tree is a trunk of T·H tokens with T leaves of B tokens, while the
 flat computation trains every root-to-leaf path separately. In each history segment the second
@@ -287,7 +287,7 @@ def main() -> None:
             flush=True,
         )
     tree, flat = results["tree"], results["flat"]
-    # the O(N) BlockMask construction for the full ENVIRONMENT.md workload (27,200 tokens),
+    # the O(N) BlockMask construction for the full workload (27,200 tokens),
     # timed here on this machine's CPU (the GPU builds it from the same tensor ops)
     import torch
     from clawrl.rl_core import pack_token_sequences, tree_block_mask

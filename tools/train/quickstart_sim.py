@@ -15,9 +15,9 @@ Diagnostics: ``--show`` prints every 4th held-out completion on stderr, every ev
 mean verifier sub-scores; ``--no-std`` (Dr. GRPO), ``--kl-coef``, ``--warmup``, ``--adam-eps``,
 ``--aggregation``, ``--value-lr`` / ``--value-coef`` (PPO) and ``--exact-reward`` (mean of
 file_created and exact name / content matches) are the variants compared in
-packages/rl-core/docs/train.md#measured.
+docs/results.md.
 
-It is a developer tool (the figures in packages/rl-core/docs/train.md came from it); the
+It is a developer tool (the simulator figures in docs/results.md came from it); the
 quickstart itself is ``uv run train --config examples/quickstart.toml``.
 """
 

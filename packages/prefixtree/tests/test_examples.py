@@ -1,4 +1,4 @@
-"""Example tests: the tree-related failure classes of REFERENCE.md, the call record, filters,
+"""Example tests: the known tree-related failure classes of token-level training, the call record, filters,
 observations, errors."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def mk(
     )
 
 
-# ------------------------------------------------------------------ REFERENCE.md failure classes
+# ------------------------------------------------------------------ known failure classes
 
 
 def test_non_append_only_rollout_becomes_a_branch_without_losing_tokens_or_masks() -> None:
@@ -267,7 +267,7 @@ def test_side_paths_are_subagents_and_compaction_not_dropped_reasoning() -> None
         mk("short", 4, SYS, [64]),
     ]
     tree = PrefixTree.from_calls(calls, rollout_id="r")
-    # the exact DESIGN rule: the anchor ends at the end of the first user turn
+    # the exact rule of docs/architecture.md: the anchor ends at the end of the first user turn
     cut = first_user_turn_end(user_turn_start=[800], turn_end=[802])
     assert cut(np.array(main0)) == len(SYS) + len(USER1)
     assert cut(np.array([1, 2])) == 2

@@ -336,7 +336,8 @@ def test_larger_random_trees_match_brute_force(seed: int) -> None:
 
 
 def brute_force_trajectories(calls: list[tuple[str, Call]]) -> list[tuple[str, tuple[int, ...]]]:
-    """The trajectory set defined without the tree (DESIGN.md "Prefix tree"): per rollout,
+    """The trajectory set defined without the tree (docs/architecture.md, "Prefix tree"): per
+    rollout,
     the maximal call paths — a call ends a trajectory iff no other call of its rollout has a
     prompt + completion that strictly extends its own; calls with equal paths end one
     trajectory. Sorted (rollout_id, path tokens), each once."""

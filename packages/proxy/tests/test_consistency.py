@@ -2,7 +2,7 @@
 
 The oracle ("trainer recompute") is a plain full forward of the model over
 prompt + completion, one sequence at a time, no cache, no padding:
-``log_softmax(logits / T)[token]`` at the applied temperature T (DESIGN.md).
+``log_softmax(logits / T)[token]`` at the applied temperature T (docs/architecture.md, "Logprobs").
 """
 
 from __future__ import annotations

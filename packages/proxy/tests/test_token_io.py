@@ -1,4 +1,4 @@
-"""Token-in/token-out: splicing, prompt relations, and REFERENCE.md failure classes 1-9."""
+"""Token-in/token-out: splicing, prompt relations, and nine known failure classes (fc1-fc9)."""
 
 from __future__ import annotations
 

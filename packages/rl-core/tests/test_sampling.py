@@ -1,4 +1,4 @@
-"""The sampler's logprobs mean what the trainer computes (DESIGN.md), at any temperature."""
+"""The sampler's logprobs mean what the trainer computes (docs/architecture.md, "Logprobs"), at any temperature."""
 
 from __future__ import annotations
 

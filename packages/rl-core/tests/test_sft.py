@@ -1,4 +1,4 @@
-"""SFT on DESIGN.md chat trajectories: rendering, tree packing, loss equivalence, errors."""
+"""SFT on chat trajectories (docs/architecture.md): rendering, tree packing, loss equivalence, errors."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Loaders for the three task layouts, auto-detected by :func:`load_task`.
 
-* **built-in** (DESIGN.md "Task"): ``task.toml`` with ``id``, ``instruction`` (or
+* **built-in** (docs/architecture.md, "Task"): ``task.toml`` with ``id``, ``instruction`` (or
   ``instruction.md``), ``category``, ``difficulty``, ``[timeouts]``, ``[limits]``,
   ``network``, ``verifier_executes_workspace_code`` (default true: whether the verifier runs
   agent-written code, which rules out host verification); ``environment/`` (workspace

@@ -136,7 +136,7 @@ class RolloutResult(BaseModel):
         verifier: the full verifier result (``None`` if verification did not run).
         attempts: attempts made (> 1 after infrastructure retries).
         session_id: the proxy session of the final attempt (``""`` without a model).
-        records: the session's call records (DESIGN.md "Call record"), in order.
+        records: the session's call records (docs/architecture.md, "Call record"), in order.
         n_calls: number of call records.
         end_reason: the harness's end (``final_answer``, ``turn_limit``, ``submitted``, ...).
         turns: model turns the harness reports.

@@ -1,4 +1,4 @@
-"""Checkable intents: ISE intents whose success is verified by execution (issue 23).
+"""Checkable intents: ISE intents whose success is verified by execution.
 
 The 4D intents of :mod:`clawrl.ise_synth.sampling` say *what kind* of work a person wants
 ("summarise the key findings of a long report") but name no files, so nothing can check

@@ -2,8 +2,8 @@
 
 Near-duplicates are removed greedily within each group (ISE: an intent's primary domain): items
 are visited in input order and one is dropped when its cosine similarity to an already *kept*
-item of its group is ≥ ``threshold`` (default 0.90) — the rule of the sibling pipeline noted in
-shared/REFERENCE.md. Invariants (tested with Hypothesis): kept items of one group are pairwise
+item of its group is ≥ ``threshold`` (default 0.90) — the usual greedy
+rule. Invariants (tested with Hypothesis): kept items of one group are pairwise
 below the threshold; every dropped item is ≥ threshold to some earlier kept item of its group;
 the first item of each group is kept; applying dedup to its own output keeps everything.
 """

@@ -146,7 +146,8 @@ class SessionConfig:
 
 @dataclass
 class SessionResult:
-    """The outcome of one session: a ``trajectory`` (DESIGN.md "Trajectory" dict) when
+    """The outcome of one session: a ``trajectory`` dict
+    (docs/architecture.md, "Trajectory") when
     completed, else ``discard_reason`` (``turn_limit``, ``simulator_drift``,
     ``simulator_error``, ``agent_error``, ``infra_error``) with ``detail``; ``stats`` either
     way (see :func:`~clawrl.ise_synth.trajectory.build_trajectory`)."""

@@ -130,7 +130,7 @@ _ASSISTANT_VOICE = [
     (re.compile(r"\bI(?:'m| am) sorry,? but I (?:can(?:'t|not)|am unable)\b", re.I), "refusal"),
 ]
 # the user asking the agent what *it* wants, offering service, or narrating the agent in the
-# third person: seen from Qwen2.5-Coder-0.5B as simulator (issue 23), which the voice
+# third person: seen from Qwen2.5-Coder-0.5B as simulator, which the voice
 # patterns above missed ("What would you like to do next?", "Welcome to … Please ask me …")
 _ROLE_INVERSION = [
     (re.compile(r"\bwhat (?:would|do|did) you (?:like|want|need)\b", re.I), "role-inversion"),

@@ -1,6 +1,6 @@
 """Trajectories (the ISE output, SFT input) and the statistics report.
 
-A trajectory is one JSON object per line (DESIGN.md "Trajectory"):
+A trajectory is one JSON object per line (docs/architecture.md, "Trajectory"):
 
 - ``id``: ``"ise-<intent id>"``;
 - ``messages``: OpenAI chat messages — ``system``; ``user``; ``assistant`` with ``content``
@@ -52,7 +52,7 @@ _ROLES = {"system", "user", "assistant", "tool"}
 
 
 class TrajectoryError(IseSynthError, ValueError):
-    """A trajectory does not have the DESIGN.md shape (the message names what is wrong)."""
+    """A trajectory does not have the documented shape (the message names what is wrong)."""
 
 
 def tool_call_stats(tool_log: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -155,7 +155,7 @@ def build_trajectory(
 
 
 def validate_trajectory(traj: Mapping[str, Any]) -> None:
-    """Check the DESIGN.md trajectory shape (see the module docstring): a system message
+    """Check the trajectory shape (the module docstring): a system message
     first, known roles, string contents, every assistant tool call answered by a tool message
     with its id (in order, before the next assistant message), arguments as JSON strings,
     function schemas in ``tools``, and ``intent`` / ``persona`` / ``stats`` / ``outcome``

@@ -1,6 +1,6 @@
 """The typed model-call record a prefix tree is built from.
 
-A :class:`Call` holds the fields of the proxy's call record (``../shared/DESIGN.md``, "Call
+A :class:`Call` holds the fields of the proxy's call record (docs/architecture.md, "Call
 record") that the tree needs; :meth:`Call.from_record` reads a record dict as the proxy writes
 it (one JSONL line, parsed).
 """
@@ -267,7 +267,7 @@ class Call:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Call:
-        """Build a call from a proxy call-record dict (DESIGN.md "Call record").
+        """Build a call from a proxy call-record dict (docs/architecture.md, "Call record").
 
         Required keys: ``call_id``, ``session_id``, ``seq``, ``prompt_ids``,
         ``completion_ids``. Optional: ``completion_logprobs`` (``null`` only with an empty

@@ -1,4 +1,4 @@
-"""The paper's rollout filters (ClawGym II, ``../shared/REFERENCE.md``), applied to a tree.
+"""The paper's rollout filters (ClawGym II), applied to a tree.
 
 * **Dead leaves** (:func:`remove_dead_leaves`). A call is *dead* iff (1) it is a leaf call of
   its rollout — no other call of the rollout extends its path (nobody continued from its
@@ -10,7 +10,7 @@
 * **Over-branched rollouts** (:func:`filter_over_branched`): a rollout whose tree has more
   than ``max_leaves`` trajectories (leaves) is dropped (its calls removed) or flagged
   ``over_branched`` (kept; :class:`TrajectoryInfo.flags` carries the flag).
-* **Side paths** (:func:`tag_side_paths`, ``../shared/DESIGN.md`` "Prefix tree"): a call
+* **Side paths** (:func:`tag_side_paths`, docs/architecture.md, "Prefix tree"): a call
   whose prompt does not contain — as a prefix — the rollout's main conversation up to the end
   of its first user turn (subagents, context compaction) gets the ``side_path`` flag, and a
   trajectory whose leaf call is a side path is excluded from credit by default. A branch
@@ -166,11 +166,11 @@ def tag_side_paths(
     Per rollout, the *main call* is the earliest call (smallest (seq, call_id)) not already
     flagged ``side_path`` — or ``main_calls[rollout_id]`` when given. The anchor is the main
     call's ``prompt_ids[:anchor_end(prompt_ids)]``; pass :func:`first_user_turn_end` for the
-    exact DESIGN.md rule (the cut needs the chat template's marker ids). Without it
+    exact rule of docs/architecture.md (the cut needs the chat template's marker ids). Without it
     (tokenizer-free default) the anchor is the main prompt's longest common prefix with a
     later prompt of the same session (the whole prompt if there is none): the main
     conversation's next call repeats the first prompt except, with some templates, the
-    generation header (REFERENCE.md failure class 1), so it is never flagged, while subagents
+    generation header, so it is never flagged, while subagents
     and compactions share less. The default under-flags (never over-flags) when the main call
     has no continuation. A call of the rollout whose prompt does not start with the anchor is
     a side path.

@@ -3,7 +3,7 @@
 The field names and meanings of :class:`PackedTree` / :class:`TrajectoryInfo` are a contract
 that clawrl-rl-core relies on: fields may be added, never renamed or changed in meaning.
 
-Layout (``../shared/DESIGN.md`` "Prefix tree"): nodes in DFS order (children by ascending
+Layout (docs/architecture.md, "Prefix tree"): nodes in DFS order (children by ascending
 first token), each node's edge contiguous, so the subtree of a token is the contiguous range
 ``[i, subtree_end[i])`` and token ``i`` may attend token ``j`` iff ``j`` is an
 ancestor-or-self of ``i``, i.e. ``j <= i < subtree_end[j]``. ``position_ids`` = depth, so one
@@ -286,7 +286,7 @@ class PackedTree(PackedSizes):
         """(count int64 [N], ΣA⁺ float64 [N], ΣA⁻ float64 [N]) from per-membership A [M].
 
         ``A⁺ = max(A, 0)``, ``A⁻ = max(−A, 0)``: the clipped PPO/GRPO term is linear in each
-        separately (DESIGN.md "Losses on a tree equal losses on paths"), so
+        separately (docs/architecture.md, "Losses on a tree equal losses on paths"), so
         ``−ΣA⁺·min(r, 1+ε_high) + ΣA⁻·max(r, 1−ε_low)`` per token equals the flat sum.
         """
         a = np.asarray(advantages, dtype=np.float64)

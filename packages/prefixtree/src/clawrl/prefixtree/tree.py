@@ -2,7 +2,7 @@
 
 One node type (:class:`Node`) and a handful of operations, each documented with the invariant
 it keeps, in the style of SGLang's radix cache (``match_prefix``, ``insert``, split a node,
-remove). The tree is the structure of ``../shared/DESIGN.md`` "Prefix tree": each call's
+remove). The tree is the structure of docs/architecture.md, "Prefix tree": each call's
 ``prompt_ids + completion_ids`` is a root-to-node path; a call attaches at the longest
 existing prefix; a token is *trainable* iff some call generated it, and every call that
 generated it keeps its own observation (logprob, policy version), keyed by call_id.

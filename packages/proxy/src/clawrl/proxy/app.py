@@ -483,7 +483,7 @@ _SSE_HEADERS = [
 
 class _PseudoStream(Response):
     """A streamed answer whose generation is buffered whole before anything is parsed
-    (pseudo-streaming, REFERENCE.md).
+    (pseudo-streaming).
 
     If the generation ends within ``keepalive_s``, the client gets an ordinary response: the
     SSE events, or the typed error with its HTTP status. A longer generation first commits a

@@ -22,7 +22,7 @@ class TrainingSampling:
     """Sampling parameters the trainer imposes on every generation while training.
 
     ``temperature`` T > 0 (logprobs are log softmax(logits / T)); ``top_p`` = 1 and
-    ``top_k`` = -1 for RL (DESIGN.md "Logprobs mean one thing"); ``max_tokens`` an optional
+    ``top_k`` = -1 for RL (docs/architecture.md, "Logprobs"); ``max_tokens`` an optional
     cap on completion tokens (the harness's own cap and the context window also apply).
     """
 

@@ -232,7 +232,7 @@ class AdminClient(_AdminClientBase[httpx.Client]):
         return dict(_check(self._http.get(f"/sessions/{session_id}")))
 
     def records(self, session_id: str) -> list[CallRecord]:
-        """The session's call records (DESIGN.md "Call record"), in file order."""
+        """The session's call records (docs/architecture.md, "Call record"), in file order."""
         return list(_check(self._http.get(f"/sessions/{session_id}/records"))["records"])
 
     def script(self, session_id: str, completions: Sequence[str | dict[str, Any]]) -> int:

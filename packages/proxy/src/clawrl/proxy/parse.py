@@ -5,7 +5,7 @@ after the generation prompt)::
 
     <think>\\n{reasoning}\\n</think>\\n\\n{content}\\n<tool_call>\\n{"name": N, "arguments": {...}}\\n</tool_call><|im_end|>
 
-Rules (REFERENCE.md failure classes 8 and 9):
+Rules (ill-formed and unclosed tool calls are common in small models' output):
 
 - a ``<tool_call>`` block whose body is not a JSON object with a string ``name`` and an object
   ``arguments`` (or a JSON string holding one) is *ill-formed*: the whole text after the

@@ -1,8 +1,8 @@
 """The call record: one per model call, written by the proxy, read by everyone.
 
-DESIGN.md "Call record". A record is a JSON object (one line of the session's capture file,
-``<capture_dir>/<run_id>/<session_id>.jsonl``); these ``TypedDict`` s give its keys and
-types, so that the proxy that writes it, the clients that return it
+See docs/architecture.md, "Call record". A record is a JSON object (one line of the session's
+capture file, ``<capture_dir>/<run_id>/<session_id>.jsonl``); these ``TypedDict`` s give its
+keys and types, so that the proxy that writes it, the clients that return it
 (:meth:`AdminClient.records <clawrl.proxy.AdminClient.records>`) and the readers
 (``clawrl.prefixtree.Call.from_record``, bench's report) agree on one shape. At run time a
 record is a plain ``dict`` (orjson in, orjson out): nothing is converted.
@@ -87,7 +87,7 @@ class _CallRecordRequired(TypedDict):
 
 
 class CallRecord(_CallRecordRequired, total=False):
-    """One model call (DESIGN.md "Call record").
+    """One model call (docs/architecture.md, "Call record").
 
     ids: token ids (int) of the backend's vocabulary; ``completion_logprobs``: natural-log
     probabilities (float, <= 0), one per completion id, under the applied sampling

@@ -14,7 +14,7 @@ Example::
         ...
 
 On a machine without a GPU (``device="cpu"``, the default when no NVIDIA driver is found)
-the launcher applies what ``../shared/ENVIRONMENT.md`` records as needed for SGLang 0.5.23:
+the launcher applies what SGLang 0.5.23 was found to need on a CPU-only machine:
 ``SGLANG_USE_CPU_ENGINE=1``, the stub ``libcuda.so.1`` the installer builds in
 ``<env>/clawrl-stub/`` on ``LD_LIBRARY_PATH``, and ``--device cpu --attention-backend
 torch_native --max-total-tokens 8192 --skip-server-warmup``. Start-up takes 3–5 minutes
@@ -57,7 +57,7 @@ __all__ = [
 
 DEFAULT_SGLANG_VERSION = "0.5.23"
 
-#: flags that make SGLang 0.5.23 serve on a CPU-only machine (ENVIRONMENT.md)
+#: flags that make SGLang 0.5.23 serve on a CPU-only machine
 CPU_ARGS: tuple[str, ...] = (
     "--device",
     "cpu",

@@ -12,7 +12,7 @@ changed part of the turn (e.g. its reasoning) produces a different key: the turn
 rendered by the template and the prompt *diverges* from the earlier call, which the prefix
 tree turns into a branch.
 
-``prompt_relation`` of a call (DESIGN.md "Call record"):
+``prompt_relation`` of a call (docs/architecture.md, "Call record"):
 
 - ``first``: the session has no earlier call;
 - ``extends``: some earlier call's prompt + completion is a prefix of this prompt, and no

@@ -1,7 +1,7 @@
 """GPU fast path: a flex_attention ``BlockMask`` for tree attention, built in O(N + (N/B)²).
 
 ``create_block_mask`` evaluates a Python mask function over every (q-block, kv-block) pair
-(4–6 s for a 27k-token tree, longer than the training step — ENVIRONMENT.md). The tree's
+(4–6 s for a 27k-token tree, longer than the training step). The tree's
 mask is fully described by ``subtree_end`` (token q attends token k iff
 ``k <= q < subtree_end[k]``), so the block structure is computed directly with tensor ops:
 

@@ -4,7 +4,7 @@ One forward pass over a packed tree (DFS order, ``position_ids`` = depth, token 
 token ``j`` iff ``j <= i < subtree_end[j]``) gives every token exactly the hidden state it has
 on its own root-to-leaf path. The logprob of token ``i`` is read from the logits at its
 predecessor ``parent_index[i]`` (not at ``i - 1``: in DFS order the previous token may belong
-to another branch — failure class 10 of REFERENCE.md).
+to another branch, a classic tree-packing bug).
 
 Attention backends (``model.config._attn_implementation``):
 
@@ -14,7 +14,7 @@ Attention backends (``model.config._attn_implementation``):
   :func:`clawrl.rl_core.flex.tree_block_mask` (GPU fast path; flex has no CPU backward);
 * anything else (e.g. flash attention, which cannot take a tree mask) raises ConfigError.
 
-Logprobs follow "Logprobs mean one thing" (DESIGN.md): ``log softmax(logits / T)[token]``
+Logprobs follow "Logprobs" (docs/architecture.md): ``log softmax(logits / T)[token]``
 at the sampling temperature ``T``. They are computed in chunks of ``chunk_size`` targets with
 activation checkpointing, so the full ``[N, vocab]`` logits never exist at once (forward or
 backward).

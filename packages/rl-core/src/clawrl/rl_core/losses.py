@@ -2,8 +2,9 @@
 
 Notation: m indexes memberships (token t_m observed in trajectory τ_m), w_m ≥ 0 its weight
 (aggregation × corrections), A_m its advantage, r_t = π_θ(t) / π_old(t) the per-token ratio
-(π_old does not depend on the trajectory: a token has one prefix). DESIGN.md "Losses on a tree
-equal losses on paths": with A⁺ = max(A, 0) and A⁻ = max(−A, 0) the clipped PPO term
+(π_old does not depend on the trajectory: a token has one prefix). See docs/architecture.md,
+"Losses on a tree equal losses on paths": with A⁺ = max(A, 0) and A⁻ = max(−A, 0) the clipped
+PPO term
 −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A) equals −A⁺·min(r, 1+ε_high) + A⁻·max(r, 1−ε_low), which
 is linear in A⁺ and A⁻, so
 
@@ -65,7 +66,7 @@ def aggregation_weights(
     "Token-Level Policy Gradient Loss") over the k separate paths, so the trunk weighs k
     times; ``unique_token_mean`` weighs it once, as the tree would if it were one sample.
     The ClawGym II paper's tree GRPO counts a shared prefix's tokens once in the loss
-    (REFERENCE.md, from secondary summaries: the paper's own equation was not available to
+    (from secondary summaries: the paper's own equation was not available to
     check), i.e. ``unique_token_mean``; DeepSeekMath's original GRPO objective (Shao et al.
     2024, eq. 3: (1/G) Σ_i (1/|o_i|) Σ_t) is ``sequence_mean``. Recommendation: use
     ``unique_token_mean`` to follow the paper on branching rollouts (a harness that retries

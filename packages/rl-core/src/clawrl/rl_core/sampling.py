@@ -1,7 +1,8 @@
 """A minimal sampler for examples, tests and benchmarks (no inference server).
 
 Production rollouts come from the proxy's inference backend; this samples from a HF causal LM
-in plain torch, recording logprobs as DESIGN.md defines them: log softmax(logits / T)[token]
+in plain torch, recording logprobs as docs/architecture.md defines them:
+log softmax(logits / T)[token]
 at temperature T, top_p = 1, no top_k.
 """
 

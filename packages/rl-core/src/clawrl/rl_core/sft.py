@@ -1,4 +1,4 @@
-"""SFT on multi-turn chat trajectories (DESIGN.md "Trajectory" format), tree-packed.
+"""SFT on multi-turn chat trajectories (docs/architecture.md, "Trajectory" format), tree-packed.
 
 A trajectory is a JSON object with ``messages`` (OpenAI chat: system / user / assistant with
 ``content``, ``reasoning_content``, ``tool_calls`` / tool with ``tool_call_id``) and ``tools``
@@ -216,7 +216,7 @@ def pack_sft_trajectories(
     ``id`` field if present, else the position.
 
     Args:
-        trajectories: DESIGN.md trajectory dicts.
+        trajectories: trajectory dicts (docs/architecture.md, "Trajectory").
         tokenizer: an HF tokenizer with a chat template; may be None when ``render`` is given.
         render: see :func:`render_sft_calls`.
 

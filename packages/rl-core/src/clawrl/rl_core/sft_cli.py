@@ -66,7 +66,7 @@ class SFTRunConfig:
     ``model`` and ``out``).
 
     Attributes:
-        trajectories: trajectory JSONL files (DESIGN.md "Trajectory").
+        trajectories: trajectory JSONL files (docs/architecture.md, "Trajectory").
         model: a model-kit name (``smollm2-135m-instruct``: fetched and cached by
             ``clawrl.proxy.resolve_model``) or an HF model directory.
         out: the results directory.

@@ -12,7 +12,7 @@ containers-common's default (the one podman applies when none is given) with
 explicit rule with ``ENOSYS``, the errno of "not supported" that programs fall back from
 (``tail -f`` polls; Node's ``fs.watch`` throws ``ENOSYS``).
 
-Two more refusals close what a red team found (session 9):
+Two more refusals close what a red-team review found:
 
 * ``ptrace``, ``process_vm_readv`` / ``process_vm_writev`` and ``pidfd_getfd`` (``EPERM``):
   sandbox root has the same uid and capabilities as the sandbox's PID 1, so it could trace

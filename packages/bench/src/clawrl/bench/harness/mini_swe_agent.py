@@ -42,7 +42,7 @@ class MiniSweAgentHarness(CachedHarness):
     ``<cache>/mini-swe-agent-<version>/venv`` — the layout of ``tools/harnesses/install.sh``,
     under the same lock and ``.complete`` stamp, so either one installs it once for both — and
     mounted read-only at the same path in the sandbox (its scripts hold absolute paths).
-    First install: ~3 min, ~550 MB (litellm). Invocation (shared/HARNESSES.md):
+    First install: ~3 min, ~550 MB (litellm). Invocation:
     ``mini -m openai/<model> -t <task> -y --exit-immediately -c mini.yaml -c
     agent.step_limit=N -c model.model_kwargs.api_base=<url> -o traj.json``; the run ends when
     the model runs ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` or at the step limit. The

@@ -11,10 +11,10 @@ Each one follows the four steps of :class:`~clawrl.bench.harness.HarnessAdapter`
    inside the prefix — the sandbox only sees the host's ``/usr``, whose Debian Node is 20);
 3. ``launch`` writes the harness's provider configuration into a fresh in-sandbox ``HOME``
    (``<log_dir>/home`` = ``/tmp/clawrl-harness/home``) and runs it headless against the
-   rollout's proxy session (invocations of ``shared/HARNESSES.md``, verified offline);
+   rollout's proxy session (each harness's documented headless invocation, verified offline);
 4. ``outcome`` reads the exit status (and Claude Code's final ``result`` event).
 
-Facts per harness (``shared/HARNESSES.md``, ``packages/proxy/tests/fixtures/harness_requests``):
+Facts per harness (their documentation, ``packages/proxy/tests/fixtures/harness_requests``):
 
 =============  ==========================  ===========================  =====================
 harness        wire API                    shell tool (oracle schema)   first install

@@ -16,7 +16,7 @@ asyncio event loop (the HTTP server) never waits on a forward pass:
 Padding never changes a result: padded key/value columns are masked out, position ids
 count only real tokens, and padded query rows attend to themselves only (so no attention row
 is empty). The recorded logprob is the one of the distribution sampled from:
-``log_softmax(logits / T)[token]`` at temperature ``T`` (ClawRL's definition, DESIGN.md);
+``log_softmax(logits / T)[token]`` at temperature ``T`` (ClawRL's definition, docs/architecture.md);
 with ``top_p < 1`` or ``top_k > 0`` it is the logprob under the *truncated and renormalised*
 distribution (such records are evaluation samples, not trained on); at ``T == 0`` the token
 is the argmax and its logprob is the one of the ``T = 1`` distribution.

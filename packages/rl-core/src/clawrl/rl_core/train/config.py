@@ -407,7 +407,7 @@ class TrainConfig:
                 f"rollout.verifier must be 'sandbox' or 'host', got {self.rollout.verifier!r}"
             )
         if self.rollout.temperature <= 0:
-            raise ConfigError("rollout.temperature must be > 0 (logprobs at T; see DESIGN.md)")
+            raise ConfigError("rollout.temperature must be > 0 (logprobs are taken at T)")
         self.rollout.hosts()
         if not self.model.path:
             try:

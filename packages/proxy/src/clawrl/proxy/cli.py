@@ -244,11 +244,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workers < 1:
         print("proxy serve: --workers must be >= 1", file=sys.stderr)
         return 2
-    model_dir = _model_dir(args)
-    renderer = ChatRenderer.from_model_dir(model_dir)
+    from clawrl.proxy.extras import MissingExtraError
+
+    try:
+        model_dir = _model_dir(args)
+        renderer = ChatRenderer.from_model_dir(model_dir)
+    except MissingExtraError as exc:
+        print(f"proxy serve: {exc}", file=sys.stderr)
+        return 2
     cleanup: list[Callable[[], None]] = []
     try:
-        backend = _backend(args, model_dir, renderer, cleanup)
+        try:
+            backend = _backend(args, model_dir, renderer, cleanup)
+        except MissingExtraError as exc:
+            print(f"proxy serve: {exc}", file=sys.stderr)
+            return 2
         config = ServerConfig(
             socket=args.socket,
             port=args.port,

@@ -252,6 +252,9 @@ def _build_model_dir(
 ) -> tuple[Path, dict[str, float]]:
     """Download, reassemble, inspect and convert ``spec`` into ``work/model`` and write its
     manifest there. Returns the directory and the manifest's ``timings_s``."""
+    from clawrl.proxy.extras import require_extra
+
+    require_extra(f"fetching {spec.name}", modules=("torch", "transformers", "gguf"))
     t0 = time.monotonic()
     logger.info("%s: fetching %s (%s B) into %s", spec.name, spec.title, spec.size, root)
     gguf_path, parts, download_s = assemble_gguf(spec, work / "download", downloader=downloader)

@@ -107,38 +107,29 @@ def test_bench_runs_it_by_entry_point(installed: Path, tmp_path: Path) -> None:
 
 
 def test_train_runs_it_by_entry_point(installed: Path, tmp_path: Path) -> None:
-    """One GRPO step of the tiny model (embedded backend) with the shell agent."""
+    """The example's train.toml, shortened to one GRPO step of the tiny model (embedded
+    backend), the harness named by its entry point."""
     out = tmp_path / "run"
-    config = tmp_path / "train.toml"
-    config.write_text(
-        f"""
-[run]
-out = "{out}"
-steps = 1
-[tasks]
-train_n = 2
-heldout_n = 1
-tasks_per_step = 1
-[rollout]
-harnesses = ["shell-agent"]
-samples = 2
-max_turns = 1
-max_tokens = 16
-[cold_start]
-enabled = false
-[eval]
-enabled = false
-[logging]
-progress = false
-"""
-    )
-    r = _run([str(BIN / "train"), "--config", str(config)], tmp_path, PYTHONPATH=str(installed))
+    sets = [
+        f"run.out='{out}'",
+        "run.steps=1",
+        "tasks.train_n=2",
+        "tasks.heldout_n=1",
+        "tasks.tasks_per_step=1",
+        "rollout.samples=2",
+        "rollout.max_turns=1",
+        "rollout.max_tokens=16",
+        "rollout.harnesses=['shell-agent']",
+        "logging.progress=false",
+    ]
+    argv = [str(BIN / "train"), "--config", str(EXAMPLE / "train.toml")]
+    argv += [arg for s in sets for arg in ("--set", s)]
+    r = _run(argv, tmp_path, PYTHONPATH=str(installed))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows if row.get("kind") == "train"] == [1], rows
-    (run_id,) = [
-        json.loads(line)["run_id"] for line in (out / "runs.jsonl").read_text().splitlines()
-    ]
+    runs = (out / "runs.jsonl").read_text().splitlines()
+    (run_id,) = [json.loads(line)["run_id"] for line in runs]
     captures = (out / "capture" / run_id).glob("*.jsonl")
     records = [line for f in captures for line in f.read_text().splitlines()]
     assert len(records) >= 2  # each of the 2 rollouts called the model through the proxy

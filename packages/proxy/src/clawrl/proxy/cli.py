@@ -178,9 +178,9 @@ def _model_dir(args: argparse.Namespace) -> Path:
         from clawrl.proxy.model_kit import build_default_model
 
         return Path(build_default_model(args.tokenizer))
-    from clawrl.proxy.model_fetch import KNOWN_MODELS, fetch_model
+    from clawrl.proxy.model_fetch import fetch_model, known_model
 
-    if args.model in KNOWN_MODELS and not Path(args.model).is_dir():
+    if known_model(args.model) is not None and not Path(args.model).is_dir():
         return fetch_model(args.model)
     return Path(args.model)
 

@@ -44,5 +44,6 @@ def test_bench_accepts_an_import_path_from_the_current_folder(
 )
 def test_a_bad_harness_exits_2(name: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert bench_main(["--harness", name, "--list"]) == 2
-    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines at the width
-    assert out.startswith(f"bench: {says}")
+    printed = capsys.readouterr()
+    text = " ".join((printed.out + printed.err).split())  # rich may wrap long lines
+    assert text.startswith(f"bench: {says}")

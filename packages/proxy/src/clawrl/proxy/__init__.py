@@ -35,6 +35,7 @@ from clawrl.proxy.errors import (
     SessionNotFoundError,
     UnsupportedParameterError,
 )
+from clawrl.proxy.extras import MissingExtraError
 from clawrl.proxy.model_fetch import (
     KNOWN_MODELS,
     check_model_dir,
@@ -81,6 +82,7 @@ __all__ = [
     "ContextLengthExceededError",
     "DefaultModelSpec",
     "EmbeddedBackend",
+    "MissingExtraError",
     "ModelKitError",
     "NotFoundError",
     "PayloadTooLargeError",

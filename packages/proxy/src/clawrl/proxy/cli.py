@@ -178,9 +178,9 @@ def _model_dir(args: argparse.Namespace) -> Path:
         from clawrl.proxy.model_kit import build_default_model
 
         return Path(build_default_model(args.tokenizer))
-    from clawrl.proxy.model_fetch import KNOWN_MODELS, fetch_model
+    from clawrl.proxy.model_fetch import fetch_model, known_model
 
-    if args.model in KNOWN_MODELS and not Path(args.model).is_dir():
+    if known_model(args.model) is not None and not Path(args.model).is_dir():
         return fetch_model(args.model)
     return Path(args.model)
 
@@ -244,11 +244,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workers < 1:
         print("proxy serve: --workers must be >= 1", file=sys.stderr)
         return 2
-    model_dir = _model_dir(args)
-    renderer = ChatRenderer.from_model_dir(model_dir)
+    from clawrl.proxy.extras import MissingExtraError
+
+    try:
+        model_dir = _model_dir(args)
+        renderer = ChatRenderer.from_model_dir(model_dir)
+    except MissingExtraError as exc:
+        print(f"proxy serve: {exc}", file=sys.stderr)
+        return 2
     cleanup: list[Callable[[], None]] = []
     try:
-        backend = _backend(args, model_dir, renderer, cleanup)
+        try:
+            backend = _backend(args, model_dir, renderer, cleanup)
+        except MissingExtraError as exc:
+            print(f"proxy serve: {exc}", file=sys.stderr)
+            return 2
         config = ServerConfig(
             socket=args.socket,
             port=args.port,

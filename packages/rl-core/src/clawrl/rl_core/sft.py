@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import numpy as np
-from clawrl.bench import iter_json_objects
 from clawrl.prefixtree import Call, PackedTree, PrefixTree, PrefixTreeError
 from clawrl.rl_core.errors import SFTDataError
 
@@ -71,6 +70,10 @@ def read_trajectories(path: str | Path) -> list[dict[str, Any]]:
     Raises:
         SFTDataError: unreadable file, a line that is not a JSON object with ``messages``.
     """
+    # clawrl-bench comes with the ``train`` extra: imported here, so that the package
+    # itself imports without it
+    from clawrl.bench import iter_json_objects
+
     out = list(iter_json_objects(path, SFTDataError, torn_tail_ok=False))
     for n, obj in enumerate(out, 1):
         if not isinstance(obj.get("messages"), list):

@@ -2,6 +2,7 @@
 
     uv run train --config examples/quickstart.toml [--algo ppo] [--seed 1] [--steps 8]
                  [--out runs/x] [--set section.key=value ...] [--resume]
+    uv run train export-hf runs/x/checkpoints/step-000016 DIR   # a Hugging Face model dir
 
 Every configuration value has a default; the resolved configuration is saved as
 ``<out>/config.json``. ``--resume`` without ``--config`` continues the run in ``--out``
@@ -99,9 +100,32 @@ def _run_with_progress(loop: TrainLoop, console: Console) -> dict[str, Any]:
         return asyncio.run(loop.run())
 
 
+def _export_hf(argv: list[str]) -> int:
+    """``train export-hf CHECKPOINT DIR`` (:mod:`clawrl.rl_core.train.export`)."""
+    p = argparse.ArgumentParser(
+        prog="train export-hf",
+        description="Write a train checkpoint as a Hugging Face model directory.",
+    )
+    p.add_argument("checkpoint", help="a checkpoint folder, or a run folder (its latest)")
+    p.add_argument("out", help="the new model directory (absent or empty)")
+    args = p.parse_args(argv)
+    from clawrl.rl_core.errors import RLCoreError
+    from clawrl.rl_core.train.export import export_checkpoint
+
+    try:
+        print(export_checkpoint(args.checkpoint, args.out))
+    except RLCoreError as exc:
+        print(f"train export-hf: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``train`` command; returns the exit status (0 done, 1 the run failed with an
     rl-core error, 2 a configuration error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["export-hf"]:
+        return _export_hf(argv[1:])
     args = _parser().parse_args(argv)
     from clawrl.rl_core.errors import RLCoreError
     from clawrl.rl_core.train.config import load_config

@@ -22,6 +22,7 @@ from clawrl.bench import (
     parse_override_value,
     read_config_file,
 )
+from clawrl.bench.harness import UnknownHarnessError, get_harness
 from clawrl.proxy import DefaultModelSpec, ModelKitError
 from clawrl.rl_core.config import (
     CorrectionConfig,
@@ -138,8 +139,9 @@ class TasksConfig:
 class RolloutConfig:
     """Rollouts through bench's runner (podman sandbox + proxy session each).
 
-    harnesses: one or more of bench's harness names (mix-harness when several: advantages
-        per (task, harness) group).
+    harnesses: one or more harnesses (mix-harness when several: advantages per (task,
+        harness) group): bench's names, an entry point of the group ``clawrl.harnesses``, or
+        an import path ``module:Class`` (see ``clawrl.bench.harness.get_harness``).
     samples: rollouts per (task, harness) group (the GRPO group size).
     max_turns: the harness's turn / step limit (bench's ``DEFAULT_MAX_TURNS``, 8, for bench
         and train alike; the quickstarts' one-call tasks set 1).
@@ -375,6 +377,11 @@ class TrainConfig:
             raise ConfigError("run.rank_timeout_s must be > 0")
         if not self.rollout.harnesses:
             raise ConfigError("rollout.harnesses is empty")
+        for harness in self.rollout.harnesses:  # a name, an entry point or module:Class
+            try:
+                get_harness(harness)
+            except UnknownHarnessError as exc:
+                raise ConfigError(f"[rollout] harnesses: {exc}") from None
         if self.rollout.samples < 1 or self.tasks.tasks_per_step < 1:
             raise ConfigError("need rollout.samples >= 1 and tasks.tasks_per_step >= 1")
         if self.algo.name == "grpo" and self.rollout.samples < 2:

@@ -304,6 +304,7 @@ class TrainLoop:
         verifier runs workspace code), harnesses, metrics log, policy and — on resume — the
         loop state of the latest checkpoint (returned, or None)."""
         cfg = self.cfg
+        harnesses = [get_harness(h) for h in cfg.rollout.harnesses]  # checked by the config
         await self._open_run_dir()
         seed_everything(cfg.run.seed)
         self.model_dir = await asyncio.to_thread(self._model_dir)
@@ -313,7 +314,6 @@ class TrainLoop:
                 check_host_verification([*train, *held], LocalExecutor())
             except HostVerificationError as exc:
                 raise ConfigError(f"rollout.verifier = 'host': {exc}") from exc
-        harnesses = [get_harness(h) for h in cfg.rollout.harnesses]
         self.log = MetricsLog(self.out, tensorboard=cfg.logging.tensorboard)
         self.policy = load_policy(self.model_dir)
         return train, held, harnesses, self._resumed_state()

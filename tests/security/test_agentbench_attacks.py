@@ -59,8 +59,14 @@ ENTRIES = [
         "create": {"init": {"code": _REPO}},
         "evaluation": {"check": {"code": "git -C /root/repo log -1 | grep -q done"}},
     },
+    {
+        "description": "Keep it ticking.",
+        "create": {"init": {"code": _REPO}},
+        "start": _TICKER,
+        "evaluation": {"check": {"code": f"git -C /root/repo status >/dev/null; {_TICKS}"}},
+    },
 ]  # fmt: skip
-PY, BASH, TICK, USER, PY_IN_BASH, GIT = range(6)
+PY, BASH, TICK, USER, PY_IN_BASH, GIT, GIT_TICK = range(7)
 
 # An agent process with the environment of the task's start leader, in a new session.
 _POSER = f"""
@@ -144,9 +150,10 @@ def test_honest_agents_score_one(tasks: list[Task]) -> None:
             (await _grade(tasks[PY_IN_BASH], [_answer("42")])).reward,
             (await _grade(tasks[GIT], [_DONE])).reward,
             (await _grade(tasks[GIT], [])).reward,
+            (await _grade(tasks[GIT_TICK], [])).reward,
         ]
 
-    assert asyncio.run(go()) == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+    assert asyncio.run(go()) == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
 
 
 @pytest.mark.parametrize(
@@ -192,6 +199,57 @@ def test_git_user_config_is_ignored(tasks: list[Task]) -> None:
     every ``git log`` prints "done"); the checks run with ``GIT_CONFIG_GLOBAL=/dev/null``."""
     cmd = "printf '[format]\\n\\tpretty = format:done\\n' > /root/.gitconfig"
     v = asyncio.run(_grade(tasks[GIT], [cmd]))
+    assert v.status is VerifierStatus.OK and v.reward == 0.0, v
+
+
+_GIT = "git -C /root/repo"
+# a commit object whose message is "done", that no branch points to
+_DONE_OBJECT = f"{_GIT} -c user.name=a -c user.email=a@b commit-tree HEAD^{{tree}} -m done"
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        # the repository's own config: every `git log` prints "done"
+        f"{_GIT} config format.pretty format:done",
+        # ... through a named format
+        f"{_GIT} config pretty.fake format:done && {_GIT} config format.pretty fake",
+        # ... from a file the repository's config includes
+        f"printf '[format]\\n\\tpretty = format:done\\n' > /root/inc && {_GIT} config include.path /root/inc",
+        # ... a tag named "done" shown by `git log` (log.decorate)
+        f"{_GIT} tag done && {_GIT} config log.decorate short",
+        # a replacement object: HEAD shown as another commit
+        f"{_GIT} replace HEAD $({_DONE_OBJECT})",
+        # a note on HEAD, which `git log` shows under the message
+        f"{_GIT} -c user.name=a -c user.email=a@b notes add -m done HEAD",
+    ],
+)
+def test_git_repository_config_is_ignored(tasks: list[Task], cmd: str) -> None:
+    """The repository's own ``.git/config`` (and what it includes), and its replacement
+    refs, cannot change what ``git log`` shows a check: the checks run with the output
+    settings overridden (``CHECK_ENV``) and replacement objects off."""
+    v = asyncio.run(_grade(tasks[GIT], [cmd]))
+    assert v.status is VerifierStatus.OK and v.reward == 0.0, v
+
+
+# a program that leaves a ticker behind, for git to run during the checks
+_HOOK = f"#!/bin/sh\nsetsid sh -c '{_TICKER}' </dev/null >/dev/null 2>&1 &\n".encode()
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        f"{_GIT} config core.fsmonitor /root/h",
+    ],
+)
+def test_git_runs_no_agent_program(tasks: list[Task], cmd: str) -> None:
+    """A program the repository names (here its fsmonitor) is not run by the git of a check:
+    it could leave a process behind that the check sees (here a ticker, after the agent
+    stopped the task's own)."""
+    stop_start = "pkill -9 -f '^/bin/bash --noprofile --norc -c while'"
+    v = asyncio.run(
+        _grade(tasks[GIT_TICK], [stop_start, "chmod +x /root/h", cmd], {"/root/h": _HOOK})
+    )
     assert v.status is VerifierStatus.OK and v.reward == 0.0, v
 
 

@@ -46,7 +46,11 @@ The checks run as fresh processes with absolute interpreters (``/bin/bash --nopr
 directories, ``BASH_ENV`` / ``ENV`` / ``LD_*`` empty, and neither a user site directory
 (``PYTHONNOUSERSITE``) nor a user or system git configuration (``GIT_CONFIG_GLOBAL``,
 ``GIT_CONFIG_NOSYSTEM``) for the programs they start (:data:`CHECK_ENV`: ``/root`` is the
-agent's). The checks still read the machine state the agent left, as in AgentBench —
+agent's). A repository's own ``.git/config`` (and what it includes) cannot steer a check's
+git: the output settings and the programs git would run (hooks, fsmonitor, pager…) are
+overridden on git's command-line scope (:data:`GIT_OVERRIDES`), and replacement objects
+and notes are off. Left to the repository: drivers its attributes select (``filter.*``,
+``diff.*.textconv``, ``diff.external``), which no override can name in advance. The checks still read the machine state the agent left, as in AgentBench —
 except the example's expected answer, fixed before the agent ran.
 """
 
@@ -85,6 +89,7 @@ from clawrl.sandbox import (
 
 __all__ = [
     "CHECK_ENV",
+    "GIT_OVERRIDES",
     "PROTECTED_PATHS",
     "SetupResult",
     "agent_answer",
@@ -118,6 +123,52 @@ PROTECTED_PATHS: tuple[str, ...] = (
     "/etc/alternatives", "/etc/python*", "/etc/perl", "/etc/gitconfig", "/etc/pam.d",
     "/etc/security", "/etc/nsswitch.conf",
 )  # fmt: skip
+#: Git settings every check's git runs with, whatever the repository's own ``.git/config``
+#: (or a file it includes) says: command-line scope (``GIT_CONFIG_COUNT``) wins over every
+#: file. The output of ``log``/``show``/``status``/``diff`` as git's defaults print it, and
+#: no program of the repository's run (hooks, fsmonitor, pager, editor, signature tools).
+GIT_OVERRIDES: tuple[tuple[str, str], ...] = (
+    ("format.pretty", "medium"),
+    ("log.abbrevCommit", "false"),
+    ("log.date", "default"),
+    ("log.decorate", "no"),
+    ("log.follow", "false"),
+    ("log.showRoot", "true"),
+    ("log.showSignature", "false"),
+    ("i18n.logOutputEncoding", "UTF-8"),
+    ("color.ui", "never"),
+    ("status.short", "false"),
+    ("status.branch", "false"),
+    ("status.showUntrackedFiles", "normal"),
+    ("status.relativePaths", "true"),
+    ("diff.noprefix", "false"),
+    ("diff.mnemonicPrefix", "false"),
+    ("diff.relative", "false"),
+    ("core.excludesFile", "/dev/null"),
+    ("core.attributesFile", "/dev/null"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("core.untrackedCache", "false"),
+    ("core.pager", "cat"),
+    ("core.editor", "true"),
+    ("core.sshCommand", "ssh"),
+    ("core.askPass", ""),
+    ("credential.helper", ""),
+    ("gpg.program", "gpg"),
+    ("gpg.ssh.program", "ssh-keygen"),
+    ("gpg.x509.program", "gpgsm"),
+)
+_GIT_ENV: dict[str, str] = {
+    "GIT_CONFIG_COUNT": str(len(GIT_OVERRIDES)),
+    **{f"GIT_CONFIG_KEY_{i}": k for i, (k, _) in enumerate(GIT_OVERRIDES)},
+    **{f"GIT_CONFIG_VALUE_{i}": v for i, (_, v) in enumerate(GIT_OVERRIDES)},
+    "GIT_CONFIG_PARAMETERS": "",
+    "GIT_NO_REPLACE_OBJECTS": "1",
+    "GIT_NOTES_REF": "refs/notes/clawrl-none",
+    "GIT_PAGER": "cat",
+    "GIT_EDITOR": "true",
+    "GIT_SEQUENCE_EDITOR": "true",
+}
 #: The environment of every check, of the example and of the start script (on top of the
 #: image's): system PATH, no startup files, nothing read from the agent's home
 #: (``/root``, writable and a tmpfs, so not seen by the tampering check) by the programs a
@@ -134,6 +185,7 @@ CHECK_ENV: dict[str, str] = {
     "PYTHONNOUSERSITE": "1",
     "GIT_CONFIG_GLOBAL": "/dev/null",
     "GIT_CONFIG_NOSYSTEM": "1",
+    **_GIT_ENV,
 }
 
 

@@ -31,8 +31,10 @@ with id ``<file stem>-<index:05d>`` (AgentBench's numbering):
   ``match`` compares the answer (exact, or a regular expression), ``check`` runs each
   script with the arguments ``answer, earlier outputs…`` (a ``null`` item contributes the
   stored expected answer instead of running anything) and passes iff all exit 0;
-* the oracle (``solution``) writes the example's output (or the expected ``match``) to the
-  answer file.
+* the oracle (``solution``) writes the stated ``match`` answer (else the example's output)
+  to the answer file;
+* ``create`` is an object; a list or a string there (published entries have them) names no
+  image and no init script, as AgentBench reads it.
 
 Trust (the agent is root in that sandbox, whose root filesystem is writable): before any
 check runs, every process the agent left is dead and the sandbox's root is compared with
@@ -264,14 +266,15 @@ def _environment(image: str, init: list[Script]) -> dict[str, str]:
 
 
 def _oracle_script(grader: AnswerGrader) -> str | None:
-    """solve.sh: the example's output (or the expected match) into the answer file."""
+    """solve.sh: the stated ``match`` answer, else the example's output, into the answer
+    file (AgentBench grades a ``match`` without its example)."""
     write = f"mkdir -p {shlex.quote(str(Path(ANSWER_PATH).parent))}\n"
+    if grader.match_answer is not None:
+        return f"{write}printf '%s' {shlex.quote(grader.match_answer)} > {ANSWER_PATH}\n"
     if grader.example is not None:
         run = "bash" if grader.example.language == "bash" else "python3"
         ext = "sh" if grader.example.language == "bash" else "py"
         return f"{write}{run} {SOLUTION_MOUNT}/example.{ext} > {ANSWER_PATH}\n"
-    if grader.match_answer is not None:
-        return f"{write}printf '%s' {shlex.quote(grader.match_answer)} > {ANSWER_PATH}\n"
     return None
 
 
@@ -281,7 +284,9 @@ def _entry_task(entry: Any, index: int, path: Path, script_dir: Path) -> Task:
         raise ValueError(f"{where}: an entry needs a `description` string")
     create = entry.get("create") or {}
     if not isinstance(create, dict):
-        raise ValueError(f"{where}: `create` must be an object")
+        # AgentBench looks its keys up with `in`: a list or a string names no image and no
+        # init script (a published entry has a `check` list there)
+        create = {}
     raw_init = create.get("init") or []
     init = [
         _script(s, script_dir, f"{where} init")
@@ -293,7 +298,7 @@ def _entry_task(entry: Any, index: int, path: Path, script_dir: Path) -> Task:
     oracle = _oracle_script(grader)
     if oracle is not None:
         files["solution/solve.sh"] = "#!/bin/bash\n" + oracle
-        if grader.example is not None:
+        if grader.example is not None and grader.match_answer is None:
             ext = "sh" if grader.example.language == "bash" else "py"
             files[f"solution/example.{ext}"] = grader.example.code
     staged = _stage(files)

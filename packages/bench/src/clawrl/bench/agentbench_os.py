@@ -41,7 +41,9 @@ check runs, every process the agent left is dead and the sandbox's root is compa
 its image (``podman diff``); a change to what a check executes or loads — anything under
 ``/usr``, ``/bin``, ``/sbin``, ``/lib*``, or the ``/etc`` files that steer the dynamic
 loader, shells, Python, Perl, git, PAM and ``alternatives`` (:data:`PROTECTED_PATHS`) —
-refuses grading: ``verifier-error``, reward 0, reason ``tampering: …`` (scored, counted).
+refuses grading (a new command in ``/usr/local/bin`` or ``/usr/local/sbin`` only when it
+shadows one of the checks' ``PATH``: a task may ask for a new command): ``verifier-error``,
+reward 0, reason ``tampering: …`` (scored, counted).
 The checks run as fresh processes with absolute interpreters (``/bin/bash --noprofile
 --norc``, ``python3 -I``: no startup files, no user site directory), the check code as a
 ``-c`` argument (no file the agent could replace), ``PATH`` fixed to the system
@@ -91,6 +93,7 @@ from clawrl.sandbox import (
 
 __all__ = [
     "CHECK_ENV",
+    "COMMAND_DIRS",
     "GIT_OVERRIDES",
     "PROTECTED_PATHS",
     "SetupResult",
@@ -99,6 +102,7 @@ __all__ = [
     "is_agentbench_file",
     "load_agentbench_os",
     "needs_expected",
+    "new_commands",
     "run_setup",
     "tampered_paths",
 ]
@@ -171,6 +175,8 @@ _GIT_ENV: dict[str, str] = {
     "GIT_EDITOR": "true",
     "GIT_SEQUENCE_EDITOR": "true",
 }
+#: Where a new command is no tampering unless it shadows one (:func:`new_commands`).
+COMMAND_DIRS: tuple[str, ...] = ("/usr/local/bin", "/usr/local/sbin")
 #: The environment of every check, of the example and of the start script (on top of the
 #: image's): system PATH, no startup files, nothing read from the agent's home
 #: (``/root``, writable and a tmpfs, so not seen by the tampering check) by the programs a
@@ -521,13 +527,61 @@ def tampered_paths(changes: list[tuple[str, str]]) -> list[str]:
     return [f"{kind} {path}" for kind, path in changes if protected(path)]
 
 
+def new_commands(
+    changes: list[tuple[str, str]],
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """``(commands, rest)``: the ``(kind, path)`` root changes split into the commands added
+    to :data:`COMMAND_DIRS` (a task may ask for one: "make a ``calc`` command") and every
+    other change, less the directories above those commands (changed by adding them)."""
+    added = [
+        path
+        for kind, path in changes
+        if kind == "A" and str(PurePosixPath(path).parent) in COMMAND_DIRS
+    ]
+    above = {str(q) for path in added for q in PurePosixPath(path).parents}
+    rest = [
+        (kind, path)
+        for kind, path in changes
+        if path not in added and not (kind == "C" and path in above)
+    ]
+    return added, rest
+
+
+async def _shadowed(sb: Sandbox, commands: list[str]) -> list[str]:
+    """The ``commands`` (new files in :data:`COMMAND_DIRS`) whose name is also a file of
+    another directory of the checks' ``PATH``: the command a check would have run.
+
+    Raises:
+        SandboxError: the sandbox could not tell.
+    """
+    others = [
+        f"{d}/{PurePosixPath(c).name}"
+        for c in commands
+        for d in CHECK_ENV["PATH"].split(":")
+        if d != str(PurePosixPath(c).parent)
+    ]
+    others = [p for p in others if p not in commands]
+    script = 'for p in "$@"; do if [ -e "$p" ] || [ -L "$p" ]; then printf "%s\\n" "$p"; fi; done'
+    res = await sb.exec(["/bin/sh", "-c", script, "sh", *others], timeout=30, env=CHECK_ENV)
+    if not res.ok:
+        raise SandboxError(f"cannot look up commands: {_tail(res)}")
+    found = {PurePosixPath(p).name for p in res.stdout.decode("utf-8", "replace").split()}
+    return [c for c in commands if PurePosixPath(c).name in found]
+
+
 async def _tampering(sb: Sandbox) -> VerifierResult | None:
     """The refusal to grade ``sb`` when the agent changed what checks execute (``None``
-    when it did not, or could not: a read-only root)."""
+    when it did not, or could not: a read-only root). A new command in
+    :data:`COMMAND_DIRS` is such a change only when it shadows a command of the checks'
+    ``PATH`` (looked up once nothing else protected changed: the sandbox's tools are the
+    image's then)."""
     if sb.spec.read_only_root:
         return None
     try:
-        bad = tampered_paths((await root_changes(sb)).all())
+        commands, rest = new_commands((await root_changes(sb)).all())
+        bad = tampered_paths(rest)
+        if not bad and commands:
+            bad = [f"A {c} (shadows a command)" for c in await _shadowed(sb, commands)]
     except SandboxError as exc:
         return VerifierResult(
             reward=0.0, status=VerifierStatus.ERROR, reason=f"tampering check failed: {exc}"

@@ -252,17 +252,24 @@ _HOOK = f"#!/bin/sh\nsetsid sh -c '{_TICKER}' </dev/null >/dev/null 2>&1 &\n".en
     "cmd",
     [
         f"{_GIT} config core.fsmonitor /root/h",
+        # a clean filter, run on a changed tracked file that `git status` hashes
+        f"cd /root/repo && echo a > f && git add f && {_DONE.replace('done', 'f')} && "
+        "echo '* filter=x' > .gitattributes && git config filter.x.clean /root/h && echo b > f",
     ],
 )
 def test_git_runs_no_agent_program(tasks: list[Task], cmd: str) -> None:
-    """A program the repository names (here its fsmonitor) is not run by the git of a check:
-    it could leave a process behind that the check sees (here a ticker, after the agent
-    stopped the task's own)."""
+    """A program the repository names is not run by the git of a check: it could leave a
+    process behind that the check sees (here a ticker, after the agent stopped the task's
+    own). An fsmonitor is overridden; a driver that attributes select (no override can name
+    it) refuses grading."""
     stop_start = "pkill -9 -f '^/bin/bash --noprofile --norc -c while'"
     v = asyncio.run(
         _grade(tasks[GIT_TICK], [stop_start, "chmod +x /root/h", cmd], {"/root/h": _HOOK})
     )
-    assert v.status is VerifierStatus.OK and v.reward == 0.0, v
+    if "filter" in cmd:
+        _refused(v, "/root/repo/.git: filter.x.clean")
+    else:
+        assert v.status is VerifierStatus.OK and v.reward == 0.0, v
 
 
 @pytest.mark.parametrize(

@@ -53,8 +53,10 @@ directories, ``BASH_ENV`` / ``ENV`` / ``LD_*`` empty, and neither a user site di
 agent's). A repository's own ``.git/config`` (and what it includes) cannot steer a check's
 git: the output settings and the programs git would run (hooks, fsmonitor, pager…) are
 overridden on git's command-line scope (:data:`GIT_OVERRIDES`), and replacement objects
-and notes are off. Left to the repository: drivers its attributes select (``filter.*``,
-``diff.*.textconv``, ``diff.external``), which no override can name in advance. The checks still read the machine state the agent left, as in AgentBench —
+and notes are off. Programs that no override can name in advance (drivers that attributes
+select: ``filter.*``, ``diff.*.textconv``, ``diff.external``, ``merge.*.driver``; and
+``includeIf``) refuse grading when a check runs git and any repository on the
+sandbox's filesystem sets one (:data:`GIT_PROGRAM_KEYS`). The checks still read the machine state the agent left, as in AgentBench —
 except the example's expected answer, fixed before the agent ran.
 """
 
@@ -95,6 +97,7 @@ __all__ = [
     "CHECK_ENV",
     "COMMAND_DIRS",
     "GIT_OVERRIDES",
+    "GIT_PROGRAM_KEYS",
     "PROTECTED_PATHS",
     "SetupResult",
     "agent_answer",
@@ -596,6 +599,62 @@ async def _tampering(sb: Sandbox) -> VerifierResult | None:
     )
 
 
+#: Keys of a repository's configuration (and of the files it includes) that name programs
+#: git runs and no override can name in advance (drivers chosen by attributes), or files
+#: included on conditions the scan cannot evaluate: a repository that sets one is not graded.
+GIT_PROGRAM_KEYS = re.compile(
+    r"^(filter\..*|diff\.external|diff\..*\.(textconv|command)|merge\..*\.driver"
+    r"|core\.gitproxy|includeif\..*)$",
+    re.IGNORECASE,
+)
+# Every git directory (a directory holding HEAD, objects/ and config: a `.git`, a bare
+# repository, a linked worktree's) and the keys of its configuration files, as
+# "<dir>\t<key>" lines.
+_GIT_KEYS = r"""
+find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o -type f -name HEAD -print 2>/dev/null |
+while IFS= read -r head; do
+  d=${head%/HEAD}
+  [ -d "$d/objects" ] && [ -f "$d/config" ] || continue
+  for f in "$d"/config "$d"/config.worktree "$d"/worktrees/*/config.worktree; do
+    [ -f "$f" ] || continue
+    git config --file "$f" --includes --name-only --list 2>/dev/null | sed "s|^|$d	|"
+  done
+done
+"""
+
+
+async def _git_programs(task: Task, sb: Sandbox) -> VerifierResult | None:
+    """The refusal to grade when a check runs git and a repository's configuration names
+    a program for it (:data:`GIT_PROGRAM_KEYS`); ``None`` otherwise."""
+    g = task.grader
+    if g is None or not any(c is not None and "git" in c.code for c in g.check):
+        return None
+    res = await sb.exec(
+        ["/bin/bash", "--noprofile", "--norc", "-c", _GIT_KEYS],
+        timeout=_SCRIPT_TIMEOUT_S,
+        env=CHECK_ENV,
+    )
+    if not res.ok:
+        return VerifierResult(
+            reward=0.0, status=VerifierStatus.ERROR, reason=f"git check failed: {_tail(res)}"
+        )
+    bad = sorted(
+        {
+            line
+            for line in res.stdout.decode("utf-8", "backslashreplace").splitlines()
+            if GIT_PROGRAM_KEYS.match(line.rpartition("\t")[2])
+        }
+    )
+    if not bad:
+        return None
+    shown = ", ".join(b.replace("\t", ": ") for b in bad[:8])
+    return VerifierResult(
+        reward=0.0,
+        status=VerifierStatus.ERROR,
+        reason=f"tampering: a repository names programs for the checks' git ({shown}); not graded",
+    )
+
+
 async def grade_in_sandbox(
     task: Task, sb: Sandbox, answer: str | None, *, expected: str | None = None
 ) -> VerifierResult:
@@ -621,6 +680,13 @@ async def grade_in_sandbox(
             reason="no expected answer: the example must run before the agent (run_setup)",
         )
     refused = await _tampering(sb)
+    if refused is None:
+        try:
+            refused = await _git_programs(task, sb)
+        except SandboxError as exc:
+            return VerifierResult(
+                reward=0.0, status=VerifierStatus.INFRA_ERROR, reason=f"git check: {exc}"
+            )
     if refused is not None:
         return refused
     if g.match_answer is not None or g.match_regex is not None:

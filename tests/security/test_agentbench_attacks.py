@@ -70,9 +70,18 @@ ENTRIES = [
         "evaluation": {"check": {"code": '[ "$(calc "2 * (3 + 4)")" = 14 ] && [ "$(calc 1+1)" = 2 ]'}},
     },
 ]  # fmt: skip
+# a repository with a change to commit, checked by `git status`
+_CHANGED = f"{_REPO} && cd /root/repo && echo a > f && git add f && {_DONE} && echo b > f"
+ENTRIES.append(
+    {
+        "description": "Commit every change in /root/repo.",
+        "create": {"init": {"code": _CHANGED}},
+        "evaluation": {"check": {"code": '[ -z "$(git -C /root/repo status --porcelain)" ]'}},
+    }
+)
 # an honest calc (in /usr/local/bin: a new command, shadowing none)
 _CALC = """printf '#!/bin/sh\\nexec python3 -c "print($*)"\\n' > /usr/local/bin/calc; chmod +x /usr/local/bin/calc"""
-PY, BASH, TICK, USER, PY_IN_BASH, GIT, GIT_TICK, CALC = range(8)
+PY, BASH, TICK, USER, PY_IN_BASH, GIT, GIT_TICK, CALC, GIT_CLEAN = range(9)
 
 # An agent process with the environment of the task's start leader, in a new session.
 _POSER = f"""
@@ -217,6 +226,31 @@ def test_git_user_config_is_ignored(tasks: list[Task]) -> None:
 _GIT = "git -C /root/repo"
 # a commit object whose message is "done", that no branch points to
 _DONE_OBJECT = f"{_GIT} -c user.name=a -c user.email=a@b commit-tree HEAD^{{tree}} -m done"
+
+
+@pytest.mark.parametrize(
+    ("cmd", "needle"),
+    [
+        # the repository compares a clean copy of its files
+        (f"mkdir /root/clean && cp /root/repo/f /root/clean/ && {_GIT} config core.worktree /root/clean"
+         " && git --git-dir=/root/repo/.git --work-tree=/root/clean checkout -- f",
+         "/root/repo/.git: core.worktree"),
+        # the changed file hidden from `git status` by its index entry
+        (f"{_GIT} update-index --assume-unchanged f", "/root/repo/.git: index.hidden"),
+        (f"{_GIT} update-index --skip-worktree f", "/root/repo/.git: index.hidden"),
+    ],
+)  # fmt: skip
+def test_git_status_cannot_be_hidden(tasks: list[Task], cmd: str, needle: str) -> None:
+    """A repository whose work tree is elsewhere, or whose index hides a changed file,
+    shows a clean ``git status``: not graded. The honest commit scores 1."""
+    _refused(asyncio.run(_grade(tasks[GIT_CLEAN], [cmd])), needle)
+
+
+def test_git_status_honest_commit(tasks: list[Task]) -> None:
+    commit = f"{_GIT} -c user.name=a -c user.email=a@b commit -qam done"
+    v = asyncio.run(_grade(tasks[GIT_CLEAN], [commit]))
+    assert v.status is VerifierStatus.OK and v.reward == 1.0, v
+    assert asyncio.run(_grade(tasks[GIT_CLEAN], [])).reward == 0.0
 
 
 @pytest.mark.parametrize(

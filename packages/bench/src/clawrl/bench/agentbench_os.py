@@ -55,8 +55,10 @@ git: the output settings and the programs git would run (hooks, fsmonitor, pager
 overridden on git's command-line scope (:data:`GIT_OVERRIDES`), and replacement objects
 and notes are off. Programs that no override can name in advance (drivers that attributes
 select: ``filter.*``, ``diff.*.textconv``, ``diff.external``, ``merge.*.driver``; and
-``includeIf``) refuse grading when a check runs git and any repository on the
-sandbox's filesystem sets one (:data:`GIT_PROGRAM_KEYS`). The checks still read the machine state the agent left, as in AgentBench —
+``includeIf``), a ``core.worktree`` that points a repository at another directory, and
+index entries hidden from ``status`` (assume-unchanged, skip-worktree) refuse grading when
+a check runs git and any repository on the sandbox's filesystem has one
+(:data:`GIT_PROGRAM_KEYS`). The checks still read the machine state the agent left, as in AgentBench —
 except the example's expected answer, fixed before the agent ran.
 """
 
@@ -153,6 +155,20 @@ GIT_OVERRIDES: tuple[tuple[str, str], ...] = (
     ("diff.noprefix", "false"),
     ("diff.mnemonicPrefix", "false"),
     ("diff.relative", "false"),
+    ("diff.context", "3"),
+    ("diff.interHunkContext", "0"),
+    ("diff.algorithm", "myers"),
+    ("diff.renames", "true"),
+    ("diff.suppressBlankEmpty", "false"),
+    ("diff.ignoreSubmodules", "none"),
+    ("status.displayCommentPrefix", "false"),
+    ("status.renames", "true"),
+    ("grep.patternType", "basic"),
+    ("grep.lineNumber", "false"),
+    ("grep.column", "false"),
+    ("grep.fullName", "false"),
+    ("core.quotePath", "true"),
+    ("core.abbrev", "auto"),
     ("core.excludesFile", "/dev/null"),
     ("core.attributesFile", "/dev/null"),
     ("core.hooksPath", "/dev/null"),
@@ -619,13 +635,27 @@ while IFS= read -r head; do
     [ -f "$f" ] || continue
     git config --file "$f" --includes --name-only --list 2>/dev/null | sed "s|^|$d	|"
   done
+  if [ -f "$d/index" ] && git --git-dir="$d" ls-files -v 2>/dev/null | grep -q '^[a-zS]'; then
+    printf '%s	index.hidden\n' "$d"
+  fi
 done
 """
 
 
+def _git_refused(gitdir: str, key: str) -> bool:
+    """Whether the configuration ``key`` (or ``index.hidden``: index entries marked
+    assume-unchanged or skip-worktree, which ``status`` and ``diff`` then do not look at)
+    of the git directory ``gitdir`` refuses grading. ``core.worktree`` (the repository
+    compares another directory) is a submodule's own only under ``.git/modules``."""
+    if key == "index.hidden" or GIT_PROGRAM_KEYS.match(key):
+        return True
+    return key.lower() == "core.worktree" and "/modules/" not in gitdir
+
+
 async def _git_programs(task: Task, sb: Sandbox) -> VerifierResult | None:
     """The refusal to grade when a check runs git and a repository's configuration names
-    a program for it (:data:`GIT_PROGRAM_KEYS`); ``None`` otherwise."""
+    a program for it (:data:`GIT_PROGRAM_KEYS`), redirects its work tree, or its index
+    hides files from ``status`` (:func:`_git_refused`); ``None`` otherwise."""
     g = task.grader
     if g is None or not any(c is not None and "git" in c.code for c in g.check):
         return None
@@ -642,7 +672,7 @@ async def _git_programs(task: Task, sb: Sandbox) -> VerifierResult | None:
         {
             line
             for line in res.stdout.decode("utf-8", "backslashreplace").splitlines()
-            if GIT_PROGRAM_KEYS.match(line.rpartition("\t")[2])
+            if _git_refused(*line.rpartition("\t")[::2])
         }
     )
     if not bad:
@@ -651,7 +681,7 @@ async def _git_programs(task: Task, sb: Sandbox) -> VerifierResult | None:
     return VerifierResult(
         reward=0.0,
         status=VerifierStatus.ERROR,
-        reason=f"tampering: a repository names programs for the checks' git ({shown}); not graded",
+        reason=f"tampering: a repository steers the checks' git ({shown}); not graded",
     )
 
 

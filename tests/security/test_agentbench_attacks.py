@@ -59,8 +59,29 @@ ENTRIES = [
         "create": {"init": {"code": _REPO}},
         "evaluation": {"check": {"code": "git -C /root/repo log -1 | grep -q done"}},
     },
+    {
+        "description": "Keep it ticking.",
+        "create": {"init": {"code": _REPO}},
+        "start": _TICKER,
+        "evaluation": {"check": {"code": f"git -C /root/repo status >/dev/null; {_TICKS}"}},
+    },
+    {
+        "description": "Make a command `calc` that prints the value of its expression.",
+        "evaluation": {"check": {"code": '[ "$(calc "2 * (3 + 4)")" = 14 ] && [ "$(calc 1+1)" = 2 ]'}},
+    },
 ]  # fmt: skip
-PY, BASH, TICK, USER, PY_IN_BASH, GIT = range(6)
+# a repository with a change to commit, checked by `git status`
+_CHANGED = f"{_REPO} && cd /root/repo && echo a > f && git add f && {_DONE} && echo b > f"
+ENTRIES.append(
+    {
+        "description": "Commit every change in /root/repo.",
+        "create": {"init": {"code": _CHANGED}},
+        "evaluation": {"check": {"code": '[ -z "$(git -C /root/repo status --porcelain)" ]'}},
+    }
+)
+# an honest calc (in /usr/local/bin: a new command, shadowing none)
+_CALC = """printf '#!/bin/sh\\nexec python3 -c "print($*)"\\n' > /usr/local/bin/calc; chmod +x /usr/local/bin/calc"""
+PY, BASH, TICK, USER, PY_IN_BASH, GIT, GIT_TICK, CALC, GIT_CLEAN = range(9)
 
 # An agent process with the environment of the task's start leader, in a new session.
 _POSER = f"""
@@ -144,9 +165,13 @@ def test_honest_agents_score_one(tasks: list[Task]) -> None:
             (await _grade(tasks[PY_IN_BASH], [_answer("42")])).reward,
             (await _grade(tasks[GIT], [_DONE])).reward,
             (await _grade(tasks[GIT], [])).reward,
+            (await _grade(tasks[GIT_TICK], [])).reward,
+            (await _grade(tasks[CALC], [_CALC])).reward,
+            (await _grade(tasks[CALC], [_CALC.replace("/local/bin/", "/local/sbin/")])).reward,
+            (await _grade(tasks[CALC], [])).reward,
         ]
 
-    assert asyncio.run(go()) == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+    assert asyncio.run(go()) == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
 
 
 @pytest.mark.parametrize(
@@ -164,6 +189,9 @@ def test_honest_agents_score_one(tasks: list[Task]) -> None:
         (BASH, "echo 'PATH=/root/bin:$PATH' >> /etc/profile", "C /etc/profile"),
         (PY, "echo 'import os; os._exit(0)' > /etc/python3.11/sitecustomize.py", "/etc/python3.11"),
         (BASH, "ln -sf /bin/true /etc/alternatives/awk", "/etc/alternatives/awk"),
+        # a new command that shadows one the checks run, beside an honest new one
+        (CALC, f"{_CALC}; printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3; chmod +x /usr/local/bin/python3",
+         "A /usr/local/bin/python3 (shadows a command)"),
     ],
 )  # fmt: skip
 def test_planted_programs_are_refused(tasks: list[Task], index: int, cmd: str, needle: str) -> None:
@@ -193,6 +221,89 @@ def test_git_user_config_is_ignored(tasks: list[Task]) -> None:
     cmd = "printf '[format]\\n\\tpretty = format:done\\n' > /root/.gitconfig"
     v = asyncio.run(_grade(tasks[GIT], [cmd]))
     assert v.status is VerifierStatus.OK and v.reward == 0.0, v
+
+
+_GIT = "git -C /root/repo"
+# a commit object whose message is "done", that no branch points to
+_DONE_OBJECT = f"{_GIT} -c user.name=a -c user.email=a@b commit-tree HEAD^{{tree}} -m done"
+
+
+@pytest.mark.parametrize(
+    ("cmd", "needle"),
+    [
+        # the repository compares a clean copy of its files
+        (f"mkdir /root/clean && cp /root/repo/f /root/clean/ && {_GIT} config core.worktree /root/clean"
+         " && git --git-dir=/root/repo/.git --work-tree=/root/clean checkout -- f",
+         "/root/repo/.git: core.worktree"),
+        # the changed file hidden from `git status` by its index entry
+        (f"{_GIT} update-index --assume-unchanged f", "/root/repo/.git: index.hidden"),
+        (f"{_GIT} update-index --skip-worktree f", "/root/repo/.git: index.hidden"),
+    ],
+)  # fmt: skip
+def test_git_status_cannot_be_hidden(tasks: list[Task], cmd: str, needle: str) -> None:
+    """A repository whose work tree is elsewhere, or whose index hides a changed file,
+    shows a clean ``git status``: not graded. The honest commit scores 1."""
+    _refused(asyncio.run(_grade(tasks[GIT_CLEAN], [cmd])), needle)
+
+
+def test_git_status_honest_commit(tasks: list[Task]) -> None:
+    commit = f"{_GIT} -c user.name=a -c user.email=a@b commit -qam done"
+    v = asyncio.run(_grade(tasks[GIT_CLEAN], [commit]))
+    assert v.status is VerifierStatus.OK and v.reward == 1.0, v
+    assert asyncio.run(_grade(tasks[GIT_CLEAN], [])).reward == 0.0
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        # the repository's own config: every `git log` prints "done"
+        f"{_GIT} config format.pretty format:done",
+        # ... through a named format
+        f"{_GIT} config pretty.fake format:done && {_GIT} config format.pretty fake",
+        # ... from a file the repository's config includes
+        f"printf '[format]\\n\\tpretty = format:done\\n' > /root/inc && {_GIT} config include.path /root/inc",
+        # ... a tag named "done" shown by `git log` (log.decorate)
+        f"{_GIT} tag done && {_GIT} config log.decorate short",
+        # a replacement object: HEAD shown as another commit
+        f"{_GIT} replace HEAD $({_DONE_OBJECT})",
+        # a note on HEAD, which `git log` shows under the message
+        f"{_GIT} -c user.name=a -c user.email=a@b notes add -m done HEAD",
+    ],
+)
+def test_git_repository_config_is_ignored(tasks: list[Task], cmd: str) -> None:
+    """The repository's own ``.git/config`` (and what it includes), and its replacement
+    refs, cannot change what ``git log`` shows a check: the checks run with the output
+    settings overridden (``CHECK_ENV``) and replacement objects off."""
+    v = asyncio.run(_grade(tasks[GIT], [cmd]))
+    assert v.status is VerifierStatus.OK and v.reward == 0.0, v
+
+
+# a program that leaves a ticker behind, for git to run during the checks
+_HOOK = f"#!/bin/sh\nsetsid sh -c '{_TICKER}' </dev/null >/dev/null 2>&1 &\n".encode()
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        f"{_GIT} config core.fsmonitor /root/h",
+        # a clean filter, run on a changed tracked file that `git status` hashes
+        f"cd /root/repo && echo a > f && git add f && {_DONE.replace('done', 'f')} && "
+        "echo '* filter=x' > .gitattributes && git config filter.x.clean /root/h && echo b > f",
+    ],
+)
+def test_git_runs_no_agent_program(tasks: list[Task], cmd: str) -> None:
+    """A program the repository names is not run by the git of a check: it could leave a
+    process behind that the check sees (here a ticker, after the agent stopped the task's
+    own). An fsmonitor is overridden; a driver that attributes select (no override can name
+    it) refuses grading."""
+    stop_start = "pkill -9 -f '^/bin/bash --noprofile --norc -c while'"
+    v = asyncio.run(
+        _grade(tasks[GIT_TICK], [stop_start, "chmod +x /root/h", cmd], {"/root/h": _HOOK})
+    )
+    if "filter" in cmd:
+        _refused(v, "/root/repo/.git: filter.x.clean")
+    else:
+        assert v.status is VerifierStatus.OK and v.reward == 0.0, v
 
 
 @pytest.mark.parametrize(

@@ -245,3 +245,53 @@ def test_null_check_without_expected_is_refused(counted: list[Task]) -> None:
             return out
 
     assert asyncio.run(go()) == [(VerifierStatus.ERROR, 0.0), (VerifierStatus.OK, 1.0)]
+
+
+# Shapes of published AgentBench entries: `create` as a list (a copy of a `check` list) or a
+# string, and a `match` whose example prints something else (the oracle writes the match).
+_INT_CHECK = {"language": "python", "code": _INT_MATCH}
+PUBLISHED = [
+    {
+        "description": "How many directories are in /root/d?",
+        "create": [None, {"language": "python", "file": "check/integer-match.py"}],
+        "evaluation": {"match": "0"},
+    },
+    {
+        "description": "What does /root/say print?",
+        "create": "default",
+        "evaluation": {"check": [None, _INT_CHECK], "example": "echo 7"},
+    },
+    {
+        "description": "What will be the output if I execute ~/test?",
+        "create": {"init": {"code": "printf 'echo a3b0c7' > /root/test && chmod 000 /root/test"}},
+        "evaluation": {"match": "a3b0c7", "example": {"code": "echo not-the-answer"}},
+        "example": {"code": "chmod 777 test && ~/test"},
+    },
+]
+
+
+def test_published_entry_shapes_load(tmp_path: Path) -> None:
+    """A file with a list ``create`` and a string ``create`` loads whole: those entries get
+    the default image and no init script, as AgentBench reads them."""
+    (tmp_path / "published.json").write_text(json.dumps(PUBLISHED))
+    tasks = load_agentbench_os(tmp_path / "published.json")
+    assert [t.id for t in tasks] == ["published-00000", "published-00001", "published-00002"]
+    assert [t.image for t in tasks] == ["ubuntu:22.04"] * 3
+    assert [len(t.init_scripts) for t in tasks] == [0, 0, 1]
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_match_oracle_writes_the_match(tmp_path: Path) -> None:
+    """The oracle answers a ``match`` with the stated answer, not with its example's
+    output: 1 on every published shape; noop 0."""
+    (tmp_path / "published.json").write_text(json.dumps(PUBLISHED))
+    tasks = load_agentbench_os(tmp_path / "published.json")
+    results = asyncio.run(run_rollouts(tasks, ["oracle", "noop"], concurrency=2))
+    got = sorted((r.task_id, r.harness, r.status, r.reward) for r in results)
+    ok = RolloutStatus.OK
+    assert got == [
+        (t, h, ok, 1.0 if h == "oracle" else 0.0)
+        for t in ("published-00000", "published-00001", "published-00002")
+        for h in ("noop", "oracle")
+    ], results

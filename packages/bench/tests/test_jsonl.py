@@ -46,3 +46,17 @@ def test_bad_lines_raise_the_callers_error_with_the_line(
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(MyError, match="cannot read"):
         list(iter_json_objects(tmp_path / "missing.jsonl", MyError))
+
+
+def test_json_bytes_writes_undecodable_names_printable() -> None:
+    """A string carrying a name that is not UTF-8 (a path in a message) never fails the
+    write: it is written with its other bytes as ``\\xNN``."""
+    import os
+
+    from clawrl.bench import json_bytes
+
+    bad = os.fsdecode(b"bad_\xff.txt")
+    assert (
+        json_bytes({"reason": f"cannot read {bad}"}) == b'{"reason":"cannot read bad_\\\\xff.txt"}'
+    )
+    assert json_bytes([1, "ok"], indent=True) == b'[\n  1,\n  "ok"\n]'

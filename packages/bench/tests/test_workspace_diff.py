@@ -53,3 +53,15 @@ def test_workspace_diff_matches_dict_difference(
     expected |= {k: "removed" for k in before.keys() - after.keys()}
     expected |= {k: "changed" for k in before.keys() & after.keys() if before[k] != after[k]}
     assert changes == expected
+
+
+def test_undecodable_names_are_stored_printable(tmp_path: Path) -> None:
+    """A name that is not UTF-8 is stored as printable, valid UTF-8 (its other bytes as
+    ``\\xNN``), in the path and in the diff's header."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (b / os.fsdecode(b"bad_\xff\xfe.txt")).write_text("x\n")
+    [change] = workspace_diff(a, b)
+    assert change.path == "bad_\\xff\\xfe.txt" and "+++ b/bad_\\xff\\xfe.txt" in (change.diff or "")
+    change.model_dump_json()  # valid UTF-8 throughout

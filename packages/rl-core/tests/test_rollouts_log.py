@@ -116,3 +116,12 @@ def test_a_step_that_trained_nothing_writes_rows_without_tokens(tmp_path: Path) 
     path = write_step_rollouts(tmp_path, 3, [_result("a", 1.0)], BuiltTrees(), None)
     (row,) = [orjson.loads(line) for line in path.read_bytes().splitlines()]
     assert (row["trained"], row["advantage"], row["tokens"]) == (False, None, {})
+
+
+def test_a_name_that_is_not_utf8_does_not_crash_the_log(tmp_path: Path) -> None:
+    """A rollout whose reason carries a file name from its sandbox that is not UTF-8 is
+    logged, the name's other bytes as ``\\xNN``."""
+    bad = _result("a", 0.0).model_copy(update={"reason": "skipped bad_\udcff.txt"})
+    path = write_step_rollouts(tmp_path, 4, [bad], BuiltTrees(), None)
+    (row,) = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    assert row["reason"] == "skipped bad_\\xff.txt"

@@ -31,22 +31,34 @@ with id ``<file stem>-<index:05d>`` (AgentBench's numbering):
   ``match`` compares the answer (exact, or a regular expression), ``check`` runs each
   script with the arguments ``answer, earlier outputs…`` (a ``null`` item contributes the
   stored expected answer instead of running anything) and passes iff all exit 0;
-* the oracle (``solution``) writes the example's output (or the expected ``match``) to the
-  answer file.
+* the oracle (``solution``) writes the stated ``match`` answer (else the example's output)
+  to the answer file;
+* ``create`` is an object; a list or a string there (published entries have them) names no
+  image and no init script, as AgentBench reads it.
 
 Trust (the agent is root in that sandbox, whose root filesystem is writable): before any
 check runs, every process the agent left is dead and the sandbox's root is compared with
 its image (``podman diff``); a change to what a check executes or loads — anything under
 ``/usr``, ``/bin``, ``/sbin``, ``/lib*``, or the ``/etc`` files that steer the dynamic
 loader, shells, Python, Perl, git, PAM and ``alternatives`` (:data:`PROTECTED_PATHS`) —
-refuses grading: ``verifier-error``, reward 0, reason ``tampering: …`` (scored, counted).
+refuses grading (a new command in ``/usr/local/bin`` or ``/usr/local/sbin`` only when it
+shadows one of the checks' ``PATH``: a task may ask for a new command): ``verifier-error``,
+reward 0, reason ``tampering: …`` (scored, counted).
 The checks run as fresh processes with absolute interpreters (``/bin/bash --noprofile
 --norc``, ``python3 -I``: no startup files, no user site directory), the check code as a
 ``-c`` argument (no file the agent could replace), ``PATH`` fixed to the system
 directories, ``BASH_ENV`` / ``ENV`` / ``LD_*`` empty, and neither a user site directory
 (``PYTHONNOUSERSITE``) nor a user or system git configuration (``GIT_CONFIG_GLOBAL``,
 ``GIT_CONFIG_NOSYSTEM``) for the programs they start (:data:`CHECK_ENV`: ``/root`` is the
-agent's). The checks still read the machine state the agent left, as in AgentBench —
+agent's). A repository's own ``.git/config`` (and what it includes) cannot steer a check's
+git: the output settings and the programs git would run (hooks, fsmonitor, pager…) are
+overridden on git's command-line scope (:data:`GIT_OVERRIDES`), and replacement objects
+and notes are off. Programs that no override can name in advance (drivers that attributes
+select: ``filter.*``, ``diff.*.textconv``, ``diff.external``, ``merge.*.driver``; and
+``includeIf``), a ``core.worktree`` that points a repository at another directory, and
+index entries hidden from ``status`` (assume-unchanged, skip-worktree) refuse grading when
+a check runs git and any repository on the sandbox's filesystem has one
+(:data:`GIT_PROGRAM_KEYS`). The checks still read the machine state the agent left, as in AgentBench —
 except the example's expected answer, fixed before the agent ran.
 """
 
@@ -85,6 +97,9 @@ from clawrl.sandbox import (
 
 __all__ = [
     "CHECK_ENV",
+    "COMMAND_DIRS",
+    "GIT_OVERRIDES",
+    "GIT_PROGRAM_KEYS",
     "PROTECTED_PATHS",
     "SetupResult",
     "agent_answer",
@@ -92,6 +107,7 @@ __all__ = [
     "is_agentbench_file",
     "load_agentbench_os",
     "needs_expected",
+    "new_commands",
     "run_setup",
     "tampered_paths",
 ]
@@ -118,6 +134,68 @@ PROTECTED_PATHS: tuple[str, ...] = (
     "/etc/alternatives", "/etc/python*", "/etc/perl", "/etc/gitconfig", "/etc/pam.d",
     "/etc/security", "/etc/nsswitch.conf",
 )  # fmt: skip
+#: Git settings every check's git runs with, whatever the repository's own ``.git/config``
+#: (or a file it includes) says: command-line scope (``GIT_CONFIG_COUNT``) wins over every
+#: file. The output of ``log``/``show``/``status``/``diff`` as git's defaults print it, and
+#: no program of the repository's run (hooks, fsmonitor, pager, editor, signature tools).
+GIT_OVERRIDES: tuple[tuple[str, str], ...] = (
+    ("format.pretty", "medium"),
+    ("log.abbrevCommit", "false"),
+    ("log.date", "default"),
+    ("log.decorate", "no"),
+    ("log.follow", "false"),
+    ("log.showRoot", "true"),
+    ("log.showSignature", "false"),
+    ("i18n.logOutputEncoding", "UTF-8"),
+    ("color.ui", "never"),
+    ("status.short", "false"),
+    ("status.branch", "false"),
+    ("status.showUntrackedFiles", "normal"),
+    ("status.relativePaths", "true"),
+    ("diff.noprefix", "false"),
+    ("diff.mnemonicPrefix", "false"),
+    ("diff.relative", "false"),
+    ("diff.context", "3"),
+    ("diff.interHunkContext", "0"),
+    ("diff.algorithm", "myers"),
+    ("diff.renames", "true"),
+    ("diff.suppressBlankEmpty", "false"),
+    ("diff.ignoreSubmodules", "none"),
+    ("status.displayCommentPrefix", "false"),
+    ("status.renames", "true"),
+    ("grep.patternType", "basic"),
+    ("grep.lineNumber", "false"),
+    ("grep.column", "false"),
+    ("grep.fullName", "false"),
+    ("core.quotePath", "true"),
+    ("core.abbrev", "auto"),
+    ("core.excludesFile", "/dev/null"),
+    ("core.attributesFile", "/dev/null"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("core.untrackedCache", "false"),
+    ("core.pager", "cat"),
+    ("core.editor", "true"),
+    ("core.sshCommand", "ssh"),
+    ("core.askPass", ""),
+    ("credential.helper", ""),
+    ("gpg.program", "gpg"),
+    ("gpg.ssh.program", "ssh-keygen"),
+    ("gpg.x509.program", "gpgsm"),
+)
+_GIT_ENV: dict[str, str] = {
+    "GIT_CONFIG_COUNT": str(len(GIT_OVERRIDES)),
+    **{f"GIT_CONFIG_KEY_{i}": k for i, (k, _) in enumerate(GIT_OVERRIDES)},
+    **{f"GIT_CONFIG_VALUE_{i}": v for i, (_, v) in enumerate(GIT_OVERRIDES)},
+    "GIT_CONFIG_PARAMETERS": "",
+    "GIT_NO_REPLACE_OBJECTS": "1",
+    "GIT_NOTES_REF": "refs/notes/clawrl-none",
+    "GIT_PAGER": "cat",
+    "GIT_EDITOR": "true",
+    "GIT_SEQUENCE_EDITOR": "true",
+}
+#: Where a new command is no tampering unless it shadows one (:func:`new_commands`).
+COMMAND_DIRS: tuple[str, ...] = ("/usr/local/bin", "/usr/local/sbin")
 #: The environment of every check, of the example and of the start script (on top of the
 #: image's): system PATH, no startup files, nothing read from the agent's home
 #: (``/root``, writable and a tmpfs, so not seen by the tampering check) by the programs a
@@ -134,6 +212,7 @@ CHECK_ENV: dict[str, str] = {
     "PYTHONNOUSERSITE": "1",
     "GIT_CONFIG_GLOBAL": "/dev/null",
     "GIT_CONFIG_NOSYSTEM": "1",
+    **_GIT_ENV,
 }
 
 
@@ -212,14 +291,15 @@ def _environment(image: str, init: list[Script]) -> dict[str, str]:
 
 
 def _oracle_script(grader: AnswerGrader) -> str | None:
-    """solve.sh: the example's output (or the expected match) into the answer file."""
+    """solve.sh: the stated ``match`` answer, else the example's output, into the answer
+    file (AgentBench grades a ``match`` without its example)."""
     write = f"mkdir -p {shlex.quote(str(Path(ANSWER_PATH).parent))}\n"
+    if grader.match_answer is not None:
+        return f"{write}printf '%s' {shlex.quote(grader.match_answer)} > {ANSWER_PATH}\n"
     if grader.example is not None:
         run = "bash" if grader.example.language == "bash" else "python3"
         ext = "sh" if grader.example.language == "bash" else "py"
         return f"{write}{run} {SOLUTION_MOUNT}/example.{ext} > {ANSWER_PATH}\n"
-    if grader.match_answer is not None:
-        return f"{write}printf '%s' {shlex.quote(grader.match_answer)} > {ANSWER_PATH}\n"
     return None
 
 
@@ -229,7 +309,9 @@ def _entry_task(entry: Any, index: int, path: Path, script_dir: Path) -> Task:
         raise ValueError(f"{where}: an entry needs a `description` string")
     create = entry.get("create") or {}
     if not isinstance(create, dict):
-        raise ValueError(f"{where}: `create` must be an object")
+        # AgentBench looks its keys up with `in`: a list or a string names no image and no
+        # init script (a published entry has a `check` list there)
+        create = {}
     raw_init = create.get("init") or []
     init = [
         _script(s, script_dir, f"{where} init")
@@ -241,7 +323,7 @@ def _entry_task(entry: Any, index: int, path: Path, script_dir: Path) -> Task:
     oracle = _oracle_script(grader)
     if oracle is not None:
         files["solution/solve.sh"] = "#!/bin/bash\n" + oracle
-        if grader.example is not None:
+        if grader.example is not None and grader.match_answer is None:
             ext = "sh" if grader.example.language == "bash" else "py"
             files[f"solution/example.{ext}"] = grader.example.code
     staged = _stage(files)
@@ -464,13 +546,61 @@ def tampered_paths(changes: list[tuple[str, str]]) -> list[str]:
     return [f"{kind} {path}" for kind, path in changes if protected(path)]
 
 
+def new_commands(
+    changes: list[tuple[str, str]],
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """``(commands, rest)``: the ``(kind, path)`` root changes split into the commands added
+    to :data:`COMMAND_DIRS` (a task may ask for one: "make a ``calc`` command") and every
+    other change, less the directories above those commands (changed by adding them)."""
+    added = [
+        path
+        for kind, path in changes
+        if kind == "A" and str(PurePosixPath(path).parent) in COMMAND_DIRS
+    ]
+    above = {str(q) for path in added for q in PurePosixPath(path).parents}
+    rest = [
+        (kind, path)
+        for kind, path in changes
+        if path not in added and not (kind == "C" and path in above)
+    ]
+    return added, rest
+
+
+async def _shadowed(sb: Sandbox, commands: list[str]) -> list[str]:
+    """The ``commands`` (new files in :data:`COMMAND_DIRS`) whose name is also a file of
+    another directory of the checks' ``PATH``: the command a check would have run.
+
+    Raises:
+        SandboxError: the sandbox could not tell.
+    """
+    others = [
+        f"{d}/{PurePosixPath(c).name}"
+        for c in commands
+        for d in CHECK_ENV["PATH"].split(":")
+        if d != str(PurePosixPath(c).parent)
+    ]
+    others = [p for p in others if p not in commands]
+    script = 'for p in "$@"; do if [ -e "$p" ] || [ -L "$p" ]; then printf "%s\\n" "$p"; fi; done'
+    res = await sb.exec(["/bin/sh", "-c", script, "sh", *others], timeout=30, env=CHECK_ENV)
+    if not res.ok:
+        raise SandboxError(f"cannot look up commands: {_tail(res)}")
+    found = {PurePosixPath(p).name for p in res.stdout.decode("utf-8", "replace").split()}
+    return [c for c in commands if PurePosixPath(c).name in found]
+
+
 async def _tampering(sb: Sandbox) -> VerifierResult | None:
     """The refusal to grade ``sb`` when the agent changed what checks execute (``None``
-    when it did not, or could not: a read-only root)."""
+    when it did not, or could not: a read-only root). A new command in
+    :data:`COMMAND_DIRS` is such a change only when it shadows a command of the checks'
+    ``PATH`` (looked up once nothing else protected changed: the sandbox's tools are the
+    image's then)."""
     if sb.spec.read_only_root:
         return None
     try:
-        bad = tampered_paths((await root_changes(sb)).all())
+        commands, rest = new_commands((await root_changes(sb)).all())
+        bad = tampered_paths(rest)
+        if not bad and commands:
+            bad = [f"A {c} (shadows a command)" for c in await _shadowed(sb, commands)]
     except SandboxError as exc:
         return VerifierResult(
             reward=0.0, status=VerifierStatus.ERROR, reason=f"tampering check failed: {exc}"
@@ -482,6 +612,76 @@ async def _tampering(sb: Sandbox) -> VerifierResult | None:
         reward=0.0,
         status=VerifierStatus.ERROR,
         reason=f"tampering: the agent changed what the checks run ({shown}); not graded",
+    )
+
+
+#: Keys of a repository's configuration (and of the files it includes) that name programs
+#: git runs and no override can name in advance (drivers chosen by attributes), or files
+#: included on conditions the scan cannot evaluate: a repository that sets one is not graded.
+GIT_PROGRAM_KEYS = re.compile(
+    r"^(filter\..*|diff\.external|diff\..*\.(textconv|command)|merge\..*\.driver"
+    r"|core\.gitproxy|includeif\..*)$",
+    re.IGNORECASE,
+)
+# Every git directory (a directory holding HEAD, objects/ and config: a `.git`, a bare
+# repository, a linked worktree's) and the keys of its configuration files, as
+# "<dir>\t<key>" lines.
+_GIT_KEYS = r"""
+find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o -type f -name HEAD -print 2>/dev/null |
+while IFS= read -r head; do
+  d=${head%/HEAD}
+  [ -d "$d/objects" ] && [ -f "$d/config" ] || continue
+  for f in "$d"/config "$d"/config.worktree "$d"/worktrees/*/config.worktree; do
+    [ -f "$f" ] || continue
+    git config --file "$f" --includes --name-only --list 2>/dev/null | sed "s|^|$d	|"
+  done
+  if [ -f "$d/index" ] && git --git-dir="$d" ls-files -v 2>/dev/null | grep -q '^[a-zS]'; then
+    printf '%s	index.hidden\n' "$d"
+  fi
+done
+"""
+
+
+def _git_refused(gitdir: str, key: str) -> bool:
+    """Whether the configuration ``key`` (or ``index.hidden``: index entries marked
+    assume-unchanged or skip-worktree, which ``status`` and ``diff`` then do not look at)
+    of the git directory ``gitdir`` refuses grading. ``core.worktree`` (the repository
+    compares another directory) is a submodule's own only under ``.git/modules``."""
+    if key == "index.hidden" or GIT_PROGRAM_KEYS.match(key):
+        return True
+    return key.lower() == "core.worktree" and "/modules/" not in gitdir
+
+
+async def _git_programs(task: Task, sb: Sandbox) -> VerifierResult | None:
+    """The refusal to grade when a check runs git and a repository's configuration names
+    a program for it (:data:`GIT_PROGRAM_KEYS`), redirects its work tree, or its index
+    hides files from ``status`` (:func:`_git_refused`); ``None`` otherwise."""
+    g = task.grader
+    if g is None or not any(c is not None and "git" in c.code for c in g.check):
+        return None
+    res = await sb.exec(
+        ["/bin/bash", "--noprofile", "--norc", "-c", _GIT_KEYS],
+        timeout=_SCRIPT_TIMEOUT_S,
+        env=CHECK_ENV,
+    )
+    if not res.ok:
+        return VerifierResult(
+            reward=0.0, status=VerifierStatus.ERROR, reason=f"git check failed: {_tail(res)}"
+        )
+    bad = sorted(
+        {
+            line
+            for line in res.stdout.decode("utf-8", "backslashreplace").splitlines()
+            if _git_refused(*line.rpartition("\t")[::2])
+        }
+    )
+    if not bad:
+        return None
+    shown = ", ".join(b.replace("\t", ": ") for b in bad[:8])
+    return VerifierResult(
+        reward=0.0,
+        status=VerifierStatus.ERROR,
+        reason=f"tampering: a repository steers the checks' git ({shown}); not graded",
     )
 
 
@@ -510,6 +710,13 @@ async def grade_in_sandbox(
             reason="no expected answer: the example must run before the agent (run_setup)",
         )
     refused = await _tampering(sb)
+    if refused is None:
+        try:
+            refused = await _git_programs(task, sb)
+        except SandboxError as exc:
+            return VerifierResult(
+                reward=0.0, status=VerifierStatus.INFRA_ERROR, reason=f"git check: {exc}"
+            )
     if refused is not None:
         return refused
     if g.match_answer is not None or g.match_regex is not None:

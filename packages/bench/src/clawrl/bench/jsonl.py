@@ -1,5 +1,6 @@
 """Reading JSON-lines files (one JSON object per line): bench's run records, ise-synth's
-intents and trajectories, rl-core's SFT data."""
+intents and trajectories, rl-core's SFT data; and writing JSON that no file name can
+crash (:func:`json_bytes`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,25 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from clawrl.sandbox import printable_strings
 
-__all__ = ["iter_json_objects"]
+__all__ = ["iter_json_objects", "json_bytes"]
+
+
+def json_bytes(value: Any, *, indent: bool = False) -> bytes:
+    """``value`` as JSON (orjson; ``indent``: two spaces). A string that is not valid
+    UTF-8 — a file name from a sandbox, carried by a path or a message — is written as
+    :func:`clawrl.sandbox.printable_name` shows it (``\\xNN`` for its bytes), never an
+    error: no writer of results or logs is crashed by a name.
+
+    Raises:
+        TypeError: ``value`` holds something that is not JSON (orjson's error).
+    """
+    option = orjson.OPT_INDENT_2 if indent else 0
+    try:
+        return orjson.dumps(value, option=option)
+    except orjson.JSONEncodeError:
+        return orjson.dumps(printable_strings(value), option=option)
 
 
 def iter_json_objects(

@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
+from clawrl.bench.jsonl import json_bytes
 from clawrl.bench.metrics import AggregateReport, aggregate
 from clawrl.bench.runner import RolloutResult, RolloutStatus
+from clawrl.sandbox import printable_name
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 __all__ = [
@@ -166,12 +167,12 @@ def write_results(
         "rollouts": [r.model_dump(mode="json") for r in results],
     }
     paths = {"results": out / "results.json", "config": out / "config.json"}
-    paths["results"].write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    paths["config"].write_bytes(orjson.dumps(config, option=orjson.OPT_INDENT_2))
+    paths["results"].write_bytes(json_bytes(doc, indent=True))
+    paths["config"].write_bytes(json_bytes(config, indent=True))
     if html:
         paths["report"] = out / "report.html"
         paths["report"].write_text(
-            render_html(results, summary, config=config, meta=meta, decode=decode),
+            printable_name(render_html(results, summary, config=config, meta=meta, decode=decode)),
             encoding="utf-8",
         )
     return paths

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
+from clawrl.sandbox import printable_name
 from pydantic import BaseModel, ConfigDict
 
 __all__ = ["FileChange", "workspace_diff"]
@@ -17,7 +18,8 @@ class FileChange(BaseModel):
     """One path that differs between the initial and the final workspace.
 
     Attributes:
-        path: POSIX path relative to the workspace root.
+        path: POSIX path relative to the workspace root, as printable UTF-8: the bytes of a
+            name that are not UTF-8 written ``\\xNN`` (:func:`clawrl.sandbox.printable_name`).
         change: ``added`` | ``changed`` | ``removed``.
         kind: ``file`` | ``symlink`` | ``dir`` (empty directories only) | ``other``.
         size_before / size_after: bytes (``None`` where the path does not exist).
@@ -110,6 +112,7 @@ def workspace_diff(
         size_before = old[1].lstat().st_size if old and old[0] == "file" else None
         size_after = new[1].lstat().st_size if new and new[0] == "file" else None
         diff: str | None = None
+        name = printable_name(rel)
         both_files = all(e is None or e[0] == "file" for e in (old, new))
         if kind == "file" and both_files:
             lines_a = _text(old[1] if old else None, max_diff_bytes)
@@ -119,13 +122,13 @@ def workspace_diff(
                     difflib.unified_diff(
                         lines_a,
                         lines_b,
-                        fromfile="/dev/null" if old is None else f"a/{rel}",
-                        tofile="/dev/null" if new is None else f"b/{rel}",
+                        fromfile="/dev/null" if old is None else f"a/{name}",
+                        tofile="/dev/null" if new is None else f"b/{name}",
                     )
                 )
         changes.append(
             FileChange(
-                path=rel,
+                path=name,
                 change=change,
                 kind=kind,  # type: ignore[arg-type]
                 size_before=size_before,

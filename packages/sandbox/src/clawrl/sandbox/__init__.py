@@ -14,6 +14,8 @@ Public API (see the package README for a runnable example):
 * :func:`gc`, :func:`list_containers` — the reaper of dead runs' containers;
 * :func:`owned_tempdir`, :func:`gc_tempdirs` — host temporary directories that name their
   process, and their reaper (for what ``kill -9`` leaves);
+* :func:`printable_name`, :func:`printable_strings` — a name from a sandbox (any bytes) as
+  lossless, printable UTF-8, for every writer of results and logs;
 * :func:`build_image` — a hermetic Debian image (debootstrap + ``podman import``);
 * :class:`SyncSandbox` — a thin synchronous wrapper;
 * the exception hierarchy rooted at :class:`SandboxError`.
@@ -30,6 +32,7 @@ from .errors import *  # noqa: F403
 from .hostfs import CopyLimits, CopyStats
 from .hosts import HostHealth, SandboxHost, SandboxHosts
 from .image import DEFAULT_IMAGE_PACKAGES, build_image, image_tag
+from .names import printable_name, printable_strings
 from .podman import Podman
 from .pool import *  # noqa: F403
 from .reaper import (
@@ -86,6 +89,8 @@ __all__ = [
     "list_containers",
     "owned_tempdir",
     "parse_size",
+    "printable_name",
+    "printable_strings",
     *_errors.__all__,
     *_pool.__all__,
     *_sessions.__all__,

@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
-from clawrl.bench import RolloutResult
+from clawrl.bench import RolloutResult, json_bytes
 from clawrl.rl_core.packing import TreeBatch
 from clawrl.rl_core.step import OldPass, PreparedRL
 from clawrl.rl_core.train.trees import BuiltTrees
@@ -90,5 +89,5 @@ def write_step_rollouts(
             row.update(step=step, trained=x.rollout_id in built.groups)
             row["advantage"] = _rollout_advantage(mine)
             row["tokens"] = mine or {}
-            f.write(orjson.dumps(row) + b"\n")
+            f.write(json_bytes(row) + b"\n")
     return path

@@ -29,8 +29,6 @@ import pytest
 from clawrl.proxy import AdminClient
 from clawrl.sandbox import Limits, Sandbox, SandboxSpec
 
-pytestmark = [pytest.mark.podman, pytest.mark.slow]
-
 FLOOD_PER_SANDBOX = 450
 HOLD_S = 12.0
 
@@ -152,6 +150,8 @@ def _timed_call(proxy: ProxyProcess, session: Any) -> float:
     return time.monotonic() - t0
 
 
+@pytest.mark.podman
+@pytest.mark.slow
 def test_flooding_sandboxes_cannot_starve_another_session(proxy: ProxyProcess) -> None:
     """Revert: ``raise_nofile_limit`` and the ``ConnectionGuard`` protocol in
     ``ProxyServer.serve`` -> the proxy sits at 1,024 open files, the other session's calls
@@ -242,5 +242,34 @@ def test_a_slow_head_and_a_slow_body_are_closed_and_logged() -> None:
         log = p.log.read_text()
         assert "limit reached: head_timeout" in log, log
         assert "limit reached: body_timeout" in log, log
+    finally:
+        p.stop()
+
+
+def test_a_session_holding_calls_open_gets_429_and_others_are_served() -> None:
+    """Revert: ``ProxyApp._enter`` (the per-session cap) -> the third call of the session is
+    served (held calls are unbounded), nothing is logged."""
+    p = ProxyProcess(["--max-calls-per-session", "2"])
+    try:
+        s, other = p.session(), p.session()
+        held = []
+        for _ in range(2):
+            c = socket.socket(socket.AF_UNIX)
+            c.connect(p.socket)
+            c.sendall(
+                b"POST /s/%s/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                b"Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n{" % (s.session_id.encode(), s.api_key.encode())
+            )
+            held.append(c)
+        time.sleep(0.3)
+        with pytest.raises(openai.RateLimitError):
+            _timed_call(p, s)
+        assert _timed_call(p, other) < 5
+        for c in held:
+            c.close()
+        time.sleep(0.3)
+        assert _timed_call(p, s) < 5  # released when the held calls end
+        assert "limit reached: calls_per_session" in p.log.read_text()
     finally:
         p.stop()

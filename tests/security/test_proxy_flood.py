@@ -239,6 +239,17 @@ def test_a_slow_head_and_a_slow_body_are_closed_and_logged() -> None:
             assert not data.startswith(b"HTTP/1.1 200"), data
             c.close()
         assert time.monotonic() - t0 < 5
+        # endless headers, sent as fast as possible: cut off at the head size limit
+        big = socket.socket(socket.AF_UNIX)
+        big.connect(p.socket)
+        big.settimeout(5)
+        big.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        sent, line = 0, b"X-Pad: " + b"a" * 1000 + b"\r\n"
+        with pytest.raises(OSError):  # reset by the proxy, long before 64 MiB
+            while sent < 64 << 20:
+                big.sendall(line * 64)
+                sent += len(line) * 64
+        big.close()
         log = p.log.read_text()
         assert "limit reached: head_timeout" in log, log
         assert "limit reached: body_timeout" in log, log

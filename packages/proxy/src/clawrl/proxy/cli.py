@@ -268,6 +268,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workers < 1:
         print("proxy serve: --workers must be >= 1", file=sys.stderr)
         return 2
+    for flag, value in (
+        ("--max-connections-per-sandbox", args.max_connections_per_sandbox),
+        ("--max-calls-per-session", args.max_calls_per_session),
+        ("--head-timeout", args.head_timeout),
+        ("--body-timeout", args.body_timeout),
+    ):
+        if not value >= 0:
+            print(f"proxy serve: {flag} must be >= 0 (0: no limit), got {value}", file=sys.stderr)
+            return 2
     model_dir = _model_dir(args)
     renderer = ChatRenderer.from_model_dir(model_dir)
     cleanup: list[Callable[[], None]] = []

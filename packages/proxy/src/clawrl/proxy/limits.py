@@ -35,6 +35,10 @@ __all__ = ["ConnectionGuard", "LimitLog", "raise_nofile_limit"]
 
 log = logging.getLogger("clawrl.proxy")
 
+#: bytes a connection may send while its request head is incomplete (httptools has no limit
+#: of its own; h11's is uvicorn's 16 KiB)
+MAX_HEAD_BYTES = 1 << 20
+
 #: a limit reached by the same peer is logged at most once per this many seconds
 LOG_EVERY_S = 10.0
 
@@ -138,96 +142,164 @@ class ConnectionGuard:
     open_by_peer: dict[str, int] = field(default_factory=dict)
     _own_ns: str | None = field(default_factory=_own_pid_ns)
 
-    def protocol_class(self) -> type[H11Protocol]:
-        """uvicorn's h11 protocol with these limits (``uvicorn.Config(http=...)``)."""
+    def protocol_class(self) -> type[asyncio.Protocol]:
+        """uvicorn's HTTP protocol with these limits (``uvicorn.Config(http=...)``): the
+        httptools one where httptools is installed (as uvicorn's ``auto``), else h11's."""
+        try:
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+        except ImportError:
+            return self._h11_class()
+        return self._httptools_class(HttpToolsProtocol)
+
+    # -- shared by both protocols ------------------------------------------------------------
+
+    def _connect(self, transport: asyncio.BaseTransport) -> tuple[bool, str | None]:
+        """Count a new connection; ``(False, _)`` when its peer is over the cap (closed)."""
+        peer = peer_key(transport, self._own_ns)
+        if peer == _HOST or self.max_connections_per_peer <= 0:
+            return True, None
+        n = self.open_by_peer.get(peer, 0)
+        if n >= self.max_connections_per_peer:
+            self.events.hit(
+                "connections_per_peer",
+                peer,
+                f"{peer} holds {n} connections (max_connections_per_peer="
+                f"{self.max_connections_per_peer}); a new one is closed",
+            )
+            transport.abort()  # type: ignore[attr-defined]
+            return False, None
+        self.open_by_peer[peer] = n + 1
+        return True, peer
+
+    def _lost(self, peer: str | None) -> None:
+        if peer is not None:
+            n = self.open_by_peer.get(peer, 1) - 1
+            if n > 0:
+                self.open_by_peer[peer] = n
+            else:
+                self.open_by_peer.pop(peer, None)
+
+    def _timer(self, proto: Any, phase: str | None) -> None:
+        """Set ``proto``'s deadline for ``phase`` (``"head"``, ``"body"``; None: none). A
+        phase already running keeps its deadline: trickling bytes do not extend it."""
+        if phase is not None and proto._phase == phase and proto._deadline is not None:
+            return
+        if proto._deadline is not None:
+            proto._deadline.cancel()
+            proto._deadline = None
+        proto._phase = phase
+        limit = {"head": self.head_timeout_s, "body": self.body_timeout_s}.get(phase or "", 0)
+        if phase is None or limit <= 0 or proto.transport.is_closing():
+            return
+        proto._deadline = proto.loop.call_later(limit, self._expire, proto, phase, limit)
+
+    def _expire(self, proto: Any, phase: str, limit: float) -> None:
+        proto._deadline = None
+        if proto.transport.is_closing():
+            return
+        peer = proto._peer or _HOST
+        self.events.hit(
+            f"{phase}_timeout",
+            peer,
+            f"a request {phase} from {peer} was not complete after {limit:g} s "
+            f"({phase}_timeout_s); its connection is closed",
+        )
+        proto.transport.abort()
+
+    def _httptools_class(self, base: type[Any]) -> type[asyncio.Protocol]:
+        guard = self
+
+        class GuardedHttpTools(base):
+            _peer: str | None = None
+            _phase: str | None = None
+            _deadline: asyncio.TimerHandle | None = None
+
+            def connection_made(self, transport: asyncio.Transport) -> None:
+                super().connection_made(transport)
+                ok, self._peer = guard._connect(transport)
+                if ok:
+                    guard._timer(self, "head")
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                guard._timer(self, None)
+                guard._lost(self._peer)
+                self._peer = None
+                super().connection_lost(exc)
+
+            _head_bytes = 0
+
+            def data_received(self, data: bytes) -> None:
+                # httptools itself bounds no head size: count what arrives while in a head
+                if self._phase == "head":
+                    self._head_bytes += len(data)
+                    if self._head_bytes > MAX_HEAD_BYTES:
+                        peer = self._peer or _HOST
+                        guard.events.hit(
+                            "head_size",
+                            peer,
+                            f"a request head from {peer} exceeds {MAX_HEAD_BYTES} bytes; "
+                            "its connection is closed",
+                        )
+                        self.transport.abort()
+                        return
+                super().data_received(data)
+
+            def on_message_begin(self) -> None:
+                super().on_message_begin()
+                guard._timer(self, "head")
+
+            def on_headers_complete(self) -> None:
+                super().on_headers_complete()
+                self._head_bytes = 0
+                guard._timer(self, "body")
+
+            def on_message_complete(self) -> None:
+                super().on_message_complete()
+                guard._timer(self, None)
+
+        return GuardedHttpTools
+
+    def _h11_class(self) -> type[asyncio.Protocol]:
         guard = self
 
         class GuardedH11(H11Protocol):
             _peer: str | None = None
-            _timer: asyncio.TimerHandle | None = None
-            _timer_state: Any = None
+            _phase: str | None = None
+            _deadline: asyncio.TimerHandle | None = None
 
             def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
                 super().connection_made(transport)
-                peer = peer_key(transport, guard._own_ns)
-                if peer != _HOST and guard.max_connections_per_peer > 0:
-                    n = guard.open_by_peer.get(peer, 0)
-                    if n >= guard.max_connections_per_peer:
-                        guard.events.hit(
-                            "connections_per_peer",
-                            peer,
-                            f"{peer} holds {n} connections (max_connections_per_peer="
-                            f"{guard.max_connections_per_peer}); a new one is closed",
-                        )
-                        transport.abort()
-                        return
-                    guard.open_by_peer[peer] = n + 1
-                    self._peer = peer
-                self._arm(initial=True)
+                ok, self._peer = guard._connect(transport)
+                if ok:
+                    guard._timer(self, "head")
 
             def connection_lost(self, exc: Exception | None) -> None:
-                self._disarm()
-                peer, self._peer = self._peer, None
-                if peer is not None:
-                    n = guard.open_by_peer.get(peer, 1) - 1
-                    if n > 0:
-                        guard.open_by_peer[peer] = n
-                    else:
-                        guard.open_by_peer.pop(peer, None)
+                guard._timer(self, None)
+                guard._lost(self._peer)
+                self._peer = None
                 super().connection_lost(exc)
 
             def data_received(self, data: bytes) -> None:
                 super().data_received(data)
-                self._arm()
+                self._track()
 
             def on_response_complete(self) -> None:
                 super().on_response_complete()
-                self._arm()
+                self._track()
 
-            # -- timers: a head or body in progress must complete in time ----------------
-
-            def _arm(self, initial: bool = False) -> None:
-                """(Re)arm the timer for the phase the client is in: sending a head (a fresh
-                connection, or part of a head buffered) or a body (SEND_BODY). An idle
-                keep-alive connection is left to uvicorn's own keep-alive timeout."""
-                if self.transport.is_closing():
-                    self._disarm()
-                    return
+            def _track(self) -> None:
+                """The phase from h11's state: a head while part of one is buffered, a body
+                in SEND_BODY; an idle keep-alive connection is left to uvicorn's own
+                keep-alive timeout."""
                 state = self.conn.their_state
                 if state is h11.IDLE:
-                    if not (initial or self.conn.trailing_data[0]):
-                        self._disarm()
-                        return
-                    phase, limit = "head", guard.head_timeout_s
+                    if self.conn.trailing_data[0]:
+                        guard._timer(self, "head")
+                    elif self._phase != "head" or self.cycle is not None:
+                        guard._timer(self, None)
                 elif state is h11.SEND_BODY:
-                    phase, limit = "body", guard.body_timeout_s
+                    guard._timer(self, "body")
                 else:
-                    self._disarm()
-                    return
-                if limit <= 0:
-                    return
-                if self._timer is not None and self._timer_state == (phase, id(self.cycle)):
-                    return  # this phase's deadline is already set
-                self._disarm()
-                self._timer_state = (phase, id(self.cycle))
-                self._timer = self.loop.call_later(limit, self._expire, phase, limit)
-
-            def _disarm(self) -> None:
-                if self._timer is not None:
-                    self._timer.cancel()
-                    self._timer = None
-
-            def _expire(self, phase: str, limit: float) -> None:
-                self._timer = None
-                if self.transport.is_closing():
-                    return
-                peer = self._peer or _HOST
-                guard.events.hit(
-                    f"{phase}_timeout",
-                    peer,
-                    f"a request {phase} from {peer} was not complete after {limit:g} s "
-                    f"({phase}_timeout_s); its connection is closed",
-                )
-                self.transport.abort()
+                    guard._timer(self, None)
 
         return GuardedH11

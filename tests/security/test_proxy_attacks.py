@@ -269,6 +269,81 @@ def test_nesting_at_the_limit_is_served(live: Live) -> None:
     assert r.status_code == 200, r.text[:300]
 
 
+@pytest.mark.parametrize("depth", [129, 500, 900, 1200])
+def test_deep_tool_call_arguments_in_a_string_get_a_typed_400(live: Live, depth: int) -> None:
+    """Tool-call arguments echoed in history as a JSON *string* nested ``depth`` levels (the
+    body itself is shallow), through the official SDKs of all three APIs.
+
+    Revert: the depth check in ``validation.tool_call_arguments`` (and the RecursionError
+    backstop in ``ProxyCore.build_prompt``) -> 500 from a RecursionError in the renderer for
+    500 and 900 levels; 129 levels were served."""
+    s = live.session()
+    obj = '{"a": ' * depth + "1" + "}" * depth
+    arr = "[" * depth + "1" + "]" * depth
+    oc = live.openai(s)
+    for args in (obj, arr):
+        with pytest.raises(openai.BadRequestError) as chat_err:
+            oc.chat.completions.create(
+                model="m",
+                max_tokens=4,
+                messages=[
+                    {"role": "user", "content": "hi"},
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "id": "1",
+                                "type": "function",
+                                "function": {"name": "f", "arguments": args},
+                            }
+                        ],
+                    },
+                    {"role": "tool", "content": "r", "tool_call_id": "1"},
+                ],
+            )
+        assert "deeper than 128" in str(chat_err.value), chat_err.value
+        with pytest.raises(openai.BadRequestError) as resp_err:
+            oc.responses.create(
+                model="m",
+                max_output_tokens=16,
+                input=[
+                    {"role": "user", "content": "hi"},
+                    {"type": "function_call", "call_id": "1", "name": "f", "arguments": args},
+                    {"type": "function_call_output", "call_id": "1", "output": "r"},
+                ],
+            )
+        assert "deeper than 128" in str(resp_err.value), resp_err.value
+    # Anthropic's tool_use input is an object, nested in the body itself (the SDK's json.dumps
+    # cannot serialise 1200 levels)
+    ac = live.anthropic(s)
+    deep_input = _nest(depth)
+    if depth <= 900:
+        with pytest.raises(anthropic.BadRequestError) as an_err:
+            ac.messages.create(
+                model="m",
+                max_tokens=4,
+                messages=[
+                    {"role": "user", "content": "hi"},
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {"type": "tool_use", "id": "1", "name": "f", "input": deep_input}
+                        ],
+                    },
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "1", "content": "r"}],
+                    },
+                ],
+            )
+        assert "deeper than 128" in str(an_err.value), an_err.value
+    # the session still serves a sane call afterwards
+    ok = oc.chat.completions.create(
+        model="m", max_tokens=4, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert ok.choices
+
+
 @pytest.mark.parametrize(
     ("api", "field", "value"),
     [

@@ -53,8 +53,10 @@ from clawrl.proxy.errors import (
     NotFoundError,
     ProxyError,
     ProxyRequestError,
+    TooManyRequestsError,
     UnsupportedParameterError,
 )
+from clawrl.proxy.limits import LimitLog
 from clawrl.proxy.session import Session
 from clawrl.proxy.validation import (
     opt_bool,
@@ -139,6 +141,8 @@ class ProxyApp:
         keepalive_s: a streamed call still generating after this many seconds gets its 200
             SSE headers and then an SSE comment every ``keepalive_s`` (see
             :class:`_PseudoStream`).
+        max_calls_per_session: calls of one session in flight at once (from the start of
+            its body to its answer); one more gets a typed 429, and is logged (0: no cap).
     """
 
     def __init__(
@@ -149,8 +153,12 @@ class ProxyApp:
         max_body_bytes: int = 32 << 20,
         admin_token: str | None = None,
         keepalive_s: float = 10.0,
+        max_calls_per_session: int = 32,
     ):
         self.core = core
+        self.max_calls_per_session = max_calls_per_session
+        self._in_flight: dict[str, int] = {}
+        self.limit_log = LimitLog()
         self.keepalive_s = keepalive_s
         self.public_base_url = public_base_url.rstrip("/")
         self.max_body_bytes = max_body_bytes
@@ -264,22 +272,63 @@ class ProxyApp:
         ``api.build_response`` (committed with the call's record) or its SSE events."""
         received = time.time()
         session = self._session(request)
-        req = parse_body(api.parse_request, await read_json(request, self.max_body_bytes))
-        decode = self.core.renderer.token_bytes
-        run = self.core.run_call(
-            session, req.call, received=received, disconnected=_disconnect_waiter(request)
-        )
-        if req.call.stream:
+        release = self._enter(session.session_id)
+        try:
+            req = parse_body(api.parse_request, await read_json(request, self.max_body_bytes))
+            decode = self.core.renderer.token_bytes
+            run = self.core.run_call(
+                session, req.call, received=received, disconnected=_disconnect_waiter(request)
+            )
+            if req.call.stream:
 
-            def events(outcome: CallOutcome) -> list[bytes]:
-                self.core.commit(session, outcome, api.build_response(outcome, req, decode))
-                return api.stream_events(outcome, req, decode)
+                def events(outcome: CallOutcome) -> list[bytes]:
+                    self.core.commit(session, outcome, api.build_response(outcome, req, decode))
+                    return api.stream_events(outcome, req, decode)
 
-            return _PseudoStream(asyncio.ensure_future(run), events, api, self.keepalive_s)
-        outcome = await run
-        response = api.build_response(outcome, req, decode)
-        self.core.commit(session, outcome, response)
-        return JSONResponse(response)
+                task = asyncio.ensure_future(run)
+                task.add_done_callback(lambda _, r=release: r())  # type: ignore[misc]
+                release = _noop  # the stream's task releases it when the call ends
+                return _PseudoStream(task, events, api, self.keepalive_s)
+            outcome = await run
+            response = api.build_response(outcome, req, decode)
+            self.core.commit(session, outcome, response)
+            return JSONResponse(response)
+        finally:
+            release()
+
+    def _enter(self, sid: str) -> Callable[[], None]:
+        """Count a call of session ``sid`` in flight; returns its release (call once).
+
+        Raises:
+            TooManyRequestsError: the session already has ``max_calls_per_session``.
+        """
+        n = self._in_flight.get(sid, 0)
+        cap = self.max_calls_per_session
+        if cap > 0 and n >= cap:
+            self.limit_log.hit(
+                "calls_per_session",
+                sid,
+                f"session {sid} has {n} calls in flight (max_calls_per_session={cap}); "
+                "another is refused with 429",
+            )
+            raise TooManyRequestsError(
+                f"this session already has {n} calls in flight (the limit is {cap})"
+            )
+        self._in_flight[sid] = n + 1
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            left = self._in_flight.get(sid, 1) - 1
+            if left > 0:
+                self._in_flight[sid] = left
+            else:
+                self._in_flight.pop(sid, None)
+
+        return release
 
     async def _count_tokens(self, request: Request) -> Response:
         session = self._session(request)
@@ -462,6 +511,10 @@ class ProxyApp:
                 raise ProxyRequestError(str(e)) from e
         ts = self.core.training_sampling
         return JSONResponse({"training_sampling": None if ts is None else ts.__dict__})
+
+
+def _noop() -> None:
+    pass
 
 
 def _disconnect_waiter(request: Request) -> Callable[[], Awaitable[None]]:

@@ -112,6 +112,30 @@ def _add_serve_parser(sub: Any) -> None:
         default=1,
         help="proxy worker processes behind the one address (sessions sticky to a worker)",
     )
+    s.add_argument(
+        "--max-connections-per-sandbox",
+        type=int,
+        default=64,
+        help="open connections one sandbox may hold on the model socket (0: no cap)",
+    )
+    s.add_argument(
+        "--max-calls-per-session",
+        type=int,
+        default=32,
+        help="calls of one session in flight; more get HTTP 429 (0: no cap)",
+    )
+    s.add_argument(
+        "--head-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a connection has to send a complete request head (0: none)",
+    )
+    s.add_argument(
+        "--body-timeout",
+        type=float,
+        default=60.0,
+        help="seconds from a request head to its complete body (0: none)",
+    )
     s.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     s.add_argument("--log-level", default="warning")
 
@@ -244,6 +268,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workers < 1:
         print("proxy serve: --workers must be >= 1", file=sys.stderr)
         return 2
+    for flag, value in (
+        ("--max-connections-per-sandbox", args.max_connections_per_sandbox),
+        ("--max-calls-per-session", args.max_calls_per_session),
+        ("--head-timeout", args.head_timeout),
+        ("--body-timeout", args.body_timeout),
+    ):
+        if not value >= 0:
+            print(f"proxy serve: {flag} must be >= 0 (0: no limit), got {value}", file=sys.stderr)
+            return 2
     from clawrl.proxy.extras import MissingExtraError
 
     try:
@@ -274,6 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             default_max_tokens=args.default_max_tokens,
             log_level=args.log_level,
             worker_index=args.worker_index,
+            max_connections_per_peer=args.max_connections_per_sandbox,
+            max_calls_per_session=args.max_calls_per_session,
+            head_timeout_s=args.head_timeout,
+            body_timeout_s=args.body_timeout,
         )
         server = ProxyServer(build_proxy_app(renderer, backend, config), config)
         print(

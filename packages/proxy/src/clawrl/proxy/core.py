@@ -140,7 +140,8 @@ class ProxyCore:
 
         Raises:
             ContextLengthExceededError: the prompt cannot fit in the context window.
-            ProxyRequestError: the template cannot render the conversation.
+            ProxyRequestError: the template cannot render the conversation, or it nests so
+                deeply that rendering would reach Python's recursion limit.
         """
         limit = self.backend.max_context
         cache = session.prompt_cache if session is not None else None
@@ -155,14 +156,22 @@ class ProxyCore:
                 "characters per token)",
                 param="messages",
             )
-        return build_prompt(
-            self.renderer,
-            call.messages,
-            call.tools,
-            session.memory if session else None,
-            max_tokens=limit - 1,
-            cache=cache,
-        )
+        try:
+            return build_prompt(
+                self.renderer,
+                call.messages,
+                call.tools,
+                session.memory if session else None,
+                max_tokens=limit - 1,
+                cache=cache,
+            )
+        except RecursionError as e:
+            # a backstop: the parsers bound every nesting the client controls (MAX_JSON_DEPTH)
+            raise ProxyRequestError(
+                "the conversation nests too deeply to be rendered",
+                param="messages",
+                code="json_too_deep",
+            ) from e
 
     def sampling_for(
         self, call: ChatCall, prompt_len: int

@@ -21,6 +21,7 @@ __all__ = [
     "ProxyRequestError",
     "SessionClosedError",
     "SessionNotFoundError",
+    "TooManyRequestsError",
     "UnsupportedParameterError",
     "anthropic_error_body",
     "openai_error_body",
@@ -117,6 +118,12 @@ class PayloadTooLargeError(
     code="request_too_large",
 ):
     """The request body exceeds the configured limit (HTTP 413)."""
+
+
+class TooManyRequestsError(
+    ProxyError, status=429, error_type="rate_limit_error", code="rate_limit_exceeded"
+):
+    """A session has more calls in flight than the proxy allows (HTTP 429)."""
 
 
 class BackendUnavailableError(

@@ -21,6 +21,7 @@ import uvicorn
 from clawrl.proxy.app import ProxyApp
 from clawrl.proxy.backends.base import InferenceBackend
 from clawrl.proxy.core import ProxyCore
+from clawrl.proxy.limits import ConnectionGuard, raise_nofile_limit
 from clawrl.proxy.render import ChatRenderer
 from clawrl.proxy.session import SessionManager
 
@@ -43,6 +44,14 @@ class ServerConfig:
     left in the context window only). ``worker_index``: set on a worker of ``proxy serve
     --workers N`` (its session ids end in ``-w<index>``, :mod:`clawrl.proxy.workers`). ``public_base_url`` defaults to the in-sandbox forwarder address
     ``http://127.0.0.1:8000`` when serving on a socket only, else ``http://<host>:<port>``.
+
+    Limits of the model app (``docs/limits.md``; 0 turns one off):
+    ``max_connections_per_peer``: open connections one sandbox may hold (its pid namespace,
+    forwarder included; host processes and TCP clients are not capped);
+    ``max_calls_per_session``: calls of one session in flight (more get a 429);
+    ``head_timeout_s`` / ``body_timeout_s``: a request head must arrive within this many
+    seconds of the connection opening or of its first byte, its body within this many seconds
+    of the head (slower connections are closed). Every limit reached is logged.
     """
 
     socket: str | None = None
@@ -60,6 +69,10 @@ class ServerConfig:
     log_level: str = "warning"
     default_max_tokens: int | None = None
     worker_index: int | None = None
+    max_connections_per_peer: int = 64
+    max_calls_per_session: int = 32
+    head_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
 
     def base_url(self) -> str:
         if self.public_base_url:
@@ -87,6 +100,7 @@ def build_proxy_app(
         max_body_bytes=config.max_body_bytes,
         admin_token=config.admin_token,
         keepalive_s=config.keepalive_s,
+        max_calls_per_session=config.max_calls_per_session,
     )
 
 
@@ -136,9 +150,17 @@ class ProxyServer:
         self.started = threading.Event()
         self._thread: threading.Thread | None = None
         self._thread_loop: asyncio.AbstractEventLoop | None = None
+        self.guard = ConnectionGuard(
+            max_connections_per_peer=config.max_connections_per_peer,
+            head_timeout_s=config.head_timeout_s,
+            body_timeout_s=config.body_timeout_s,
+        )
 
     async def serve(self) -> None:
         cfg = self.config
+        old, new = raise_nofile_limit()
+        if new != old:
+            log.info("open-file limit raised from %d to %d", old, new)
         model_socks: list[socket.socket] = []
         admin_socks: list[socket.socket] = []
         if cfg.socket:
@@ -162,7 +184,14 @@ class ProxyServer:
             "lifespan": "off",
         }
         self._servers = [
-            _Server(uvicorn.Config(self.app.model_app, timeout_keep_alive=75, **common)),
+            _Server(
+                uvicorn.Config(
+                    self.app.model_app,
+                    timeout_keep_alive=75,
+                    http=self.guard.protocol_class(),
+                    **common,
+                )
+            ),
             # keep-alive well above httpx's 5 s client expiry: with equal timeouts a pooled
             # connection is reused just as the server closes it (RemoteProtocolError)
             _Server(uvicorn.Config(self.app.admin_app, timeout_keep_alive=75, **common)),

@@ -230,8 +230,13 @@ def tool_call_arguments(v: Any, param: str) -> Any:
     string holding) an object, ``{}`` for None or an empty (blank) string — how JS harnesses
     echo a call without arguments — else the string as sent (rendered verbatim).
 
+    A string that parses to JSON nested deeper than :data:`MAX_JSON_DEPTH` levels is refused,
+    as a body that deep is: the renderer, the chat template and the recorder would recurse
+    through it.
+
     Raises:
-        ProxyRequestError: ``v`` is neither a dict, None nor a string.
+        ProxyRequestError: ``v`` is neither a dict, None nor a string; or its JSON nests
+            deeper than :data:`MAX_JSON_DEPTH` (code ``json_too_deep``).
     """
     if isinstance(v, dict):
         return v
@@ -242,6 +247,17 @@ def tool_call_arguments(v: Any, param: str) -> Any:
         return {}
     try:
         parsed = json.loads(s)
-    except (ValueError, RecursionError):
+    except RecursionError:
+        parsed = None
+        too_deep = True
+    except ValueError:
         return s
+    else:
+        too_deep = json_depth_exceeds(parsed)
+    if too_deep:
+        raise ProxyRequestError(
+            f"{param} holds JSON nested deeper than {MAX_JSON_DEPTH} levels",
+            param=param,
+            code="json_too_deep",
+        )
     return parsed if isinstance(parsed, dict) else s

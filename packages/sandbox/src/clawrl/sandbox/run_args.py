@@ -7,6 +7,7 @@ chosen from the spec (image, rootfs directory, or the shared host-``/usr`` skele
 from __future__ import annotations
 
 import resource
+from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import SandboxSpecError
@@ -43,8 +44,19 @@ def _under_tmpfs(path: str, home: str) -> bool:
     return any(p == t or p.startswith(t + "/") for t in (WORKSPACE, "/tmp", home, "/run", "/dev"))
 
 
-def run_args(spec: SandboxSpec, ident: RunIdentity, name: str) -> list[str]:
+def run_args(
+    spec: SandboxSpec,
+    ident: RunIdentity,
+    name: str,
+    *,
+    image_root: Path | None = None,
+    image_env: Mapping[str, str] | None = None,
+) -> list[str]:
     """argv (after ``podman``) that starts the sandbox container ``name`` for ``spec``.
+
+    ``image_root``: the mounted image (``podman image mount``) used as an overlaid
+    ``--rootfs`` instead of ``spec.image`` (a writable root, whose overlay must live on a
+    capped filesystem), with the image's own environment ``image_env``.
 
     Raises:
         SandboxSpecError: the model socket or the rootfs directory does not exist.
@@ -84,7 +96,14 @@ def run_args(spec: SandboxSpec, ident: RunIdentity, name: str) -> list[str]:
     profile = sandbox_seccomp_profile()
     if profile is not None:
         a += ["--security-opt", f"seccomp={profile}"]
-    env = {"PATH": PATH_ENV, "HOME": home, "LANG": "C.UTF-8", "TERM": "dumb", **spec.env}
+    env = {
+        **(image_env or {}),
+        "PATH": PATH_ENV,
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        **spec.env,
+    }
     for k, v in env.items():
         a += ["--env", f"{k}={v}"]
     for k, v in {**ident.labels(), **spec.labels}.items():
@@ -98,7 +117,8 @@ def run_args(spec: SandboxSpec, ident: RunIdentity, name: str) -> list[str]:
     for host, inside in spec.read_only_mounts.items():
         a += ["-v", f"{host}:{inside}:ro"]
     main = [*_MAIN, "infinity" if lim.wall_clock_s is None else f"{lim.wall_clock_s:g}"]
-    return [*a, *_root_args(spec, home), *main]
+    root = ["--rootfs", f"{image_root}:O"] if image_root is not None else _root_args(spec, home)
+    return [*a, *root, *main]
 
 
 def _root_args(spec: SandboxSpec, home: str) -> list[str]:

@@ -11,6 +11,7 @@ import asyncio
 import atexit
 import contextlib
 import dataclasses
+import json
 import shlex
 import subprocess
 import time
@@ -48,7 +49,7 @@ from .hostfs import (
     read_file,
     wipe_tree,
 )
-from .podman import Podman, shared_podman
+from .podman import CommandResult, Podman, shared_podman
 from .reaper import RunIdentity, current_identity
 from .run_args import FORWARDER_PATH, FORWARDER_READY, run_args
 from .run_args import FORWARDER_SOURCE as FORWARDER_SOURCE  # re-exported
@@ -157,12 +158,14 @@ class Sandbox:
         if run_id is not None:
             ident = ident.with_run_id(run_id)
         name = f"clawrl-{ident.run_id}-{uuid.uuid4().hex[:8]}"
-        argv = run_args(spec, ident, name)
         uid, gid = uid_gid(spec.user)
         # Read the workspace files before any container exists: a bad host source is a spec error.
         files_tar = _build_tar(spec.files, uid, gid) if spec.files else None
         try:
-            res = await pm.run(*argv, timeout=timeout)
+            if spec.read_only_root:
+                res = await pm.run(*run_args(spec, ident, name), timeout=timeout)
+            else:
+                res = await _run_capped_root(pm, spec, ident, name, timeout)
         except PodmanError as e:
             # A half-created container (e.g. a timeout) must not outlive the failure.
             await pm.run("rm", "-f", "--ignore", "-t", "0", name, check=False)
@@ -506,3 +509,65 @@ class Sandbox:
 def shell_join(argv: Sequence[str]) -> str:
     """Quote an argv for ``/bin/sh -c`` (convenience for callers building command lines)."""
     return shlex.join(argv)
+
+
+_RUN_ROOT: str | None = None
+
+
+async def _run_capped_root(
+    pm: Podman, spec: SandboxSpec, ident: RunIdentity, name: str, timeout: float
+) -> CommandResult:
+    """Start a sandbox whose root is writable, with that root's overlay on a size-capped
+    tmpfs (``spec.limits.root_size``) instead of podman's storage on the host disk.
+
+    The root is always an overlaid ``--rootfs`` (an image is mounted with ``podman image
+    mount`` and keeps its environment). The container is created, a tmpfs is mounted where
+    podman will put that overlay's upper and work directories
+    (``<runroot>/overlay-containers/<id>/rootfs``), then the container is started; podman
+    unmounts the tmpfs itself when it removes the container.
+
+    Raises:
+        PodmanError: a podman step failed; SandboxCreateError: the tmpfs cannot be mounted
+            (it needs root on the host).
+    """
+    global _RUN_ROOT
+    image_root: Path | None = None
+    image_env: dict[str, str] | None = None
+    if spec.image is not None:
+        mounted = await pm.run("image", "mount", spec.image, timeout=timeout)
+        image_root = Path(mounted.stdout.decode().strip())
+        info = await pm.run(
+            "image", "inspect", "--format", "{{json .Config.Env}}", spec.image, timeout=timeout
+        )
+        raw = json.loads(info.stdout.decode() or "null") or []
+        image_env = dict(e.partition("=")[::2] for e in raw if isinstance(e, str) and "=" in e)
+    argv = run_args(spec, ident, name, image_root=image_root, image_env=image_env)
+    assert argv[:2] == ["run", "-d"]
+    res = await pm.run("create", *argv[2:], timeout=timeout)
+    cid = res.stdout.decode().strip()
+    if _RUN_ROOT is None:
+        info = await pm.run("info", "--format", "{{.Store.RunRoot}}", timeout=timeout)
+        _RUN_ROOT = info.stdout.decode().strip()
+    upper = Path(_RUN_ROOT) / "overlay-containers" / cid / "rootfs"
+    upper.mkdir(mode=0o700, exist_ok=True)
+    size = spec.limits.root_bytes
+    proc = await asyncio.create_subprocess_exec(
+        "mount",
+        "-t",
+        "tmpfs",
+        "-o",
+        f"size={size},mode=0700",
+        "clawrl-root",
+        str(upper),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    if proc.returncode != 0:
+        await pm.run("rm", "-f", "--ignore", "-t", "0", cid, check=False)
+        raise SandboxCreateError(
+            "cannot cap the writable root: mounting a tmpfs at "
+            f"{upper} failed ({err.decode().strip()}); a writable root needs root on the host"
+        )
+    await pm.run("start", cid, timeout=timeout)
+    return CommandResult(0, cid.encode() + b"\n", res.stderr)

@@ -77,6 +77,10 @@ class Limits:
         pids: maximum number of processes/threads alive in the sandbox (``--pids-limit``).
         workspace_size: size cap of ``/workspace`` (a tmpfs); a write past it fails with ENOSPC.
         tmp_size: size cap of ``/tmp`` and of the home directory (each a tmpfs).
+        root_size: size cap of a writable root (``read_only_root=False``): what the sandbox
+            writes outside its tmpfs places lands on a tmpfs of this size (charged to
+            ``memory`` as well); a write past it fails with ENOSPC. Nothing reaches the host
+            disk.
         wall_clock_s: seconds after creation at which the sandbox stops and removes itself, even
             when the orchestrator is gone (its main process is ``sleep wall_clock_s`` under
             ``--rm``); ``None`` = until destroyed.
@@ -88,6 +92,7 @@ class Limits:
     pids: int = 512
     workspace_size: int | str = "256m"
     tmp_size: int | str = "256m"
+    root_size: int | str = "256m"
     wall_clock_s: float | None = None
     nofile: int = 1024
 
@@ -95,6 +100,7 @@ class Limits:
         parse_size(self.memory)
         parse_size(self.workspace_size)
         parse_size(self.tmp_size)
+        parse_size(self.root_size)
         if self.cpus is not None and not self.cpus > 0:
             raise SandboxSpecError(f"cpus must be > 0 or None, got {self.cpus!r}")
         if not isinstance(self.pids, int) or self.pids < 8:
@@ -118,6 +124,11 @@ class Limits:
     def tmp_bytes(self) -> int:
         """:attr:`tmp_size` in bytes."""
         return parse_size(self.tmp_size)
+
+    @property
+    def root_bytes(self) -> int:
+        """:attr:`root_size` in bytes."""
+        return parse_size(self.root_size)
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -26,6 +26,9 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -244,6 +247,55 @@ def _options(cfg: BenchConfig) -> RolloutOptions:
     )
 
 
+class _Interrupt:
+    """Ctrl-C during a run: the first cancels the run (finished rollouts are saved, every
+    sandbox is destroyed); a second exits at once, after a best-effort removal of the
+    run's containers."""
+
+    def __init__(self, console: Console, run_id: str) -> None:
+        self.console = console
+        self.run_id = run_id
+        self.count = 0
+        self.task: asyncio.Task[Any] | None = None
+
+    def install(self) -> None:
+        self.task = asyncio.current_task()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self) -> None:
+        self.count += 1
+        if self.count == 1 and self.task is not None:
+            self.console.print(
+                "bench: interrupted: stopping the rollouts in progress and saving the finished "
+                "ones (Ctrl-C again to quit at once)",
+                style="red",
+                markup=False,
+            )
+            self.task.cancel()
+            return
+        self.console.print(
+            "bench: forced quit; a sandbox left behind stops by its wall clock (or: sandbox gc)",
+            style="red",
+            markup=False,
+        )
+        _remove_containers(self.run_id)
+        os._exit(130)
+
+
+def _remove_containers(run_id: str) -> None:
+    """Best effort, a few seconds at most: remove the local containers of ``run_id``."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        ids = subprocess.run(
+            ["podman", "ps", "-aq", "--filter", f"label=clawrl.run_id={run_id}"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.split()
+        if ids:
+            subprocess.run(["podman", "rm", "-f", "-t", "0", *ids], capture_output=True, timeout=10)
+
+
 async def _run(
     cfg: BenchConfig,
     tasks: list[Task],
@@ -256,45 +308,71 @@ async def _run(
     options = _options(cfg)
     specs = plan_rollouts(tasks, harnesses, cfg.samples)
     needs_model = any(h.needs_model for h in harnesses)
-    async with contextlib.AsyncExitStack() as stack:
-        endpoint: ModelEndpoint | None = None
-        scripted = None
-        model_desc, decode = "none", None
-        if needs_model:
-            endpoint, scripted, model_desc, decode = await stack.enter_async_context(
-                _model(cfg, console)
-            )
+    interrupt = _Interrupt(console, run_id)
+    interrupt.install()
+    finished: dict[str, RolloutResult] = {}  # rollout id -> result, as they finish
+    model_desc, decode = "none", None
+    health: list[dict[str, Any]] = []
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            endpoint: ModelEndpoint | None = None
+            scripted = None
+            if needs_model:
+                endpoint, scripted, model_desc, decode = await stack.enter_async_context(
+                    _model(cfg, console)
+                )
 
-        async def hook(session: SessionInfo, spec: RolloutSpec) -> None:
-            # scripted model: feed the reference harness each task's oracle as tool calls
-            if scripted is not None and spec.harness.name == "reference" and spec.task.solution:
-                with contextlib.suppress(ValueError):
-                    scripted.script(session.session_id, oracle_completions(spec.task))
+            async def hook(session: SessionInfo, spec: RolloutSpec) -> None:
+                # scripted model: feed the reference harness each task's oracle as tool calls
+                if scripted is not None and spec.harness.name == "reference" and spec.task.solution:
+                    with contextlib.suppress(ValueError):
+                        scripted.script(session.session_id, oracle_completions(spec.task))
 
-        with Progress(
-            TextColumn("[bold]rollouts"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        ) as progress:
-            bar = progress.add_task("rollouts", total=len(specs))
-            hosts = None
-            if cfg.sandbox_hosts:
-                hosts = SandboxHosts([h.host() for h in cfg.sandbox_hosts])
-                await stack.enter_async_context(hosts)
-            runner = RolloutRunner(
-                endpoint,
-                options,
-                concurrency=cfg.concurrency,
-                run_id=run_id,
-                progress=_progress_printer(progress, bar, console),
-                session_hook=hook,
-                sandbox_hosts=hosts,
-            )
-            results = await runner.run(specs)
-            health = [dataclasses.asdict(h) for h in hosts.health()] if hosts else []
+            with Progress(
+                TextColumn("[bold]rollouts"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=False,
+            ) as progress:
+                bar = progress.add_task("rollouts", total=len(specs))
+                hosts = None
+                if cfg.sandbox_hosts:
+                    hosts = SandboxHosts([h.host() for h in cfg.sandbox_hosts])
+                    await stack.enter_async_context(hosts)
+                printer = _progress_printer(progress, bar, console)
+
+                def on_event(e: RolloutEvent) -> None:
+                    if e.kind == "finished" and e.result is not None:
+                        finished[e.result.rollout_id] = e.result
+                    printer(e)
+
+                runner = RolloutRunner(
+                    endpoint,
+                    options,
+                    concurrency=cfg.concurrency,
+                    run_id=run_id,
+                    progress=on_event,
+                    session_hook=hook,
+                    sandbox_hosts=hosts,
+                )
+                results = await runner.run(specs)
+                health = [dataclasses.asdict(h) for h in hosts.health()] if hosts else []
+    except asyncio.CancelledError:
+        if not interrupt.count:
+            raise
+        if interrupt.task is not None:
+            interrupt.task.uncancel()
+        results = [finished[s.rollout_id] for s in specs if s.rollout_id in finished]
+    interrupted = bool(interrupt.count)
+    if interrupted and not results:
+        console.print(
+            f"bench: interrupted before any rollout finished; nothing saved (run {run_id})",
+            style="red",
+            markup=False,
+        )
+        return 130
     meta = {
         "run_id": run_id,
         "started": started,
@@ -304,6 +382,8 @@ async def _run(
         "harnesses": [h.describe() for h in harnesses],
         "n_tasks": len(tasks),
         "n_rollouts": len(results),
+        "n_planned": len(specs),
+        "interrupted": interrupted,
         "argv": sys.argv,
         "sandbox_hosts": health,
     }
@@ -319,7 +399,15 @@ async def _run(
     )
     _print_tables(console, results, cfg)
     for name, path in paths.items():
-        console.print(f"{name}: {path}")
+        console.print(f"{name}: {path}", markup=False, highlight=False)
+    if interrupted:
+        console.print(
+            f"bench: interrupted: {len(results)} of {len(specs)} rollouts finished, saved to "
+            f"{out_dir}",
+            style="red",
+            markup=False,
+        )
+        return 130
     if results and all(r.status is RolloutStatus.INFRA_ERROR for r in results):
         return 3
     return 0

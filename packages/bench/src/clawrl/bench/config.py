@@ -4,7 +4,8 @@ command-line options override it; the resolved configuration is saved with the r
 Example ``bench.toml`` (all keys optional; these are the defaults)::
 
     suites = ["builtin"]          # "builtin" or suite directories (each task a sub-directory)
-    tasks = []                    # single task directories (any layout)
+    tasks = []                    # single task directories (any layout); given without
+                                  # suites, only these tasks run
     task_ids = []                 # keep only these ids ([] = the slice below)
     slice = "auto"                # "auto": the built-in suite's "default" slice, every task
                                   # of an external suite; "default": one easy task per
@@ -189,6 +190,8 @@ def load_config(
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    if data.get("tasks") and "suites" not in data:
+        data["suites"] = []  # task directories alone: only those tasks, no built-in slice
     try:
         return BenchConfig(**data)
     except ValidationError as exc:

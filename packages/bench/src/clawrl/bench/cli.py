@@ -54,6 +54,7 @@ from clawrl.bench.task import Task
 from clawrl.proxy import ProxyStartError, SessionInfo
 from clawrl.sandbox import SandboxHosts
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -126,7 +127,10 @@ async def _model(cfg: BenchConfig, console: Console) -> Any:
     from clawrl.sandbox import owned_tempdir
 
     if cfg.model_dir:
-        model_dir = Path(cfg.model_dir)
+        from clawrl.proxy import resolve_model
+
+        # a directory (checked before the run), or a known model's name: fetched once
+        model_dir = Path(await asyncio.to_thread(resolve_model, cfg.model_dir))
     else:
         console.print(f"[dim]building / loading the default tiny model ({cfg.tokenizer})…[/dim]")
         model_dir = Path(await asyncio.to_thread(build_default_model, cfg.tokenizer))
@@ -141,8 +145,6 @@ async def _model(cfg: BenchConfig, console: Console) -> Any:
             server = await asyncio.to_thread(launch_sglang, model_dir)
             cleanup.append(server.stop)
             url = server.url
-        if cfg.model == "sglang" and not url:
-            raise ConfigError("model = sglang needs sglang_url or launch_sglang")
         if cfg.model == "embedded":
             console.print("[dim]starting the embedded backend (CPU)…[/dim]")
         backend = make_backend(BackendConfig(kind=cfg.model, model_dir=model_dir, sglang_url=url))
@@ -159,10 +161,11 @@ def _progress_printer(
 ) -> Callable[[RolloutEvent], None]:
     def on_event(e: RolloutEvent) -> None:
         if e.kind == "message":
-            console.print(f"[dim]{e.message}[/dim]")
+            console.print(f"[dim]{escape(e.message)}[/dim]")
         elif e.kind == "retry" and e.spec and e.result:
             console.print(
-                f"[yellow]retry[/yellow] {e.spec.task.id} · {e.spec.harness.name}: {e.result.reason}"
+                f"[yellow]retry[/yellow] {escape(e.spec.task.id)} · {e.spec.harness.name}: "
+                + escape(e.result.reason)
             )
         elif e.kind == "finished" and e.result:
             r = e.result
@@ -171,9 +174,9 @@ def _progress_printer(
                 style = "red"
             progress.advance(bar)
             console.print(
-                f"[{style}]{r.status.value:>14}[/{style}] {r.reward:4.2f}  {r.task_id} · {r.harness}"
+                f"[{style}]{r.status.value:>14}[/{style}] {r.reward:4.2f}  {escape(r.task_id)} · {r.harness}"
                 f" #{r.sample_index}  ({r.n_calls} calls, {r.timing.get('total', 0):.1f} s)"
-                + (f"  [dim]{r.reason[:100]}[/dim]" if r.reason else "")
+                + (f"  [dim]{escape(r.reason[:100])}[/dim]" if r.reason else "")
             )
 
     return on_event
@@ -413,24 +416,68 @@ async def _run(
     return 0
 
 
+def _console() -> Console:
+    """stdout's console; when stdout is not a terminal (a pipe, a file) it is wide enough
+    that no table column is cut."""
+    console = Console(stderr=False)
+    if not console.is_terminal:
+        console = Console(stderr=False, width=max(console.width, 1000))
+    return console
+
+
+def _usage_error(exc: BaseException) -> int:
+    """Print a user's mistake as one line on stderr; the exit status 2."""
+    print("bench: " + " ".join(str(exc).split()), file=sys.stderr)
+    return 2
+
+
+def _check_run_options(cfg: BenchConfig, harnesses: Sequence[HarnessAdapter]) -> None:
+    """What the configuration can only get wrong for a run (before the first rollout).
+
+    Raises:
+        ConfigError: ``model_dir`` is neither a model directory the proxy can serve nor a
+            known model's name; ``output_dir`` is a file.
+    """
+    from clawrl.proxy import KNOWN_MODELS, ModelKitError, check_model_dir
+
+    if cfg.output_dir and Path(cfg.output_dir).exists() and not Path(cfg.output_dir).is_dir():
+        raise ConfigError(f"output_dir (--output-dir): {cfg.output_dir} is a file")
+    if not cfg.model_dir or not any(h.needs_model for h in harnesses):
+        return
+    path = Path(cfg.model_dir)
+    if path.is_dir():
+        try:
+            check_model_dir(path)
+        except ModelKitError as exc:
+            raise ConfigError(f"model_dir (--model-dir): {exc}") from None
+    elif cfg.model_dir not in KNOWN_MODELS:
+        raise ConfigError(
+            f"model_dir (--model-dir): {cfg.model_dir} is not a directory nor a known model "
+            f"(one of: {', '.join(sorted(KNOWN_MODELS))})"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["view"]:  # `bench view RUN_DIR`: the offline viewer (clawrl.bench.view)
         from clawrl.bench.view import view_main
 
         return view_main(argv[1:])
-    args = _parser().parse_args(argv)
-    console = Console(stderr=False)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    console = _console()
     overrides = {
         k: v for k, v in vars(args).items() if k not in {"config", "list"} and v is not None
     }
+    flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
     try:
-        cfg = load_config(args.config, overrides)
+        cfg = load_config(args.config, overrides, flags)
         tasks = select_tasks(cfg)
         harnesses = [get_harness(n) for n in cfg.harnesses]
+        if not args.list:
+            _check_run_options(cfg, harnesses)
     except (BenchError, ValueError) as exc:
-        console.print(f"[red]bench: {exc}[/red]")
-        return 2
+        return _usage_error(exc)
     if args.list:
         table = Table(title=f"{len(tasks)} tasks")
         for col in ("id", "layout", "category", "difficulty", "workspace"):
@@ -459,8 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(_run(cfg, tasks, harnesses, out_dir, console))
     except (BenchError, ProxyStartError) as exc:
-        console.print(f"[red]bench: {exc}[/red]")
-        return 2
+        return _usage_error(exc)
     except KeyboardInterrupt:
         console.print("[red]bench: interrupted[/red]")
         return 130

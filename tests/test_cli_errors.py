@@ -148,3 +148,9 @@ def test_synth_errors_keep_their_section(
     cfg.write_text("[intents]\nnumm = 1\n")
     assert synth_main(["intents", "--config", str(cfg)]) == 2
     _one_line(capsys, "[intents]", "numm")
+
+
+def test_bench_tables_stay_whole_when_piped(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench_main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "software development" in out and "…" not in out

@@ -4,6 +4,7 @@ never a traceback."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,13 @@ def test_bench_task_alone_runs_only_that_task(
         (["algo.lr='fast'"], ["[algo] lr"]),
         (["rollout.harnesses=['refernce']"], ["[rollout] harnesses", "refernce"]),
         (["run.numm=1"], ["[run]", "numm"]),
+        pytest.param(
+            ["logging.tensorboard=true"],
+            ["[logging] tensorboard"],
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("tensorboard") is not None, reason="installed"
+            ),
+        ),
     ],
 )
 def test_train_rejects_bad_values(

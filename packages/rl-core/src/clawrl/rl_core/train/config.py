@@ -10,6 +10,7 @@ TOML values (falling back to a plain string). The resolved configuration is save
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import types
 import typing
@@ -381,6 +382,11 @@ class TrainConfig:
             raise ConfigError("run.rank_timeout_s must be > 0")
         if not self.rollout.harnesses:
             raise ConfigError("rollout.harnesses is empty")
+        if self.logging.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError(
+                "[logging] tensorboard = true needs the tensorboard package (pip install "
+                "tensorboard)"
+            )
         for harness in self.rollout.harnesses:
             try:
                 get_harness(harness)

@@ -250,15 +250,20 @@ def _options(cfg: BenchConfig) -> RolloutOptions:
     )
 
 
+#: Seconds after a first Ctrl-C in which another SIGINT counts as the same one.
+_REPEAT_S = 1.0
+
+
 class _Interrupt:
     """Ctrl-C during a run: the first cancels the run (finished rollouts are saved, every
-    sandbox is destroyed); a second exits at once, after a best-effort removal of the
-    run's containers."""
+    sandbox is destroyed); a second, a second or more later, exits at once, after a
+    best-effort removal of the run's containers."""
 
     def __init__(self, console: Console, run_id: str) -> None:
         self.console = console
         self.run_id = run_id
         self.count = 0
+        self.first = 0.0
         self.task: asyncio.Task[Any] | None = None
 
     def install(self) -> None:
@@ -267,8 +272,14 @@ class _Interrupt:
             asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._on_sigint)
 
     def _on_sigint(self) -> None:
+        now = time.monotonic()
+        if self.count and now - self.first < _REPEAT_S:
+            # the same Ctrl-C, reported again by a forked child that shares the event
+            # loop's wakeup socket (the terminal signals the whole process group)
+            return
         self.count += 1
         if self.count == 1 and self.task is not None:
+            self.first = now
             self.console.print(
                 "bench: interrupted: stopping the rollouts in progress and saving the finished "
                 "ones (Ctrl-C again to quit at once)",

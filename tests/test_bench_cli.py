@@ -82,6 +82,6 @@ def test_bad_configuration_exits_2(tmp_path: Path) -> None:
     cfg.write_text("samples = 0\nunknown_key = 1\n")
     proc = _bench("--config", str(cfg))
     assert proc.returncode == 2
-    assert "samples" in proc.stdout and "unknown_key" in proc.stdout
+    assert "samples" in proc.stderr and "unknown_key" in proc.stderr
     assert _bench("--harness", "nope", "--list").returncode == 2
     assert _bench("--task-id", "no_such_task", "--list").returncode == 2

@@ -97,3 +97,23 @@ def test_a_directory_without_results_is_a_usage_error(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "results.json" in proc.stderr
     proc = _compare(str(tmp_path))
     assert proc.returncode == 2 and "NAME=RUN_DIR" in proc.stderr
+
+
+def test_a_run_of_two_harnesses_gives_a_row_each_and_piped_tables_stay_whole(
+    tmp_path: Path,
+) -> None:
+    """bench's default output (reference and oracle in one run) compares, one row per
+    harness; the piped table keeps every column whole."""
+    run = _run(tmp_path, "both", {"t1": [0.0], "t2": [1.0]})
+    doc = json.loads((run / "results.json").read_text())
+    doc["rollouts"] += [{**r, "harness": "oracle", "reward": 1.0} for r in doc["rollouts"]]
+    (run / "results.json").write_text(json.dumps(doc))
+    out = tmp_path / "cmp.json"
+    proc = _compare(f"base={run}", "--k", "1", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    assert set(rows) == {"base/oracle", "base/reference"}
+    assert rows["base/oracle"]["pass_at_k"]["1"] == 1.0
+    assert rows["base/reference"]["pass_at_k"]["1"] == 0.5
+    assert "…" not in proc.stdout and "pass@2 ± s.e." in proc.stdout
+    assert "first reply call-shaped" in proc.stdout

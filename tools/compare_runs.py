@@ -2,6 +2,9 @@
 
     uv run python tools/compare_runs.py NAME=RUN_DIR [NAME=RUN_DIR ...] [--k 1 2] [--out F.json]
 
+A run of several harnesses (bench's default: reference and oracle) gives one row per
+harness, named ``NAME/HARNESS``.
+
 Each RUN_DIR is a ``bench --output-dir``: its ``results.json`` is re-aggregated with
 :func:`clawrl.bench.aggregate` (pass@k with the task-clustered standard error, so runs made
 before that field existed compare the same way). Besides the reward it counts what a pass/fail
@@ -47,16 +50,31 @@ def _first_reply_call_shaped(rollout: dict[str, Any]) -> bool:
     return bool(parsed.get("tool_calls")) or bool(_CALL_SHAPED.search(parsed.get("content") or ""))
 
 
-def summarize_run(run_dir: Path, ks: list[int]) -> dict[str, object]:
-    """One run's row, over its scored rollouts (infrastructure and image-build failures are
-    left out, as bench's own summary does; ``excluded`` counts them). A rollout passes at the
-    run's own ``pass_threshold``.
+def summarize_run(run_dir: Path, ks: list[int]) -> dict[str, dict[str, object]]:
+    """One row per harness of a run (bench's default run has two), over its scored
+    rollouts (infrastructure and image-build failures are left out, as bench's own summary
+    does; ``excluded`` counts them). A rollout passes at the run's own ``pass_threshold``.
 
     Raises:
-        OSError / KeyError / ValueError: not a bench run directory, or not one harness.
+        OSError / KeyError / ValueError: not a bench run directory, or nothing scored.
     """
     doc = json.loads((run_dir / "results.json").read_text())
-    everything = doc["rollouts"]
+    harnesses = sorted({r["harness"] for r in doc["rollouts"]})
+    rows: dict[str, dict[str, object]] = {}
+    for h in harnesses:
+        row = _harness_row(run_dir, doc, h, ks)
+        if row is not None:
+            rows[h] = row
+    if not rows:
+        raise ValueError(f"{run_dir}: no scored rollouts (harnesses: {harnesses})")
+    return rows
+
+
+def _harness_row(
+    run_dir: Path, doc: dict[str, Any], harness_name: str, ks: list[int]
+) -> dict[str, object] | None:
+    """The row of one harness of a run; None when none of its rollouts is scored."""
+    everything = [r for r in doc["rollouts"] if r["harness"] == harness_name]
     rollouts = [r for r in everything if r["status"] not in _UNSCORED]
     scored = [
         ScoredRollout(
@@ -71,9 +89,7 @@ def summarize_run(run_dir: Path, ks: list[int]) -> dict[str, object]:
     threshold = float((doc.get("config") or {}).get("pass_threshold", 1.0))
     report = aggregate(scored, ks=ks, pass_threshold=threshold)
     if len(report.by_harness) != 1:
-        raise ValueError(
-            f"{run_dir}: expected one harness with scored rollouts, got {sorted(report.by_harness)}"
-        )
+        return None
     ((harness, g),) = report.by_harness.items()
     checks = [v for r in rollouts for k, v in (r.get("subscores") or {}).items() if k != "reward"]
     return {
@@ -120,9 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         if name in rows:
             ap.error(f"{name!r} is named twice")
         try:
-            rows[name] = summarize_run(Path(path), args.k)
+            per_harness = summarize_run(Path(path), args.k)
         except (OSError, KeyError, ValueError) as e:
             ap.error(f"{spec}: {e}")
+        for harness, row in per_harness.items():  # NAME, or NAME/HARNESS for several
+            rows[name if len(per_harness) == 1 else f"{name}/{harness}"] = row
     table = Table(title="runs")
     for col in ("run", "scored", *[f"pass@{k} ± s.e." for k in args.k]):
         table.add_column(col)
@@ -149,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['first_reply_call_shaped']} / {row['rollouts']}",
             f"{row['rollouts_changing_workspace']} / {row['rollouts']}",
         )
-    Console(width=200).print(table)
+    console = Console()
+    if not console.is_terminal:  # a pipe or a file: no column is cut
+        console = Console(width=max(console.width, 1000))
+    console.print(table)
     if args.out:
         try:
             args.out.parent.mkdir(parents=True, exist_ok=True)

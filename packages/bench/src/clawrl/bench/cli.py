@@ -26,6 +26,9 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -51,6 +54,7 @@ from clawrl.bench.task import Task, withhold_network
 from clawrl.proxy import ProxyStartError, SessionInfo
 from clawrl.sandbox import SandboxHosts
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -131,7 +135,10 @@ async def _model(cfg: BenchConfig, console: Console) -> Any:
     from clawrl.sandbox import owned_tempdir
 
     if cfg.model_dir:
-        model_dir = Path(cfg.model_dir)
+        from clawrl.proxy import resolve_model
+
+        # a directory (checked before the run), or a known model's name: fetched once
+        model_dir = Path(await asyncio.to_thread(resolve_model, cfg.model_dir))
     else:
         console.print(f"[dim]building / loading the default tiny model ({cfg.tokenizer})…[/dim]")
         model_dir = Path(await asyncio.to_thread(build_default_model, cfg.tokenizer))
@@ -146,8 +153,6 @@ async def _model(cfg: BenchConfig, console: Console) -> Any:
             server = await asyncio.to_thread(launch_sglang, model_dir)
             cleanup.append(server.stop)
             url = server.url
-        if cfg.model == "sglang" and not url:
-            raise ConfigError("model = sglang needs sglang_url or launch_sglang")
         if cfg.model == "embedded":
             console.print("[dim]starting the embedded backend (CPU)…[/dim]")
         backend = make_backend(BackendConfig(kind=cfg.model, model_dir=model_dir, sglang_url=url))
@@ -164,10 +169,11 @@ def _progress_printer(
 ) -> Callable[[RolloutEvent], None]:
     def on_event(e: RolloutEvent) -> None:
         if e.kind == "message":
-            console.print(f"[dim]{e.message}[/dim]")
+            console.print(f"[dim]{escape(e.message)}[/dim]")
         elif e.kind == "retry" and e.spec and e.result:
             console.print(
-                f"[yellow]retry[/yellow] {e.spec.task.id} · {e.spec.harness.name}: {e.result.reason}"
+                f"[yellow]retry[/yellow] {escape(e.spec.task.id)} · {e.spec.harness.name}: "
+                + escape(e.result.reason)
             )
         elif e.kind == "finished" and e.result:
             r = e.result
@@ -176,9 +182,9 @@ def _progress_printer(
                 style = "red"
             progress.advance(bar)
             console.print(
-                f"[{style}]{r.status.value:>14}[/{style}] {r.reward:4.2f}  {r.task_id} · {r.harness}"
+                f"[{style}]{r.status.value:>14}[/{style}] {r.reward:4.2f}  {escape(r.task_id)} · {r.harness}"
                 f" #{r.sample_index}  ({r.n_calls} calls, {r.timing.get('total', 0):.1f} s)"
-                + (f"  [dim]{r.reason[:100]}[/dim]" if r.reason else "")
+                + (f"  [dim]{escape(r.reason[:100])}[/dim]" if r.reason else "")
             )
 
     return on_event
@@ -252,6 +258,66 @@ def _options(cfg: BenchConfig) -> RolloutOptions:
     )
 
 
+#: Seconds after a first Ctrl-C in which another SIGINT counts as the same one.
+_REPEAT_S = 1.0
+
+
+class _Interrupt:
+    """Ctrl-C during a run: the first cancels the run (finished rollouts are saved, every
+    sandbox is destroyed); a second, a second or more later, exits at once, after a
+    best-effort removal of the run's containers."""
+
+    def __init__(self, console: Console, run_id: str) -> None:
+        self.console = console
+        self.run_id = run_id
+        self.count = 0
+        self.first = 0.0
+        self.task: asyncio.Task[Any] | None = None
+
+    def install(self) -> None:
+        self.task = asyncio.current_task()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self) -> None:
+        now = time.monotonic()
+        if self.count and now - self.first < _REPEAT_S:
+            # the same Ctrl-C, reported again by a forked child that shares the event
+            # loop's wakeup socket (the terminal signals the whole process group)
+            return
+        self.count += 1
+        if self.count == 1 and self.task is not None:
+            self.first = now
+            self.console.print(
+                "bench: interrupted: stopping the rollouts in progress and saving the finished "
+                "ones (Ctrl-C again to quit at once)",
+                style="red",
+                markup=False,
+            )
+            self.task.cancel()
+            return
+        self.console.print(
+            "bench: forced quit; a sandbox left behind stops by its wall clock (or: sandbox gc)",
+            style="red",
+            markup=False,
+        )
+        _remove_containers(self.run_id)
+        os._exit(130)
+
+
+def _remove_containers(run_id: str) -> None:
+    """Best effort, a few seconds at most: remove the local containers of ``run_id``."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        ids = subprocess.run(
+            ["podman", "ps", "-aq", "--filter", f"label=clawrl.run_id={run_id}"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.split()
+        if ids:
+            subprocess.run(["podman", "rm", "-f", "-t", "0", *ids], capture_output=True, timeout=10)
+
+
 async def _run(
     cfg: BenchConfig,
     tasks: list[Task],
@@ -264,45 +330,71 @@ async def _run(
     options = _options(cfg)
     specs = plan_rollouts(tasks, harnesses, cfg.samples)
     needs_model = any(h.needs_model for h in harnesses)
-    async with contextlib.AsyncExitStack() as stack:
-        endpoint: ModelEndpoint | None = None
-        scripted = None
-        model_desc, decode = "none", None
-        if needs_model:
-            endpoint, scripted, model_desc, decode = await stack.enter_async_context(
-                _model(cfg, console)
-            )
+    interrupt = _Interrupt(console, run_id)
+    interrupt.install()
+    finished: dict[str, RolloutResult] = {}  # rollout id -> result, as they finish
+    model_desc, decode = "none", None
+    health: list[dict[str, Any]] = []
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            endpoint: ModelEndpoint | None = None
+            scripted = None
+            if needs_model:
+                endpoint, scripted, model_desc, decode = await stack.enter_async_context(
+                    _model(cfg, console)
+                )
 
-        async def hook(session: SessionInfo, spec: RolloutSpec) -> None:
-            # scripted model: feed the reference harness each task's oracle as tool calls
-            if scripted is not None and spec.harness.name == "reference" and spec.task.solution:
-                with contextlib.suppress(ValueError):
-                    scripted.script(session.session_id, oracle_completions(spec.task))
+            async def hook(session: SessionInfo, spec: RolloutSpec) -> None:
+                # scripted model: feed the reference harness each task's oracle as tool calls
+                if scripted is not None and spec.harness.name == "reference" and spec.task.solution:
+                    with contextlib.suppress(ValueError):
+                        scripted.script(session.session_id, oracle_completions(spec.task))
 
-        with Progress(
-            TextColumn("[bold]rollouts"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        ) as progress:
-            bar = progress.add_task("rollouts", total=len(specs))
-            hosts = None
-            if cfg.sandbox_hosts:
-                hosts = SandboxHosts([h.host() for h in cfg.sandbox_hosts])
-                await stack.enter_async_context(hosts)
-            runner = RolloutRunner(
-                endpoint,
-                options,
-                concurrency=cfg.concurrency,
-                run_id=run_id,
-                progress=_progress_printer(progress, bar, console),
-                session_hook=hook,
-                sandbox_hosts=hosts,
-            )
-            results = await runner.run(specs)
-            health = [dataclasses.asdict(h) for h in hosts.health()] if hosts else []
+            with Progress(
+                TextColumn("[bold]rollouts"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=False,
+            ) as progress:
+                bar = progress.add_task("rollouts", total=len(specs))
+                hosts = None
+                if cfg.sandbox_hosts:
+                    hosts = SandboxHosts([h.host() for h in cfg.sandbox_hosts])
+                    await stack.enter_async_context(hosts)
+                printer = _progress_printer(progress, bar, console)
+
+                def on_event(e: RolloutEvent) -> None:
+                    if e.kind == "finished" and e.result is not None:
+                        finished[e.result.rollout_id] = e.result
+                    printer(e)
+
+                runner = RolloutRunner(
+                    endpoint,
+                    options,
+                    concurrency=cfg.concurrency,
+                    run_id=run_id,
+                    progress=on_event,
+                    session_hook=hook,
+                    sandbox_hosts=hosts,
+                )
+                results = await runner.run(specs)
+                health = [dataclasses.asdict(h) for h in hosts.health()] if hosts else []
+    except asyncio.CancelledError:
+        if not interrupt.count:
+            raise
+        if interrupt.task is not None:
+            interrupt.task.uncancel()
+        results = [finished[s.rollout_id] for s in specs if s.rollout_id in finished]
+    interrupted = bool(interrupt.count)
+    if interrupted and not results:
+        console.print(
+            f"bench: interrupted before any rollout finished; nothing saved (run {run_id})",
+            style="red",
+            markup=False,
+        )
+        return 130
     meta = {
         "run_id": run_id,
         "started": started,
@@ -312,6 +404,8 @@ async def _run(
         "harnesses": [h.describe() for h in harnesses],
         "n_tasks": len(tasks),
         "n_rollouts": len(results),
+        "n_planned": len(specs),
+        "interrupted": interrupted,
         "argv": sys.argv,
         "sandbox_hosts": health,
     }
@@ -327,10 +421,59 @@ async def _run(
     )
     _print_tables(console, results, cfg)
     for name, path in paths.items():
-        console.print(f"{name}: {path}")
+        console.print(f"{name}: {path}", markup=False, highlight=False)
+    if interrupted:
+        console.print(
+            f"bench: interrupted: {len(results)} of {len(specs)} rollouts finished, saved to "
+            f"{out_dir}",
+            style="red",
+            markup=False,
+        )
+        return 130
     if results and all(r.status is RolloutStatus.INFRA_ERROR for r in results):
         return 3
     return 0
+
+
+def _console() -> Console:
+    """stdout's console; when stdout is not a terminal (a pipe, a file) it is wide enough
+    that no table column is cut."""
+    console = Console(stderr=False)
+    if not console.is_terminal:
+        console = Console(stderr=False, width=max(console.width, 1000))
+    return console
+
+
+def _usage_error(exc: BaseException) -> int:
+    """Print a user's mistake as one line on stderr; the exit status 2."""
+    print("bench: " + " ".join(str(exc).split()), file=sys.stderr)
+    return 2
+
+
+def _check_run_options(cfg: BenchConfig, harnesses: Sequence[HarnessAdapter]) -> None:
+    """What the configuration can only get wrong for a run (before the first rollout).
+
+    Raises:
+        ConfigError: ``model_dir`` is neither a model directory the proxy can serve nor a
+            known model's name; ``output_dir`` is a file.
+    """
+    from clawrl.proxy import KNOWN_MODELS, ModelKitError, check_model_dir
+
+    if cfg.output_dir and Path(cfg.output_dir).exists() and not Path(cfg.output_dir).is_dir():
+        raise ConfigError(f"output_dir (--output-dir): {cfg.output_dir} is a file")
+    if not cfg.model_dir or not any(h.needs_model for h in harnesses):
+        return
+    path = Path(cfg.model_dir)
+    if path.is_dir():
+        try:
+            check_model_dir(path)
+        except ModelKitError as exc:
+            raise ConfigError(f"model_dir (--model-dir): {exc}") from None
+    elif cfg.model_dir not in KNOWN_MODELS:
+        raise ConfigError(
+            f"model_dir (--model-dir): {cfg.model_dir} is not a directory nor a known model "
+            f"(one of: {', '.join(sorted(KNOWN_MODELS))})"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -339,20 +482,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         from clawrl.bench.view import view_main
 
         return view_main(argv[1:])
-    args = _parser().parse_args(argv)
-    console = Console(stderr=False)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    console = _console()
     overrides = {
         k: v for k, v in vars(args).items() if k not in {"config", "list"} and v is not None
     }
+    flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
     try:
-        cfg = load_config(args.config, overrides)
+        cfg = load_config(args.config, overrides, flags)
         tasks = select_tasks(cfg)
         if not cfg.network:
             tasks = withhold_network(tasks)
         harnesses = [get_harness(n) for n in cfg.harnesses]
+        if not args.list:
+            _check_run_options(cfg, harnesses)
     except (BenchError, ValueError) as exc:
-        console.print(f"[red]bench: {exc}[/red]")
-        return 2
+        return _usage_error(exc)
     if args.list:
         table = Table(title=f"{len(tasks)} tasks")
         for col in ("id", "layout", "category", "difficulty", "workspace"):
@@ -381,8 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(_run(cfg, tasks, harnesses, out_dir, console))
     except (BenchError, ProxyStartError) as exc:
-        console.print(f"[red]bench: {exc}[/red]")
-        return 2
+        return _usage_error(exc)
     except KeyboardInterrupt:
         console.print("[red]bench: interrupted[/red]")
         return 130

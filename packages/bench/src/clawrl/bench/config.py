@@ -4,7 +4,8 @@ command-line options override it; the resolved configuration is saved with the r
 Example ``bench.toml`` (all keys optional; these are the defaults)::
 
     suites = ["builtin"]          # "builtin" or suite directories (each task a sub-directory)
-    tasks = []                    # single task directories (any layout)
+    tasks = []                    # single task directories (any layout); given without
+                                  # suites, only these tasks run
     task_ids = []                 # keep only these ids ([] = the slice below)
     slice = "auto"                # "auto": the built-in suite's "default" slice, every task
                                   # of an external suite; "default": one easy task per
@@ -151,6 +152,22 @@ class BenchConfig(BaseModel):
             raise ValueError("the sandbox hosts have no capacity (all 0)")
         return hosts
 
+    @field_validator("ks")
+    @classmethod
+    def _check_ks(cls, ks: list[int]) -> list[int]:
+        if not ks or any(k < 1 for k in ks):
+            raise ValueError(f"each k of pass@k must be >= 1, got {ks}")
+        return ks
+
+    @model_validator(mode="after")
+    def _check_model(self) -> BenchConfig:
+        if self.model == "sglang" and not (self.sglang_url or self.launch_sglang):
+            raise ValueError(
+                "model (--model) = sglang needs sglang_url (--sglang-url) or launch_sglang "
+                "(--launch-sglang)"
+            )
+        return self
+
     @field_validator("slice", mode="before")
     @classmethod
     def _check_slice(cls, raw: Any) -> str:
@@ -178,10 +195,15 @@ def _slice_size(value: str) -> int | float | None:
 
 
 def load_config(
-    path: Path | str | None = None, overrides: dict[str, Any] | None = None
+    path: Path | str | None = None,
+    overrides: dict[str, Any] | None = None,
+    flags: dict[str, str] | None = None,
 ) -> BenchConfig:
     """Defaults ← the TOML file at ``path`` (if any) ← ``overrides`` (``None`` values are
     ignored: an option not given on the command line keeps the file's value).
+
+    ``flags`` maps a key to its command-line option (``{"ks": "--k"}``): an error names
+    both, ``ks (--k): ...``.
 
     Raises:
         ConfigError: unreadable TOML, unknown key, or a value of the wrong type / range.
@@ -193,13 +215,27 @@ def load_config(
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    if data.get("tasks") and "suites" not in data:
+        data["suites"] = []  # task directories alone: only those tasks, no built-in slice
     try:
         return BenchConfig(**data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(_problem(e, flags or {}) for e in exc.errors())
         raise ConfigError(f"invalid configuration: {problems}") from None
+
+
+def _problem(error: Any, flags: dict[str, str]) -> str:
+    """One pydantic error as ``key (--flag): message`` (``key: message`` without a flag;
+    a check of the whole configuration names no key)."""
+    loc = [str(p) for p in error["loc"]]
+    msg = str(error["msg"]).removeprefix("Value error, ")
+    if error.get("type") == "extra_forbidden":
+        msg = "unknown key"
+    if not loc:
+        return msg
+    key = loc[0]
+    name = f"{key} ({flags[key]})" if key in flags else key
+    return f"{'.'.join([name, *loc[1:]])}: {msg}"
 
 
 def _default_slice(tasks: Sequence[Task]) -> list[Task]:

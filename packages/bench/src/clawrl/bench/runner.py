@@ -253,10 +253,20 @@ class RolloutRunner:
 
         try:
             return list(await asyncio.gather(*(one(s) for s in specs)))
+        except BaseException:
+            # Cancelled (Ctrl-C) or failed: the verifier runs still going in threads are
+            # cancelled (their sandboxes destroyed), so that no thread outlives the batch.
+            await asyncio.to_thread(self._interrupt_verifiers)
+            raise
         finally:
             if self._own_executor is not None:  # its warm sandboxes go; it warms again later
                 await asyncio.to_thread(self._own_executor.close)
             await asyncio.to_thread(self.environments.close)
+
+    def _interrupt_verifiers(self) -> None:
+        if self._own_executor is not None:
+            self._own_executor.interrupt()
+        self.environments.interrupt()
 
     async def run_one(self, spec: RolloutSpec, _events: tuple[int, int] = (0, 1)) -> RolloutResult:
         """One rollout, retried on infrastructure failures only."""

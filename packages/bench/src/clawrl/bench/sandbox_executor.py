@@ -24,6 +24,7 @@ them).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import io
@@ -119,6 +120,11 @@ echo "$rc" > "$d/rc"
 """.replace("@DIR@", SUPERVISOR_DIR).replace("@LIMIT@", str(OUTPUT_LIMIT))
 #: Seconds the host waits beyond a run's timeout for its supervisor before killing it all.
 _SUPERVISOR_GRACE_S = 30.0
+#: Seconds a caller of :meth:`SandboxExecutor.run` waits beyond the spec's timeout (sandbox
+#: creation, staging, copying back) before the run is cancelled and fails.
+_RUN_SLACK_S = 300.0
+#: Seconds :meth:`SandboxExecutor.close` and :meth:`SandboxExecutor.interrupt` wait at most.
+_CLOSE_TIMEOUT_S = 30.0
 
 
 class SandboxExecutor:
@@ -161,6 +167,7 @@ class SandboxExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: SandboxPool | None = None
         self._pool_ready: asyncio.Future[SandboxPool] | None = None
+        self._running: set[asyncio.Task[Any]] = set()  # runs in progress (on self._loop)
 
     # ------------------------------------------------------------------ public
     def run(self, spec: ExecSpec) -> ExecResult:
@@ -171,20 +178,35 @@ class SandboxExecutor:
         the reason in ``stderr``.
 
         Raises:
-            ExecutorError: the sandbox cannot be created or used, or a copy back hit
-                :attr:`copy_limits`.
+            ExecutorError: the sandbox cannot be created or used, a copy back hit
+                :attr:`copy_limits`, the run did not end within the spec's timeout + 300 s
+                (it is cancelled), or :meth:`interrupt` cancelled it.
         """
-        return self._call(self._run(spec))
+        return self._call(self._tracked(self._run(spec)), spec.timeout_s + _RUN_SLACK_S)
 
     def close(self) -> None:
         """Destroy the warm sandboxes (idle ones at once; sandboxes in use are destroyed
-        by their runs as usual). Idempotent; a later :meth:`run` warms again."""
+        by their runs as usual); waits at most 30 s. Idempotent; a later :meth:`run` warms
+        again."""
         with self._lock:
             pool, self._pool, self._pool_ready = self._pool, None, None
             loop = self._loop
         if pool is not None and loop is not None:
-            with contextlib.suppress(SandboxError):
-                asyncio.run_coroutine_threadsafe(pool.close(), loop).result()
+            fut = asyncio.run_coroutine_threadsafe(pool.close(), loop)
+            with contextlib.suppress(SandboxError, concurrent.futures.TimeoutError):
+                fut.result(timeout=_CLOSE_TIMEOUT_S)
+
+    def interrupt(self) -> None:
+        """Cancel every run in progress (their callers get :class:`ExecutorError`; their
+        sandboxes are destroyed) and :meth:`close`; waits at most 30 s for each. For a
+        batch that stops early (Ctrl-C): no verifier outlives it."""
+        with self._lock:
+            loop = self._loop
+        if loop is not None:
+            fut = asyncio.run_coroutine_threadsafe(self._cancel_running(), loop)
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                fut.result(timeout=_CLOSE_TIMEOUT_S + 5)
+        self.close()
 
     def __enter__(self) -> SandboxExecutor:
         return self
@@ -193,7 +215,7 @@ class SandboxExecutor:
         self.close()
 
     # ------------------------------------------------------------------ internals
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+    def _call(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
@@ -202,7 +224,31 @@ class SandboxExecutor:
                 ).start()
                 self._loop = loop
             loop = self._loop
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        fut = asyncio.run_coroutine_threadsafe(coro, loop)
+        try:
+            return fut.result(timeout=timeout_s)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()  # its sandbox is destroyed in the background
+            raise ExecutorError(f"sandbox run did not end within {timeout_s:g} s") from None
+        except concurrent.futures.CancelledError:
+            raise ExecutorError("sandbox run cancelled (interrupted)") from None
+
+    async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
+        """``coro``, listed in :attr:`_running` while it runs (on the executor's loop)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._running.add(task)
+        try:
+            return await coro
+        finally:
+            self._running.discard(task)
+
+    async def _cancel_running(self) -> None:
+        tasks = list(self._running)
+        for task in tasks:
+            task.cancel()
+        if tasks:  # each destroys its sandbox before it ends
+            await asyncio.wait(tasks, timeout=_CLOSE_TIMEOUT_S)
 
     async def _get_pool(self) -> SandboxPool:
         # runs on the executor's loop: no lock needed between coroutines

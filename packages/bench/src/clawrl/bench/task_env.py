@@ -209,3 +209,11 @@ class TaskEnvironments:
             executors, self._executors = list(self._executors.values()), {}
         for executor in executors:
             executor.close()
+
+    def interrupt(self) -> None:
+        """Cancel the verifier runs in progress and close the executors (a batch that
+        stops early: no verifier outlives it)."""
+        with self._lock:
+            executors, self._executors = list(self._executors.values()), {}
+        for executor in executors:
+            executor.interrupt()

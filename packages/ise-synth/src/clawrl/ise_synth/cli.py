@@ -561,7 +561,7 @@ def _vendi(args: argparse.Namespace, console: Console) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``synth`` command; returns the exit status (2 on a usage error)."""
     parser, commands = _parser()
-    console = Console(stderr=True)
+    console = Console(stderr=True, markup=False)
     try:
         args = resolve_args(parser, commands, argv)
         if args.command in CONFIG_COMMANDS:
@@ -582,7 +582,8 @@ def main(argv: list[str] | None = None) -> int:
             fetch_mpnet(args.dir, log=console.print)
             return 0
     except IseSynthError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        # one plain line: rich markup would eat a [section] of the message
+        print("error: " + " ".join(str(exc).split()), file=sys.stderr)
         return 2
     return 2
 

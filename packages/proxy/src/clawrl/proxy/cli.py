@@ -198,15 +198,34 @@ def _model_command(args: argparse.Namespace) -> int:
 
 
 def _model_dir(args: argparse.Namespace) -> Path:
+    """The model directory ``--model`` names (the default tiny model built, a known model
+    fetched).
+
+    Raises:
+        ModelKitError: not a servable HF directory, 'default' nor a known model (the
+            message names --model), or the model cannot be built / fetched.
+    """
     if args.model == "default":
         from clawrl.proxy.model_kit import build_default_model
 
         return Path(build_default_model(args.tokenizer))
-    from clawrl.proxy.model_fetch import fetch_model, known_model
+    from clawrl.proxy.model_check import check_model_dir
+    from clawrl.proxy.model_fetch import KNOWN_MODELS, fetch_model, known_model
+    from clawrl.proxy.model_kit import ModelKitError
 
-    if known_model(args.model) is not None and not Path(args.model).is_dir():
+    path = Path(args.model)
+    if known_model(args.model) is not None and not path.is_dir():
         return fetch_model(args.model)
-    return Path(args.model)
+    if not path.is_dir():
+        raise ModelKitError(
+            f"--model {args.model}: not a directory, 'default', nor a known model (one of: "
+            f"{', '.join(sorted(KNOWN_MODELS))})"
+        )
+    try:
+        check_model_dir(path)
+    except ModelKitError as exc:
+        raise ModelKitError(f"--model {args.model}: {exc}") from None
+    return path
 
 
 def _backend(
@@ -278,12 +297,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"proxy serve: {flag} must be >= 0 (0: no limit), got {value}", file=sys.stderr)
             return 2
     from clawrl.proxy.extras import MissingExtraError
+    from clawrl.proxy.model_kit import ModelKitError
 
     try:
         model_dir = _model_dir(args)
         renderer = ChatRenderer.from_model_dir(model_dir)
-    except MissingExtraError as exc:
-        print(f"proxy serve: {exc}", file=sys.stderr)
+    except ModelKitError as exc:  # MissingExtraError included
+        print(f"proxy serve: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     cleanup: list[Callable[[], None]] = []
     try:

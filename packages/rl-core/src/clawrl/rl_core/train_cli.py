@@ -1,12 +1,12 @@
 """``train``: black-box RL of a policy through agent harnesses (see clawrl.rl_core.train).
 
     uv run train --config examples/quickstart.toml [--algo ppo] [--seed 1] [--steps 8]
-                 [--out runs/x] [--set section.key=value ...] [--resume]
+                 [--out runs/x] [--set section.key=value ...] [--resume | --overwrite]
     uv run train export-hf runs/x/checkpoints/step-000016 DIR   # a Hugging Face model dir
 
 Every configuration value has a default; the resolved configuration is saved as
 ``<out>/config.json``. ``--resume`` without ``--config`` continues the run in ``--out``
-with its saved configuration.
+with its saved configuration; a non-empty ``--out`` needs ``--resume`` or ``--overwrite``.
 
 Several trainer processes (DDP; gloo on CPU, NCCL on GPUs)::
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="override run.steps")
     p.add_argument("--out", help="override run.out (the results directory)")
     p.add_argument("--resume", action="store_true", help="continue from <out>/checkpoints/latest")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier run's results in --out (without it, or --resume, a "
+        "non-empty --out is refused)",
+    )
     p.add_argument("--no-progress", action="store_true", help="plain log lines")
     return p
 
@@ -71,6 +78,31 @@ def _config_path(args: argparse.Namespace) -> str | None:
         if saved.exists():
             return str(saved)
     return args.config
+
+
+#: Files that only a ``train`` run writes at the top of its output folder.
+_RUN_MARKERS = ("config.json", "runs.jsonl", "metrics.jsonl")
+
+
+def _claim_out(out: Path, *, resume: bool, overwrite: bool) -> str | None:
+    """Check (and with ``overwrite``, empty) the output folder before anything starts; the
+    reason it cannot be used, else None. A non-empty folder needs ``--resume`` (continue
+    the run there) or ``--overwrite`` (remove it, if it is a train run's folder)."""
+    if resume and overwrite:
+        return "--resume and --overwrite exclude each other"
+    if out.exists() and not out.is_dir():
+        return f"run.out (--out): {out} is a file"
+    if resume or not out.is_dir() or not any(out.iterdir()):
+        return None
+    if not overwrite:
+        return (
+            f"run.out (--out): {out} is not empty (an earlier run?): give --resume to "
+            "continue it, --overwrite to replace it, or another --out"
+        )
+    if not any((out / name).exists() for name in _RUN_MARKERS):
+        return f"run.out (--out): {out} holds no train run (no config.json): not removed"
+    shutil.rmtree(out)
+    return None
 
 
 def _run_with_progress(loop: TrainLoop, console: Console) -> dict[str, Any]:
@@ -135,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     except RLCoreError as exc:
         print(f"train: config error: {exc}", file=sys.stderr)
         return 2
+    if int(os.environ.get("RANK", "0")) == 0:  # the other ranks write nothing there
+        problem = _claim_out(Path(cfg.run.out), resume=args.resume, overwrite=args.overwrite)
+        if problem:
+            print(f"train: {problem}", file=sys.stderr)
+            return 2
     if cfg.algo.trainer.fsdp and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from clawrl.rl_core.train.ranks import FSDP_LOOP_ERROR
 
@@ -148,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     from clawrl.rl_core.train.ranks import follow, launch_ranks
     from rich.console import Console
 
-    console = Console(stderr=False, highlight=False)
+    console = Console(stderr=False, highlight=False, markup=False)  # '[eval]' stays
     plain = args.no_progress or not cfg.logging.progress
 
     def say(line: str) -> None:

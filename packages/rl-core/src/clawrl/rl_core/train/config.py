@@ -10,7 +10,10 @@ TOML values (falling back to a plain string). The resolved configuration is save
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import types
+import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -268,8 +271,11 @@ class AlgoConfig:
         subs: dict[str, dict[str, Any]] = {sub: {} for sub in _SUB_CLASSES}
         for key, value in values.items():
             if key in _LOOP_KEYS:
+                _check_value("algo", key, value, _field_type(cls, key))
                 continue
             sub, name = keys[key]
+            owner = TrainerConfig if sub is None else _SUB_CLASSES[sub]
+            _check_value("algo", key, value, _field_type(owner, name))
             if name == "value_lr" and value == 0:
                 value = None  # 0 meant "lr" in earlier configs (a saved config.json resumes)
             if name == "betas" and isinstance(value, list):
@@ -377,7 +383,12 @@ class TrainConfig:
             raise ConfigError("run.rank_timeout_s must be > 0")
         if not self.rollout.harnesses:
             raise ConfigError("rollout.harnesses is empty")
-        for harness in self.rollout.harnesses:  # a name, an entry point or module:Class
+        if self.logging.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError(
+                "[logging] tensorboard = true needs the tensorboard package (pip install "
+                "tensorboard)"
+            )
+        for harness in self.rollout.harnesses:
             try:
                 get_harness(harness)
             except UnknownHarnessError as exc:
@@ -490,12 +501,63 @@ def _build(data: dict[str, Any]) -> TrainConfig:
             raise ConfigError(
                 f"unknown key(s) in [{name}]: {sorted(unknown)} (known: {sorted(known)})"
             )
+        for key, item in value.items():
+            _check_value(name, key, item, _field_type(cls, key))
         try:
             section = cls(**value)
         except TypeError as exc:
             raise ConfigError(f"[{name}]: {exc}") from exc
         kwargs["async_" if name == "async" else name] = section
     return TrainConfig(**kwargs)
+
+
+def _field_type(cls: type, name: str) -> Any:
+    """The resolved annotation of field ``name`` of dataclass ``cls`` (``Any`` if it cannot
+    be resolved)."""
+    try:
+        return typing.get_type_hints(cls).get(name, Any)
+    except (NameError, TypeError):
+        return Any
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    """Whether a TOML / JSON value fits a field's annotation (a tuple may be a list, a float
+    an integer; nested dataclasses, choices and unknown forms are left to the
+    constructors and :meth:`TrainConfig.validate`)."""
+    if hint is Any or (value is None and hint is type(None)):
+        return True
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in args)
+    if origin is typing.Literal:
+        return True  # TrainConfig.validate names the choices
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint in (str, Path):
+        return isinstance(value, str)
+    if origin is list or hint is list:
+        return isinstance(value, list) and all(_type_ok(v, args[0]) for v in value if args)
+    if origin is tuple or hint is tuple:
+        return isinstance(value, list | tuple)
+    if origin is dict or hint is dict:
+        return isinstance(value, dict) and (
+            len(args) != 2 or all(_type_ok(v, args[1]) for v in value.values())
+        )
+    return True
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _check_value(section: str, key: str, value: Any, hint: Any) -> None:
+    """Raises ConfigError naming ``[section] key`` when ``value`` does not fit ``hint``."""
+    if not _type_ok(value, hint):
+        raise ConfigError(f"[{section}] {key}: expected {_type_name(hint)}, got {value!r}")
 
 
 _ALGO_TABLES = ("grpo", "ppo")  # [algo.NAME] tables: keys for that algorithm only

@@ -214,6 +214,9 @@ def main() -> None:
         r["roofline_dtype"] = dtype
         r["ratio_to_own_dtype_roofline"] = r["gflops_best"] / peak[dtype]
         r["ratio_to_bf16_roofline"] = r["gflops_best"] / peak["bf16"]
+        # the same from the process's own CPU time per thread (less inflated by other load)
+        r["gflops_cpu_time"] = r["gflop_per_step"] / (min(r["fwd_bwd_cpu_s"]) / args.threads)
+        r["ratio_to_own_dtype_roofline_cpu_time"] = r["gflops_cpu_time"] / peak[dtype]
         print(
             f"{scheme:>11}: {r['tokens_per_s_best']:7.1f} tok/s fwd+bwd "
             f"({r['gflops_best']:.0f} GFLOP/s = {r['ratio_to_own_dtype_roofline']:.2f}x "

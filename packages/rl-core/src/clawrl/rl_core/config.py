@@ -187,7 +187,13 @@ class TrainerConfig:
             steps: total = steps × epochs × minibatches.
         chunk_size: vocabulary-projection rows per chunk.
         seed: seeds torch, numpy and random at start.
-        bf16: bf16 mixed precision ("auto" = on with CUDA, off on CPU).
+        precision: "fp32" (default: everything in float32, as before) or "bf16": the
+            forwards and backwards of the policy, critic and KL reference run under bf16
+            autocast (matmuls in bfloat16 on the CPU's AMX units or the GPU's tensor cores),
+            while parameters, gradients, AdamW state and checkpoints stay float32 (master
+            weights), and logprobs, entropies and values are computed in float32 (the
+            log-softmax over float32-upcast logits; value heads outside autocast). See
+            ``docs/precision.md`` of the rl-core package.
         freeze_embeddings: keep the input embedding matrix fixed (no gradient, no AdamW
             state): for Qwen2.5-0.5B that is 136M of 630M parameters, ~1.6 GB of fp32
             gradient and optimiser state. With tied embeddings the output layer is the same
@@ -216,7 +222,7 @@ class TrainerConfig:
     num_minibatches: int = 1
     chunk_size: int = 1024
     seed: int = 0
-    bf16: bool | Literal["auto"] = "auto"
+    precision: Literal["fp32", "bf16"] = "fp32"
     freeze_embeddings: bool = False
     gradient_checkpointing: bool = False
     fsdp: bool = False
@@ -224,6 +230,8 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         if self.algorithm not in ("grpo", "ppo"):
             raise ConfigError("algorithm must be 'grpo' or 'ppo'")
+        if self.precision not in ("fp32", "bf16"):
+            raise ConfigError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
         if self.token_budget is not None and self.token_budget < 1:
             raise ConfigError("token_budget must be >= 1 or None")
         if self.update_epochs < 1 or self.num_minibatches < 1:

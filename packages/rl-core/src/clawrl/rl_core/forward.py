@@ -15,7 +15,9 @@ Attention backends (``model.config._attn_implementation``):
 * anything else (e.g. flash attention, which cannot take a tree mask) raises ConfigError.
 
 Logprobs follow "Logprobs" (docs/architecture.md): ``log softmax(logits / T)[token]``
-at the sampling temperature ``T``. They are computed in chunks of ``chunk_size`` targets with
+at the sampling temperature ``T``, always computed in at least float32: under bf16 autocast
+the vocabulary projection runs in bf16 and its logits are upcast before the log-softmax.
+They are computed in chunks of ``chunk_size`` targets with
 activation checkpointing, so the full ``[N, vocab]`` logits never exist at once (forward or
 backward).
 """
@@ -152,6 +154,18 @@ def chunked_token_logprobs(
         (torch.cat(ents) if ents else hidden.new_zeros(0, dtype=dtype)) if compute_entropy else None
     )
     return logp, ent
+
+
+def run_outside_autocast(head: nn.Module, hidden: Tensor) -> Tensor:
+    """``head(hidden)`` in the head's own parameter dtype, with autocast off: a value head
+    keeps its float32 precision under bf16 mixed precision (its cost is negligible; without
+    fp32 master weights the input is only cast to the head's dtype). Outside autocast, with
+    ``hidden`` already in that dtype, this is exactly ``head(hidden)``."""
+    param = next(head.parameters(), None)
+    if param is not None and hidden.dtype != param.dtype:
+        hidden = hidden.to(param.dtype)
+    with torch.autocast(hidden.device.type, enabled=False):
+        return head(hidden)
 
 
 def _attention_mask_for(model: nn.Module, subtree_end: Tensor, dtype: torch.dtype) -> object:
@@ -292,7 +306,7 @@ def tree_forward(
         )
     values = None
     if value_head is not None:
-        v = value_head(h_src)
+        v = run_outside_autocast(value_head, h_src)
         values = v.reshape(v.shape[0]).to(_upcast_dtype(v.dtype))
     return TreeForwardOutput(logprobs=logp, entropy=ent, values=values)
 

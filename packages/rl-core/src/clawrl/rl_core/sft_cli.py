@@ -83,6 +83,8 @@ class SFTRunConfig:
         token_budget: most tokens per forward (trees are split, results unchanged); 0: no
             limit. A trajectory with a longer path is skipped.
         chunk_size: vocabulary-projection rows per chunk.
+        precision: "fp32" or "bf16" (bf16 autocast over float32 master weights; see the
+            trainer's ``TrainerConfig.precision``).
         progress: a rich progress bar (else one plain line per step).
     """
 
@@ -102,6 +104,7 @@ class SFTRunConfig:
     aggregation: str = "unique_token_mean"
     token_budget: int = 8192
     chunk_size: int = 1024
+    precision: str = "fp32"
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -127,6 +130,8 @@ class SFTRunConfig:
             raise ConfigError("need lr > 0, weight_decay >= 0, max_grad_norm > 0")
         if self.warmup_steps < 0 or self.token_budget < 0:
             raise ConfigError("need warmup_steps >= 0, token_budget >= 0")
+        if self.precision not in ("fp32", "bf16"):
+            raise ConfigError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
         if self.aggregation not in get_args(Aggregation):
             raise ConfigError(
                 f"aggregation must be one of {', '.join(get_args(Aggregation))}, "
@@ -598,7 +603,7 @@ def _train(
             token_budget=cfg.token_budget or None,
             chunk_size=cfg.chunk_size,
             seed=cfg.seed,
-            bf16=False,
+            precision=cfg.precision,  # type: ignore[arg-type]
         ),
         accelerator=Accelerator(cpu=True, mixed_precision="no"),
     )

@@ -116,15 +116,16 @@ def _check_distributed(acc: Accelerator) -> None:
         )
 
 
-def _autocast_forward(module: nn.Module, acc: Accelerator) -> None:
-    """Run ``module``'s forwards under the accelerator's mixed-precision autocast, as
-    ``accelerator.prepare`` does for the modules it wraps (FSDP modules are not prepared)."""
-    if acc.mixed_precision == "no":
+def _autocast_forward(module: nn.Module, device_type: str, dtype: torch.dtype | None) -> None:
+    """Run ``module``'s forwards (and so their backwards) under ``torch.autocast`` to
+    ``dtype``; nothing with None. Done here rather than by accelerate's ``mixed_precision``,
+    which is process-wide state (an AcceleratorState singleton that cannot change once set)."""
+    if dtype is None:
         return
     inner = module.forward
 
     def forward(*args: Any, **kwargs: Any) -> Any:
-        with acc.autocast():
+        with torch.autocast(device_type, dtype=dtype):
             return inner(*args, **kwargs)
 
     module.forward = forward
@@ -140,15 +141,18 @@ class Trainer:
         critic: for PPO, a separate critic (:class:`Critic`); without it PPO puts a
             :class:`ValueHead` on the policy's last hidden state.
         ref_model: frozen reference policy for the KL term (``loss.kl_coef > 0``).
-        accelerator: an ``accelerate.Accelerator``; default: bf16 mixed precision on CUDA
-            when ``config.bf16`` is "auto"/True, full precision on CPU.
+        accelerator: an ``accelerate.Accelerator`` with ``mixed_precision="no"``; default:
+            one on CUDA if available, else on CPU. ``config.precision`` = "bf16" runs the
+            forwards of the policy, critic and reference under ``torch.autocast`` (bf16
+            over float32 master weights).
 
     With ``config.fsdp`` and several processes, ``model``, ``critic`` and ``ref_model`` are
     sharded in place (FSDP2; their parameters become ``DTensor`` shards): read full weights
     with :meth:`export_hf` or ``torch.distributed.checkpoint.state_dict``.
 
     Raises:
-        ConfigError: a KL coefficient without reference model, bf16 forced on CPU,
+        ConfigError: a KL coefficient without reference model, an accelerator with
+            mixed precision (set ``config.precision``),
             several processes under a non-data-parallel accelerate mode (accelerate's FSDP
             plugin, DeepSpeed, Megatron: the tree step runs unequal numbers of forwards per
             rank; use ``config.fsdp``), or ``config.fsdp`` on a model another Trainer sharded.
@@ -168,12 +172,15 @@ class Trainer:
         if cfg.loss.kl_coef > 0 and ref_model is None:
             raise ConfigError("loss.kl_coef > 0 needs a ref_model")
         cuda = torch.cuda.is_available()
-        if cfg.bf16 is True and not cuda:
-            raise ConfigError("bf16=True needs a GPU; use 'auto' or False on CPU")
-        bf16 = cuda and cfg.bf16 in ("auto", True)
-        self.accelerator = accelerator or Accelerator(
-            cpu=not cuda, mixed_precision="bf16" if bf16 else "no"
-        )
+        if accelerator is not None and accelerator.mixed_precision != "no":
+            raise ConfigError(
+                "pass an Accelerator with mixed_precision='no' (got "
+                f"{accelerator.mixed_precision!r}) and set TrainerConfig.precision instead"
+            )
+        self.accelerator = accelerator or Accelerator(cpu=not cuda, mixed_precision="no")
+        #: the autocast dtype of every forward (None: fp32, no autocast)
+        self.autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
+        dev_type = self.accelerator.device.type
         _check_distributed(self.accelerator)
         #: FSDP2-sharded models (``config.fsdp`` with several processes)
         self.fsdp = cfg.fsdp and self.accelerator.num_processes > 1
@@ -196,17 +203,24 @@ class Trainer:
         self._ref_fwd: nn.Module | None = ref_model
         if ref_model is not None:
             ref_model.requires_grad_(False)
+        if not self.fsdp and self.autocast_dtype is not None:
+            _autocast_forward(tree_model, dev_type, self.autocast_dtype)
+            if critic is not None:
+                _autocast_forward(critic, dev_type, self.autocast_dtype)
+            if ref_model is not None:  # a wrapper: the caller's module is left as it is
+                self._ref_fwd = TreeModel(ref_model)
+                _autocast_forward(self._ref_fwd, dev_type, self.autocast_dtype)
         if self.fsdp:  # before the optimizer: sharding replaces the parameters
             mesh = init_device_mesh(self.accelerator.device.type, (self.accelerator.num_processes,))
             shard_tree_module(tree_model, model, mesh, heads=[head] if head else [])
-            _autocast_forward(tree_model, self.accelerator)
+            _autocast_forward(tree_model, dev_type, self.autocast_dtype)
             if critic is not None:
                 shard_tree_module(critic, critic.backbone, mesh, heads=[critic.head])
-                _autocast_forward(critic, self.accelerator)
+                _autocast_forward(critic, dev_type, self.autocast_dtype)
             if ref_model is not None:
                 self._ref_fwd = TreeModel(ref_model)  # the root that all-gathers in forward
                 shard_tree_module(self._ref_fwd, ref_model, mesh)
-                _autocast_forward(self._ref_fwd, self.accelerator)
+                _autocast_forward(self._ref_fwd, dev_type, self.autocast_dtype)
         value_params = (list(head.parameters()) if head else []) + (
             list(critic.parameters()) if critic is not None else []
         )

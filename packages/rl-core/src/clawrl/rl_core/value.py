@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clawrl.rl_core.forward import _attention_mask_for, _decoder
+from clawrl.rl_core.forward import _attention_mask_for, _decoder, run_outside_autocast
 from torch import Tensor, nn
 
 __all__ = ["Critic", "ValueHead"]
@@ -54,4 +54,4 @@ class Critic(nn.Module):
             use_cache=False,
         )
         h = out.last_hidden_state[0][parent_index[targets]]
-        return self.head(h.to(dtype))
+        return run_outside_autocast(self.head, h.to(dtype))

@@ -101,6 +101,7 @@ def _sft_trainer(loop: TrainLoop) -> Trainer:
             token_budget=trainer.token_budget,
             chunk_size=trainer.chunk_size,
             seed=loop.cfg.run.seed,
+            precision=trainer.precision,
         ),
     )
 

@@ -261,6 +261,10 @@ class AlgoConfig:
     def from_flat(cls, values: dict[str, Any]) -> AlgoConfig:
         """Build from flat ``[algo]`` keys (unknown keys: ConfigError)."""
         keys = _algo_keys()
+        if "bf16" in values:  # the key before ``precision`` (a saved config.json resumes)
+            values = dict(values)
+            legacy = values.pop("bf16")
+            values.setdefault("precision", "bf16" if legacy is True else "fp32")
         unknown = set(values) - set(keys) - set(_LOOP_KEYS)
         if unknown:
             known = sorted([*keys, *_LOOP_KEYS])

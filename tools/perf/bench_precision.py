@@ -1,0 +1,246 @@
+"""Tree train tokens/s in fp32 and bf16, side by side, each as a ratio to the roofline
+measured in the same run (``roofline.py``).
+
+Model: a Qwen2 (the architecture of Qwen2.5-Coder-0.5B) with random weights at Qwen2.5-0.5B's
+shape (hidden 896, MLP 4864, 14 heads / 2 KV heads, vocabulary 151,936, untied head; 24 layers,
+``--layers`` fewer), sdpa with the dense tree mask. Workload: the ISE-shaped tree of
+``bench_tree_training.py`` (a trunk of T·H history tokens and T reasoning branches of B tokens).
+
+Schemes (each in its own subprocess, so peak memory is its own):
+
+* ``fp32``: everything float32 (``precision = "fp32"``);
+* ``bf16``: ``torch.autocast(bfloat16)`` over float32 master weights, float32 gradients and
+  AdamW state: what ``precision = "bf16"`` runs;
+* ``bf16-params``: the model cast to bfloat16 (parameters, gradients and AdamW state in bf16),
+  for comparison only: the scheme the trainer does not use.
+
+Per scheme: forward + backward (the tree GRPO loss, :func:`loss_backward`) and the AdamW step,
+timed separately (wall, and process CPU time), peak RSS; tokens/s = tree tokens / forward +
+backward seconds; achieved GFLOP/s = matmul FLOPs of forward + backward (6 per parameter per
+token for the layers, the vocabulary head at the target tokens only, attention over each
+token's ancestors) / seconds, and its ratio to the roofline peak of the scheme's dtype and to
+the bf16 peak. ``lost_update_fraction``: the share of parameters an AdamW step of
+``lr = 1e-6`` leaves bit-unchanged among those with a nonzero gradient (bf16 parameters
+cannot hold updates that small).
+
+    uv run python tools/perf/bench_precision.py                # 24 layers, ~600 tree tokens
+    uv run python tools/perf/bench_precision.py --layers 4     # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+RESULTS = Path(__file__).parent / "results"
+SCHEMES = ("fp32", "bf16", "bf16-params")
+#: Qwen2.5-0.5B's shape
+SHAPE = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+}
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def matmul_flops(model: Any, batch: Any, n_targets: int) -> float:
+    """Matmul FLOPs of one forward + backward (3x the forward's) over a packed tree."""
+    cfg = model.config
+    head = model.get_output_embeddings().weight.numel()
+    embed = model.get_input_embeddings().weight.numel()
+    layer_params = sum(p.numel() for p in model.parameters()) - head - embed
+    n = int(batch.num_tokens)
+    ctx = float((batch.position_ids + 1).sum())  # each token attends its ancestors and itself
+    attn = 2 * 2 * cfg.num_hidden_layers * cfg.hidden_size * ctx  # QK^T and PV
+    fwd = 2 * layer_params * n + 2 * head * n_targets + attn
+    return 3.0 * fwd
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from bench_tree_training import build_sequences
+    from clawrl.rl_core import (
+        LossConfig,
+        OldPass,
+        TreeBatch,
+        loss_backward,
+        pack_token_sequences,
+        prepare_rl,
+        split_by_token_budget,
+    )
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.set_num_threads(args.threads)
+    cfg = Qwen2Config(
+        **SHAPE,
+        num_hidden_layers=args.layers,
+        tie_word_embeddings=False,
+        attn_implementation="sdpa",
+        max_position_embeddings=32768,
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg)
+    if args.scheme == "bf16-params":
+        model = model.to(torch.bfloat16)
+    if args.grad_ckpt:
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
+        )
+    model.train()
+    seqs = build_sequences(args.turns, args.hist, args.branch, SHAPE["vocab_size"], 0)
+    batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
+    pieces = split_by_token_budget(batch, None)
+    loss_cfg = LossConfig(aggregation="token_mean")
+    old = OldPass(logprobs=np.full(batch.num_tokens, -12.0))
+    prepared = prepare_rl(
+        batch, old, {"r0": 1.0}, algorithm="grpo", loss_cfg=loss_cfg, groups={"r0": "g"}
+    )
+    prepared.advantage[:] = 1.0
+    n_targets = int(sum(p.targets.size for p in pieces))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-6)
+    autocast = args.scheme == "bf16"
+
+    def fwd_bwd() -> float:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            stats = loss_backward(model, batch, pieces, prepared, old, loss_cfg=loss_cfg)
+        return float(stats["loss"])
+
+    loss = fwd_bwd()  # warm-up
+    # entries with a gradient (an embedding row of an absent token has none)
+    moved = [
+        p.grad != 0 if p.grad is not None else torch.zeros_like(p, dtype=torch.bool) for p in params
+    ]
+    before = [p.detach().clone() for p in params]
+    opt.step()
+    changed = sum(
+        int(((p.detach() != b) & m).sum()) for p, b, m in zip(params, before, moved, strict=True)
+    )
+    total = sum(int(m.sum()) for m in moved)
+    del before, moved
+    opt.zero_grad(set_to_none=True)
+    base = _rss()
+    fb_wall, fb_cpu, opt_wall = [], [], []
+    for _ in range(args.repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        loss = fwd_bwd()
+        fb_wall.append(time.perf_counter() - t0)
+        fb_cpu.append(time.process_time() - c0)
+        t0 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        opt_wall.append(time.perf_counter() - t0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    flops = matmul_flops(model, batch, n_targets)
+    best = min(fb_wall)
+    return {
+        "scheme": args.scheme,
+        "tree_tokens": int(batch.num_tokens),
+        "target_tokens": n_targets,
+        "loss": loss,
+        "fwd_bwd_wall_s": fb_wall,
+        "fwd_bwd_cpu_s": fb_cpu,
+        "adamw_step_wall_s": opt_wall,
+        "tokens_per_s_best": batch.num_tokens / best,
+        "tokens_per_s_median": batch.num_tokens / statistics.median(fb_wall),
+        # on a shared host: tokens per second of this process's own CPU time per thread
+        "tokens_per_cpu_s_per_thread": batch.num_tokens / (min(fb_cpu) / args.threads),
+        "gflop_per_step": flops / 1e9,
+        "gflops_best": flops / best / 1e9,
+        "peak_rss_bytes": peak,
+        "rss_after_warmup_bytes": base,
+        "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "lost_update_fraction": 1.0 - changed / total,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--hist", type=int, default=100)
+    ap.add_argument("--branch", type=int, default=50)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing")
+    ap.add_argument("--schemes", default=",".join(SCHEMES))
+    ap.add_argument("--out", type=Path, default=RESULTS / "precision.json")
+    ap.add_argument("--scheme", choices=SCHEMES, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.scheme:
+        print(json.dumps(worker(args)))
+        return
+    from roofline import measure
+
+    roof_before = measure(args.threads, quick=True)
+    print(
+        f"roofline: bf16 {roof_before['bf16_gflops']:.0f}, fp32 {roof_before['fp32_gflops']:.0f}"
+        f" GFLOP/s, triad {roof_before['bandwidth_gbs']:.1f} GB/s",
+        flush=True,
+    )
+    runs: dict[str, Any] = {}
+    for scheme in args.schemes.split(","):
+        cmd = [sys.executable, __file__, "--scheme", scheme]
+        for k in ("layers", "turns", "hist", "branch", "repeat", "threads"):
+            cmd += [f"--{k}", str(getattr(args, k))]
+        if args.grad_ckpt:
+            cmd.append("--grad-ckpt")
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        runs[scheme] = json.loads(out.strip().splitlines()[-1])
+    roof_after = measure(args.threads, quick=True)
+    # the better of the two roofline measurements (both are lower bounds on a shared host)
+    peak = {d: max(roof_before[f"{d}_gflops"], roof_after[f"{d}_gflops"]) for d in ("bf16", "fp32")}
+    for scheme, r in runs.items():
+        dtype = "fp32" if scheme == "fp32" else "bf16"
+        r["roofline_dtype"] = dtype
+        r["ratio_to_own_dtype_roofline"] = r["gflops_best"] / peak[dtype]
+        r["ratio_to_bf16_roofline"] = r["gflops_best"] / peak["bf16"]
+        # the same from the process's own CPU time per thread (less inflated by other load)
+        r["gflops_cpu_time"] = r["gflop_per_step"] / (min(r["fwd_bwd_cpu_s"]) / args.threads)
+        r["ratio_to_own_dtype_roofline_cpu_time"] = r["gflops_cpu_time"] / peak[dtype]
+        print(
+            f"{scheme:>11}: {r['tokens_per_s_best']:7.1f} tok/s fwd+bwd "
+            f"({r['gflops_best']:.0f} GFLOP/s = {r['ratio_to_own_dtype_roofline']:.2f}x "
+            f"{dtype} roofline, {r['ratio_to_bf16_roofline']:.2f}x bf16), AdamW "
+            f"{min(r['adamw_step_wall_s']):.2f} s, peak RSS {r['peak_rss_bytes'] / 2**30:.2f} "
+            f"GiB, lost updates {r['lost_update_fraction']:.3f}",
+            flush=True,
+        )
+    summary = {
+        "model": {"architecture": "Qwen2", **SHAPE, "num_hidden_layers": args.layers},
+        "workload": {"turns": args.turns, "history_tokens": args.hist, "branch": args.branch},
+        "threads": args.threads,
+        "grad_ckpt": args.grad_ckpt,
+        "roofline_gflops": peak,
+        "roofline_before": roof_before,
+        "roofline_after": roof_after,
+        "loadavg_after": list(os.getloadavg()),
+        "runs": runs,
+        "command": " ".join(["uv run python tools/perf/bench_precision.py", *sys.argv[1:]]),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

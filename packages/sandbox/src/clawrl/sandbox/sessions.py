@@ -11,8 +11,10 @@ do, and that the agent changed none of the programs the grader runs:
   cannot be reused while its leader lives, so nothing the agent starts passes as a member;
   a session whose leader died (or was killed) is not spared at all;
 * :func:`root_changes` lists what changed in the sandbox's root filesystem against its image
-  (``podman diff``: the container's own overlay layer; tmpfs places such as ``/tmp`` and the
-  home directory are not part of it).
+  (the container's own overlay layer: ``podman diff``, or, for a writable root kept on a
+  size-capped tmpfs, that overlay's upper directory read from the host, since ``podman diff``
+  sees nothing of it; tmpfs places such as ``/tmp`` and the home directory are not part of
+  it).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -154,6 +157,8 @@ async def root_changes(sb: Sandbox) -> RootChanges:
         SandboxError: podman could not tell (e.g. a ``--rootfs`` sandbox, or it is gone).
     """
     sb._check_open()
+    if not sb.spec.read_only_root:
+        return await asyncio.to_thread(_overlay_changes, sb)
     try:
         res = await sb._podman.run("diff", "--format", "json", sb.id, timeout=60)
         data = json.loads(res.stdout.decode("utf-8", "replace") or "{}")
@@ -167,3 +172,56 @@ async def root_changes(sb: Sandbox) -> RootChanges:
         return tuple(sorted(str(p) for p in value)) if isinstance(value, list) else ()
 
     return RootChanges(paths("added"), paths("changed"), paths("deleted"))
+
+
+def _overlay_changes(sb: Sandbox) -> RootChanges:
+    """The changes of a capped writable root (``Sandbox.create`` keeps its overlay on a tmpfs
+    at ``<runroot>/overlay-containers/<id>/rootfs``): every entry of the overlay's upper
+    directory is a path the sandbox wrote — added when no lower layer has it, changed when
+    one does, deleted when it is a whiteout (a 0/0 character device). Read from the host's
+    mount table, never from inside the sandbox; the mount not found is an error, never an
+    empty list (a grader must not take "cannot tell" for "nothing changed")."""
+    merge = upper = None
+    lowers: list[str] = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields = line.split(" - ", 1)
+                head = fields[0].split()
+                if len(head) < 5 or len(fields) < 2:
+                    continue
+                point = head[4].replace("\\040", " ")
+                if f"/overlay-containers/{sb.id}/rootfs/merge" not in point:
+                    continue
+                options = fields[1].split()[-1].split(",")
+                for opt in options:
+                    if opt.startswith("upperdir="):
+                        upper = opt.removeprefix("upperdir=")
+                    elif opt.startswith("lowerdir="):
+                        lowers = opt.removeprefix("lowerdir=").split(":")
+                merge = point
+    except OSError as exc:
+        raise SandboxError(f"cannot list the root changes of {sb.name}: {exc}") from exc
+    if merge is None or upper is None or not os.path.isdir(upper):
+        raise SandboxError(
+            f"cannot list the root changes of {sb.name}: its root's overlay is not mounted"
+        )
+    added: list[str] = []
+    changed: list[str] = []
+    deleted: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(upper):
+        for name in [*dirnames, *filenames]:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, upper)
+            inside = "/" + rel
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                deleted.append(inside)
+            elif any(os.path.lexists(os.path.join(low, rel)) for low in lowers):
+                changed.append(inside)
+            else:
+                added.append(inside)
+    return RootChanges(tuple(sorted(added)), tuple(sorted(changed)), tuple(sorted(deleted)))

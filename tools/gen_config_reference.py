@@ -195,8 +195,8 @@ def _fields_of(cls: type) -> dict[str, dataclasses.Field[Any]]:
 
 
 def train_section() -> list[str]:
+    from clawrl.rl_core import TrainerConfig
     from clawrl.rl_core import train as train_mod
-    from clawrl.rl_core.config import TrainerConfig
 
     cfg = train_mod.TrainConfig()
     lines = ["## train", "", TRAIN_INTRO.strip(), ""]
@@ -295,12 +295,12 @@ def _annotation_text(annotation: Any) -> str:
 
 def synth_section() -> list[str]:
     from clawrl.ise_synth import cli as synth_cli
-    from clawrl.ise_synth.config import CONFIG_COMMANDS
+    from clawrl.ise_synth import config as synth_config
 
     _, commands = synth_cli._parser()
     skip = {"help", "config", "overrides", "api_key", "sim_api_key"}
     lines = ["## synth", "", SYNTH_INTRO.strip(), ""]
-    for command in CONFIG_COMMANDS:
+    for command in synth_config.CONFIG_COMMANDS:
         rows: list[tuple[str, str, str, str]] = []
         for a in commands[command]._actions:
             if a.dest in skip or not a.option_strings:

@@ -1,6 +1,6 @@
 """Packages use each other, and tools/ uses them, only through their public API: a package's
 root (``clawrl.<pkg>``) or one of its declared public subpackages, never another module
-inside it (issue 22: "no import of a private module across packages or from tools/")."""
+inside it ("no import of a private module across packages or from tools/")."""
 
 from __future__ import annotations
 

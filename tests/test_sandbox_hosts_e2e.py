@@ -1,4 +1,4 @@
-"""Sandboxes on two podman hosts, on one machine standing in for two (issue 21).
+"""Sandboxes on two podman hosts, on one machine standing in for two.
 
 The "remote" host is a second ``podman system service`` with its own storage on its own
 socket, reached with ``podman --url``. Its sandboxes reach the proxy through the documented

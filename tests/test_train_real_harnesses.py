@@ -1,4 +1,4 @@
-"""Mix-harness training through two real harness programs (issue 8's CI check): one
+"""Mix-harness training through two real harness programs: one
 ``train`` step whose batch runs pi (Chat Completions, streamed) and Codex CLI (Responses,
 streamed) in podman sandboxes against the embedded tiny model (qwen3 tokenizer: the
 harnesses' prompts are 1.3k-9k tokens), GRPO advantages per (task, harness) group, one

@@ -1,4 +1,4 @@
-"""A real RL step through an sglang-router (issue 21): two SGLang CPU workers (the tiny
+"""A real RL step through an sglang-router: two SGLang CPU workers (the tiny
 byte model) behind ``sglang-router``, the train loop's proxy on ``SGLangRouterBackend``
 (``backend.sglang_router = true``), the reference harness in podman sandboxes. The step's
 rollouts are served by both workers at version 0, its weight sync reaches both (each

@@ -1,9 +1,8 @@
-"""Red-team tests of the proxy (issue 18): each performs an attack against a real proxy server
+"""Red-team tests of the proxy: each performs an attack against a real proxy server
 (uvicorn on unix sockets, driven over HTTP with the official SDKs or httpx) and asserts
 containment: a typed 4xx, never a 5xx; no stall of another session; text stays text.
 
-Each test names the fix whose revert makes it fail (the closing note of issue 18 lists the
-reverts tried).
+Each test names the fix whose revert makes it fail.
 """
 
 from __future__ import annotations
@@ -782,7 +781,7 @@ def test_a_client_leaving_mid_body_logs_no_error(
 ) -> None:
     """Half a body, then the client half-closes: starlette's ``ClientDisconnect`` used to
     take the "unhandled error" path, one ERROR with a traceback per request, so any client
-    could flood the proxy's log (red team, session 9). Revert tried: ``_guard`` without
+    could flood the proxy's log. Revert tried: ``_guard`` without
     ``ClientDisconnect`` -> an ERROR record per request, and this test fails."""
     import logging
     import socket as socketlib

@@ -1,5 +1,5 @@
 """Property/unit tests of the tool-call argument canonicalisation used to match echoes
-(JS ``JSON.stringify`` numbers; ``""`` as ``{}``) — issue 18."""
+(JS ``JSON.stringify`` numbers; ``""`` as ``{}``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fuzzing the proxy over HTTP (issue 18): >= 10,000 requests with a fixed seed to a real proxy
+"""Fuzzing the proxy over HTTP: >= 10,000 requests with a fixed seed to a real proxy
 server on its unix socket (nothing else is contacted), for the three wire APIs.
 
 Bodies are valid requests mutated at random paths: wrong types, missing fields, huge and

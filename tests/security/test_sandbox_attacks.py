@@ -1,4 +1,4 @@
-"""Red-team tests of the agent sandbox (issue 18), through bench's real path: ``run_rollouts``
+"""Red-team tests of the agent sandbox, through bench's real path: ``run_rollouts``
 with the ``oracle`` harness on a temporary copy of a built-in task whose ``solution/solve.sh``
 is the attack (run as root in the agent's podman sandbox), then the runner's kill, host-side
 copy-out and sandboxed verification. Each asserts containment: no host write, the true reward
@@ -64,7 +64,7 @@ def test_copy_out_forgery_writes_nothing_on_the_host(tmp_path: Path) -> None:
 
     Contained by the runner's ``kill_all`` (the daemon is dead before anything is read) and by
     the host-side copy-out (nothing the sandbox writes is parsed): the true reward 0, no host
-    file. Revert tried: see the closing note of session 8.
+    file.
     """
     marker = f"clawrl-escape-{uuid.uuid4().hex}"
     script = f"""
@@ -143,8 +143,8 @@ def test_planted_preload_cannot_forge_the_copy_out(tmp_path: Path) -> None:
     sandbox into a printer of its own archive: a *solved* ``stats.py``. No race: with the old
     copy-out (``podman exec tar -c`` in the sandbox, parsed on the host) the verifier got the
     forged file and the reward was 1.0. Now no program of the sandbox runs for the copy-out:
-    the true workspace is read from the host and the reward is 0. Revert tried: see the
-    closing note of session 9."""
+    the true workspace is read from the host and the reward is 0. Revert tried: the old
+    in-sandbox ``tar -c`` copy-out."""
     script = f"""
 cat > /var/tmp/forge.c <<'END_C'
 {_PRELOAD_C}
@@ -242,8 +242,7 @@ def test_every_agent_sandbox_has_a_wall_clock() -> None:
 def test_removing_the_workspace_is_a_scored_failure(tmp_path: Path, script: str) -> None:
     """With a writable root (workspace ``/app``) the agent can replace its workspace by a
     symlink or move it away. Before, the copy-out's ``SandboxFileNotFoundError`` escaped as
-    an infra-error (retried, left out of the scores: the agent chose not to be scored; red
-    team, session 9). Revert tried: without the runner's ``FileNotFoundError`` branch ->
+    an infra-error (retried, left out of the scores: the agent chose not to be scored). Revert tried: without the runner's ``FileNotFoundError`` branch ->
     ``infra-error`` with 2 attempts."""
     task = attack_task(tmp_path, script + "\nexit 0\n")
     env = {**task.verifier.env, "CLAWRL_WORKSPACE": "/app"}

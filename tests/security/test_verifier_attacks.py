@@ -1,4 +1,4 @@
-"""Red-team tests of verification (issue 18): each attack is the agent's own output, run
+"""Red-team tests of verification: each attack is the agent's own output, run
 through bench's real path — ``run_rollouts`` with the ``oracle`` harness on a temporary copy
 of a task whose ``solution/solve.sh`` is the attack: runner → podman agent sandbox →
 copy-out → verifier sandbox (SandboxExecutor) → reward. Each asserts containment (the true

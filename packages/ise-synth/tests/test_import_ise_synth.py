@@ -7,7 +7,7 @@ def test_version() -> None:
 
 def test_test_simulator_and_scripted_agent_live_in_testing() -> None:
     """The scripted simulator and scripted test agent are stand-ins, public only in
-    ``clawrl.ise_synth.testing`` (issue 22); the simulator interface stays at the root."""
+    ``clawrl.ise_synth.testing``; the simulator interface stays at the root."""
     import clawrl.ise_synth.testing as testing
 
     stand_ins = {"ScriptedUserSimulator", "scripted_agent_completions", "scripted_queries"}

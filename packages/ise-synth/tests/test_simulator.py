@@ -54,7 +54,7 @@ def _json(**kw: Any) -> str:
         ('{"name": "write_file", "arguments": {"path": "a"}}', "tool-call-json"),
         ("```bash\nls -la\n```", "code-block-command"),
         ("assistant: the file is saved", "role-prefix"),
-        # seen from Qwen2.5-Coder-0.5B as the simulator (issue 23)
+        # seen from Qwen2.5-Coder-0.5B as the simulator
         ("I'm sorry, but I can't assist with that request.", "refusal"),
         ("What would you like to do next?", "role-inversion"),
         ("What do you need to do with the data files?", "role-inversion"),

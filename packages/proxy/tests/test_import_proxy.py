@@ -7,7 +7,7 @@ def test_version() -> None:
 
 def test_stand_in_backends_live_in_testing_not_in_the_root() -> None:
     """The scripted and null backends are stand-ins, public only in ``clawrl.proxy.testing``
-    (issue 22: test helpers out of the root surface); the interface stays at the root."""
+    (test helpers out of the root surface); the interface stays at the root."""
     import clawrl.proxy.testing as testing
 
     stand_ins = {"ScriptedBackend", "ScriptedCompletion", "NullBackend"}

@@ -1,4 +1,4 @@
-"""Incremental prompts (issue 21): a session's :class:`PromptCache` re-renders and re-tokenizes
+"""Incremental prompts: a session's :class:`PromptCache` re-renders and re-tokenizes
 only the messages a request adds, and the ids are exactly those of a build without the cache
 (Hypothesis: random appending conversations, with edits that drop turns, client text that
 spells control tokens, runs of tool results and spliced assistant turns, through each wire

@@ -1,4 +1,4 @@
-"""Model families (issue 19): SmolLM2 (Llama, ChatML without tools) and Qwen2.5-Coder (Qwen2,
+"""Model families: SmolLM2 (Llama, ChatML without tools) and Qwen2.5-Coder (Qwen2,
 ChatML with tools) through the renderer, the tool-call parser, splicing and the embedded
 engine, with the real checkpoints' tokenizers and chat templates.
 

@@ -1,4 +1,4 @@
-"""Red-team attacks on the session :class:`PromptCache` (issue 21): the cached build must
+"""Red-team attacks on the session :class:`PromptCache`: the cached build must
 equal a build without the cache whatever the client sends. Python ``==`` calls values equal
 that the template renders differently (dict key order, ``1``/``1.0``/``True``)."""
 

@@ -1,4 +1,4 @@
-"""Reproducible sampling (issue 22): a session created with ``sampling_seed`` draws each call
+"""Reproducible sampling: a session created with ``sampling_seed`` draws each call
 from ``call_seed(sampling_seed, seq)``, so its completions do not depend on the order in which
 concurrent sessions' requests arrive or on what else is batched with them (embedded backend,
 the kit's tiny byte model, live proxy, official openai SDK)."""

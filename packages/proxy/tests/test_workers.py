@@ -1,4 +1,4 @@
-"""``proxy serve --workers 2`` (issue 21): sessions created through the one admin address are
+"""``proxy serve --workers 2``: sessions created through the one admin address are
 spread over both workers and all listed, each session's calls land on its worker (its splice
 memory holds: later calls extend the earlier ones), and each capture is one complete JSONL."""
 

@@ -1,4 +1,4 @@
-"""Model families (issue 19): tree forward, loss and gradients equal the flat per-path
+"""Model families: tree forward, loss and gradients equal the flat per-path
 computation for tiny random Llama (tied embeddings, as SmolLM2) and Qwen2 configs (float64).
 
 Qwen2's special case is its sliding-window layers: with ``use_sliding_window`` the tree forward

@@ -1,5 +1,5 @@
 """Multi-process training: ``accelerate launch`` with 2 CPU processes (gloo; DDP, and FSDP2 with
-``TrainerConfig.fsdp``) against the same steps in this process (issue 21).
+``TrainerConfig.fsdp``) against the same steps in this process.
 
 The launched worker (``multiprocess_worker.py``) trains on random group trees dealt to the two
 ranks by token count; rank 0 writes the summed gradients, parameters and metrics. They must

@@ -207,7 +207,7 @@ def _grpo_adv_by_rollout(seqs: list[TokenSequence], rewards: dict[str, float]) -
     ids=["identical", "prefix"],
 )
 def test_identical_and_prefix_rollouts_keep_their_own_reward(tokens: list[list[int]]) -> None:
-    """Issue 22: a rollout whose tokens equal, or are a prefix of, another rollout's must stay
+    """A rollout whose tokens equal, or are a prefix of, another rollout's must stay
     in the group: rewards {1, 1, 0, 0} give GRPO advantages ±0.866 (std with ddof 1), not the
     1.155 / −0.577 / −0.577 of a group that lost one of the reward-1 rollouts."""
     rewards = {"r0": 1.0, "r1": 1.0, "r2": 0.0, "r3": 0.0}

@@ -141,7 +141,7 @@ def test_sft_training_reduces_loss(
 
 def test_repeated_conversations_each_keep_their_trajectories(chat_tokenizer: Any) -> None:
     """Two trajectories with equal messages (or one a prefix of the other) are two rollouts:
-    neither loses its trajectories or memberships to the other (issue 22's dropped rollout)."""
+    neither loses its trajectories or memberships to the other (dropped rollout)."""
     a, b = _traj(0), {**_traj(0), "id": "copy"}
     short = {**_traj(0), "id": "short", "messages": _traj(0)["messages"][:3]}
     one = pack_sft_trajectories([a], chat_tokenizer)

@@ -1,4 +1,4 @@
-"""SFT with the proxy's renderer (``render=``) and the ``sft`` command (issue 23).
+"""SFT with the proxy's renderer (``render=``) and the ``sft`` command.
 
 The renderer comes from clawrl.proxy's public API (``ChatRenderer``, the model kit's tiny
 byte model); SmolLM2-135M-Instruct's files from the model kit (``fetch_model``: cached in

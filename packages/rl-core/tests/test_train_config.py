@@ -174,7 +174,7 @@ def test_model_section_errors_and_the_renamed_init_seed(tmp_path: Path) -> None:
 
 
 def test_scale_out_example_describes_router_workers_and_sandbox_hosts() -> None:
-    """examples/scale_out.toml: one file for the topology (issue 21): the router and its
+    """examples/scale_out.toml: one file for the topology: the router and its
     workers, and the podman hosts with their capacities, as the loop will use them."""
     cfg = load_config(EXAMPLES / "scale_out.toml")
     b = cfg.backend

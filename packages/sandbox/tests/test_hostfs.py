@@ -54,7 +54,7 @@ async def test_kill_all_leaves_only_pid_1(sb: Sandbox) -> None:
 async def test_no_user_namespaces_so_no_nested_pid_namespaces(sb: Sandbox) -> None:
     """A process in a PID namespace of its own (``unshare -Upf``) is outside the sandbox's PID
     namespace; from one with its own cgroup namespace it could mount cgroup2 and move or
-    freeze itself out of the sandbox's cgroup (red team, session 9). The seccomp profile
+    freeze itself out of the sandbox's cgroup. The seccomp profile
     refuses user namespaces, and without one sandbox root (no ``CAP_SYS_ADMIN``) gets no
     PID, mount or cgroup namespace; ``kill_all`` also counts processes in the sandbox's
     cgroups or below as members (next test). Revert tried: profile without the
@@ -74,7 +74,7 @@ async def test_no_user_namespaces_so_no_nested_pid_namespaces(sb: Sandbox) -> No
 async def test_pid_1_cannot_be_traced_or_rewritten(sb: Sandbox) -> None:
     """Sandbox root has PID 1's uid and capabilities: with ptrace it could kill PID 1 (an
     infra-error it chooses) or make it run its own program, which ``kill_all`` never
-    signals (red team, session 9). ``ptrace``, ``process_vm_*`` and ``pidfd_getfd`` are
+    signals. ``ptrace``, ``process_vm_*`` and ``pidfd_getfd`` are
     refused, ``/proc/1/mem`` is masked. Revert tried: profile without the ptrace rule ->
     ``PTRACE_ATTACH`` on PID 1 returns 0."""
     code = (

@@ -68,7 +68,7 @@ def test_mini_swe_agent_first_install_closes_its_pipes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first-use install (an empty cache) under filterwarnings=error: every installer
-    pipe is closed (issue 18: an unclosed pipe was a ResourceWarning that failed the e2e
+    pipe is closed (an unclosed pipe was a ResourceWarning that failed the e2e
     test on a fresh machine only); progress lines are reported; a second prepare is a no-op."""
     monkeypatch.setenv("PATH", f"{_fake_uv(tmp_path)}{os.pathsep}{os.environ['PATH']}")
     h = MiniSweAgentHarness(python=sys.executable, cache_dir=tmp_path / "cache")

@@ -66,7 +66,7 @@ def test_every_launch_writes_only_under_log_dir(name: str, tmp_path: Path) -> No
 
 
 def test_the_harness_api_is_public_in_its_subpackage_only() -> None:
-    """Each harness name is listed once (issue 22): in ``clawrl.bench.harness``, not again at
+    """Each harness name is listed once: in ``clawrl.bench.harness``, not again at
     the package root."""
     for name in ("HarnessContext", "get_harness", "harness_names", "scripted_oracle"):
         assert name in harness_pkg.__all__

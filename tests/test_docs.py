@@ -42,6 +42,25 @@ def test_docs_refer_to_nothing_outside_the_repository() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_code_and_tests_use_no_tracker_language() -> None:
+    """Docstrings and comments say what the code does, not which tracker entry asked for it."""
+    out = subprocess.run(
+        ["git", "ls-files", "*.py", "*.sh", "*.toml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    bad = [
+        f"{p}:{i}: {line.strip()}"
+        for p in out
+        if p != "tests/test_docs.py" and (ROOT / p).is_file()
+        for i, line in enumerate((ROOT / p).read_text(errors="replace").splitlines(), 1)
+        if LOG.search(line)
+    ]
+    assert not bad, "\n".join(bad)
+
+
 def test_run_records_stay_small() -> None:
     runs = ROOT / "docs" / "runs"
     total = sum(p.stat().st_size for p in runs.rglob("*") if p.is_file())

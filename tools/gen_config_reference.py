@@ -67,7 +67,11 @@ TRAIN_EXTRA: dict[tuple[str, str], str] = {
     ("eval", "enabled"): "evaluate on the held-out tasks (before RL, at the end, and every "
     "`every` steps).",
     ("eval", "samples"): "rollouts per held-out task and harness.",
-    ("logging", "tensorboard"): "also write TensorBoard event files (needs `tensorboard`).",
+    ("logging", "tensorboard"): "also write TensorBoard event files to `<out>/tensorboard` "
+    "(`clawrl-rl-core[tensorboard]`).",
+    ("logging", "wandb"): "log to Weights & Biases: `offline` (a run folder in `<out>/wandb`, "
+    "upload later with `wandb sync`), `online`, or empty (off) (`clawrl-rl-core[wandb]`).",
+    ("logging", "wandb_project"): "the W&B project name.",
     ("logging", "plot"): "draw the PNG curves.",
     ("logging", "progress"): "show a progress display.",
     ("backend", "sglang_url"): "URL of a running SGLang server (or sglang-router) for "

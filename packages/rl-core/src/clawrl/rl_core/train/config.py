@@ -354,9 +354,15 @@ class EvalConfig:
 
 @dataclass
 class LoggingConfig:
-    """JSONL is always written; ``tensorboard`` needs the tensorboard package."""
+    """JSONL is always written. ``tensorboard`` mirrors numeric values to TensorBoard (the
+    ``tensorboard`` package: ``clawrl-rl-core[tensorboard]``); ``wandb`` logs them to Weights
+    & Biases, ``"offline"`` (a run folder under ``<out>/wandb``, synced later with ``wandb
+    sync``) or ``"online"`` (the ``wandb`` package: ``clawrl-rl-core[wandb]``); ``""`` is off.
+    ``wandb_project`` names the W&B project."""
 
     tensorboard: bool = False
+    wandb: str = ""
+    wandb_project: str = "clawrl"
     plot: bool = True
     progress: bool = True
 
@@ -390,8 +396,19 @@ class TrainConfig:
         if self.logging.tensorboard and importlib.util.find_spec("tensorboard") is None:
             raise ConfigError(
                 "[logging] tensorboard = true needs the tensorboard package (pip install "
-                "tensorboard)"
+                "'clawrl-rl-core[tensorboard]')"
             )
+        if self.logging.wandb not in ("", "offline", "online"):
+            raise ConfigError(
+                f"[logging] wandb must be 'offline', 'online' or '' (off), "
+                f"got {self.logging.wandb!r}"
+            )
+        if self.logging.wandb and importlib.util.find_spec("wandb") is None:
+            raise ConfigError(
+                "[logging] wandb needs the wandb package (pip install 'clawrl-rl-core[wandb]')"
+            )
+        if self.logging.wandb and not self.logging.wandb_project.strip():
+            raise ConfigError("[logging] wandb_project is empty")
         for harness in self.rollout.harnesses:
             try:
                 get_harness(harness)

@@ -314,7 +314,13 @@ class TrainLoop:
                 check_host_verification([*train, *held], LocalExecutor())
             except HostVerificationError as exc:
                 raise ConfigError(f"rollout.verifier = 'host': {exc}") from exc
-        self.log = MetricsLog(self.out, tensorboard=cfg.logging.tensorboard)
+        self.log = MetricsLog(
+            self.out,
+            tensorboard=cfg.logging.tensorboard,
+            wandb=cfg.logging.wandb,
+            wandb_project=cfg.logging.wandb_project,
+            config=cfg.to_dict(),
+        )
         self.policy = load_policy(self.model_dir)
         return train, held, harnesses, self._resumed_state()
 

@@ -1,10 +1,11 @@
-"""Per-step metrics: JSONL (always), TensorBoard (optional), PNG curves (matplotlib)."""
+"""Per-step metrics: JSONL (always), TensorBoard and W&B (optional), PNG curves (matplotlib)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,16 +39,30 @@ def _finite(v: Any) -> Any:
 
 class MetricsLog:
     """Appends one JSON object per line to ``<out>/metrics.jsonl`` (flushed per row) and
-    mirrors numeric values to TensorBoard when ``tensorboard`` is set.
+    mirrors numeric values to TensorBoard when ``tensorboard`` is set, and to Weights & Biases
+    when ``wandb`` is ``"offline"`` or ``"online"``: one W&B run per output folder (its id
+    is kept in ``<out>/wandb/run-id``, so a resumed run continues it), the run config as
+    its config, each row's numbers under ``<kind>/<key>``.
 
     Raises:
-        ConfigError: TensorBoard requested but the ``tensorboard`` package is missing.
+        ConfigError: TensorBoard or W&B requested but its package is missing.
     """
 
-    def __init__(self, out: str | Path, *, tensorboard: bool = False) -> None:
+    def __init__(
+        self,
+        out: str | Path,
+        *,
+        tensorboard: bool = False,
+        wandb: str = "",
+        wandb_project: str = "clawrl",
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
         self.path = Path(out) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tb: Any = None
+        self._wandb: Any = None
+        if wandb:
+            self._wandb = _wandb_run(Path(out), wandb, wandb_project, config)
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -68,6 +83,15 @@ class MetricsLog:
                 if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
                     self._tb.add_scalar(f"{row.get('kind', 'train')}/{k}", v, step)
             self._tb.flush()
+        if self._wandb is not None:
+            kind = row.get("kind", "train")
+            numbers = {
+                f"{kind}/{k}": v
+                for k, v in row.items()
+                if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            }
+            if numbers:
+                self._wandb.log(numbers)
 
     def supersede_after(self, step: int) -> int:
         """On resume from the checkpoint of RL step ``step``: move the ``train`` / ``eval``
@@ -94,6 +118,38 @@ class MetricsLog:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+            self._tb = None
+        if self._wandb is not None:
+            import wandb
+
+            self._wandb.finish()
+            wandb.teardown()  # waits until the service has written the run to disk
+            self._wandb = None
+
+
+def _wandb_run(out: Path, mode: str, project: str, config: Mapping[str, Any] | None) -> Any:
+    """A W&B run in ``<out>/wandb``, resumed when the folder already holds one."""
+    try:
+        import wandb
+    except ImportError as exc:
+        raise ConfigError(
+            "[logging] wandb needs the wandb package (pip install 'clawrl-rl-core[wandb]')"
+        ) from exc
+    folder = out / "wandb"
+    folder.mkdir(parents=True, exist_ok=True)
+    id_file = folder / "run-id"
+    run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(8)
+    id_file.write_text(run_id + "\n")
+    return wandb.init(
+        project=project,
+        dir=str(out),
+        mode="online" if mode == "online" else "offline",
+        id=run_id,
+        resume="allow",
+        name=out.name,
+        config=dict(config or {}),
+        settings=wandb.Settings(silent=True, console="off"),
+    )
 
 
 def plot_curves(rows: list[dict[str, Any]], path: str | Path) -> Path:

@@ -14,6 +14,7 @@ __all__ = [
     "Aggregation",
     "CorrectionConfig",
     "GRPOConfig",
+    "LoRAConfig",
     "LossConfig",
     "OptimConfig",
     "PPOConfig",
@@ -165,6 +166,55 @@ class OptimConfig:
             raise ConfigError("value_lr must be > 0 or None")
 
 
+#: LoRA's default target modules: every linear layer of a Llama / Qwen decoder block
+LORA_DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class LoRAConfig:
+    """LoRA adapters (peft's ``LoraConfig``) instead of full fine-tuning: the policy's
+    weights stay frozen, each targeted linear layer learns ``W + (alpha / r) · B A``.
+
+    Attributes:
+        r: the adapters' rank (>= 1).
+        alpha: the scale numerator (``lora_alpha``; the update is scaled by alpha / r).
+        target_modules: names of the linear layers that get adapters (module-name suffixes,
+            as peft matches them), or ``"all-linear"`` (every linear layer but the output
+            layer). Default: the attention and MLP projections of Llama / Qwen blocks.
+        dropout: dropout on the adapters' input in training (0: none).
+    """
+
+    r: int = 16
+    alpha: float = 32.0
+    target_modules: list[str] | str = field(default_factory=lambda: list(LORA_DEFAULT_TARGETS))
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.r, bool) or not isinstance(self.r, int) or self.r < 1:
+            raise ConfigError(f"lora.r: must be an integer >= 1, got {self.r!r}")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float):
+            raise ConfigError(f"lora.alpha: must be a number, got {self.alpha!r}")
+        if self.alpha <= 0:
+            raise ConfigError(f"lora.alpha: must be > 0, got {self.alpha!r}")
+        self.alpha = float(self.alpha)
+        t = self.target_modules
+        if isinstance(t, tuple):
+            self.target_modules = t = list(t)
+        if isinstance(t, str):
+            if t != "all-linear":
+                raise ConfigError(
+                    f"lora.target_modules: a list of module names or 'all-linear', got {t!r}"
+                )
+        elif not t or not all(isinstance(x, str) and x for x in t):
+            raise ConfigError(
+                f"lora.target_modules: must be a non-empty list of module names, got {t!r}"
+            )
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float):
+            raise ConfigError(f"lora.dropout: must be a number, got {self.dropout!r}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"lora.dropout: must be in [0, 1), got {self.dropout!r}")
+
+
 @dataclass
 class TrainerConfig:
     """Everything one training run needs.
@@ -209,6 +259,11 @@ class TrainerConfig:
             all-gathers a layer's parameters for each forward and backward. The step equals
             the data-parallel one (ranks are padded to equal piece counts). Ignored in one
             process. See the package README, "FSDP".
+        lora: train LoRA adapters instead of every weight: in TOML a table ``{r, alpha,
+            target_modules, dropout}`` (:class:`LoRAConfig`; peft, the ``lora`` extra); None (default): full fine-tuning. The KL reference is
+            then the policy with its adapters disabled (no copy of the model), and the
+            weights synced to the inference backend are the merged ``W + scale · B A``. See
+            ``docs/lora.md`` of the rl-core package.
     """
 
     algorithm: Literal["grpo", "ppo"] = "grpo"
@@ -226,8 +281,13 @@ class TrainerConfig:
     freeze_embeddings: bool = False
     gradient_checkpointing: bool = False
     fsdp: bool = False
+    lora: LoRAConfig | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.lora, dict):  # from dataclasses.asdict (a saved checkpoint)
+            self.lora = LoRAConfig(**self.lora)
+        if self.lora is not None and self.fsdp:
+            raise ConfigError("lora with fsdp is not supported (use one or the other)")
         if self.algorithm not in ("grpo", "ppo"):
             raise ConfigError("algorithm must be 'grpo' or 'ppo'")
         if self.precision not in ("fp32", "bf16"):

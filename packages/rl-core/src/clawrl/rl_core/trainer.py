@@ -169,8 +169,8 @@ class Trainer:
     ) -> None:
         self.config = config or TrainerConfig()
         cfg = self.config
-        if cfg.loss.kl_coef > 0 and ref_model is None:
-            raise ConfigError("loss.kl_coef > 0 needs a ref_model")
+        if cfg.loss.kl_coef > 0 and ref_model is None and cfg.lora is None:
+            raise ConfigError("loss.kl_coef > 0 needs a ref_model (or config.lora)")
         cuda = torch.cuda.is_available()
         if accelerator is not None and accelerator.mixed_precision != "no":
             raise ConfigError(
@@ -199,8 +199,16 @@ class Trainer:
             model.activation_checkpointing_enable(  # type: ignore[operator]
                 activation_checkpointing_kwargs={"use_reentrant": False}
             )
-        tree_model = TreeModel(model, head)
+        #: the ``peft.PeftModel`` around the policy with ``config.lora`` (None without)
+        self.peft_model: nn.Module | None = None
         self._ref_fwd: nn.Module | None = ref_model
+        if cfg.lora is not None:  # adapters injected into ``model`` in place, base frozen
+            from clawrl.rl_core.lora import AdapterDisabledReference, add_lora
+
+            self.peft_model = add_lora(model, cfg.lora)
+            if cfg.loss.kl_coef > 0 and ref_model is None:  # the base: adapters disabled
+                self._ref_fwd = AdapterDisabledReference(self.peft_model)
+        tree_model = TreeModel(model, head)
         if ref_model is not None:
             ref_model.requires_grad_(False)
         if not self.fsdp and self.autocast_dtype is not None:
@@ -209,6 +217,7 @@ class Trainer:
                 _autocast_forward(critic, dev_type, self.autocast_dtype)
             if ref_model is not None:  # a wrapper: the caller's module is left as it is
                 self._ref_fwd = TreeModel(ref_model)
+            if self._ref_fwd is not None:
                 _autocast_forward(self._ref_fwd, dev_type, self.autocast_dtype)
         if self.fsdp:  # before the optimizer: sharding replaces the parameters
             mesh = init_device_mesh(self.accelerator.device.type, (self.accelerator.num_processes,))
@@ -624,9 +633,13 @@ class Trainer:
         else:
             state = self.accelerator.get_state_dict(self.model)
         if self.accelerator.is_main_process:
-            sub = {
+            sub: Mapping[str, Any] = {
                 k.removeprefix("policy."): v for k, v in state.items() if k.startswith("policy.")
             }
+            if self.peft_model is not None:  # the merged weights, in the plain layout
+                from clawrl.rl_core.lora import merged_state_dict
+
+                sub = merged_state_dict(policy)
             policy.save_pretrained(out, state_dict=sub)  # type: ignore[operator]
             if tokenizer is not None:
                 tokenizer.save_pretrained(out)

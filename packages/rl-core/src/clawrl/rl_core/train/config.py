@@ -30,6 +30,7 @@ from clawrl.proxy import DefaultModelSpec, ModelKitError
 from clawrl.rl_core.config import (
     CorrectionConfig,
     GRPOConfig,
+    LoRAConfig,
     LossConfig,
     OptimConfig,
     PPOConfig,
@@ -280,6 +281,8 @@ class AlgoConfig:
             sub, name = keys[key]
             owner = TrainerConfig if sub is None else _SUB_CLASSES[sub]
             _check_value("algo", key, value, _field_type(owner, name))
+            if name == "lora":
+                value = _lora_from_table(value)
             if name == "value_lr" and value == 0:
                 value = None  # 0 meant "lr" in earlier configs (a saved config.json resumes)
             if name == "betas" and isinstance(value, list):
@@ -298,8 +301,35 @@ class AlgoConfig:
         out: dict[str, Any] = {}
         for key, (sub, name) in _algo_keys().items():
             value = getattr(self.trainer if sub is None else getattr(self.trainer, sub), name)
+            if isinstance(value, LoRAConfig):
+                value = dataclasses.asdict(value)
             out[key] = list(value) if isinstance(value, tuple) else value
         return {**out, **{k: getattr(self, k) for k in _LOOP_KEYS}}
+
+
+def _lora_from_table(value: Any) -> LoRAConfig | None:
+    """``[algo] lora``: a table ``{r, alpha, target_modules, dropout}`` (missing keys take
+    :class:`~clawrl.rl_core.LoRAConfig`'s defaults), or None / absent for full fine-tuning.
+
+    Raises:
+        ConfigError: not a table, an unknown key, or a bad value, naming ``[algo] lora.KEY``.
+    """
+    if value is None or isinstance(value, LoRAConfig):
+        return value
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"[algo] lora: expected a table such as {{r = 16, alpha = 32}}, got {value!r}"
+        )
+    known = [f.name for f in dataclasses.fields(LoRAConfig)]
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ConfigError(f"[algo] lora: unknown key(s) {unknown} (known: {known})")
+    for key, item in value.items():
+        _check_value("algo", f"lora.{key}", item, _field_type(LoRAConfig, key))
+    try:
+        return LoRAConfig(**value)
+    except ConfigError as exc:
+        raise ConfigError(f"[algo] {exc}") from None
 
 
 @dataclass
@@ -606,7 +636,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not isinstance(table, dict):
             raise ConfigError(f"[{section}] must be a table")
         sub, dot, leaf = name.partition(".")
-        if dot and section == "algo" and sub in _ALGO_TABLES and leaf:
+        if dot and section == "algo" and sub == "lora" and leaf:  # algo.lora.r=8
+            lora = table.get("lora")
+            value = parse_override_value(raw.strip())
+            table["lora"] = {**(lora if isinstance(lora, dict) else {}), leaf: value}
+        elif dot and section == "algo" and sub in _ALGO_TABLES and leaf:
             sub_table = table.setdefault(sub, {})
             if not isinstance(sub_table, dict):
                 raise ConfigError(f"[algo.{sub}] must be a table")

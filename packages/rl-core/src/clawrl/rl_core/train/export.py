@@ -64,7 +64,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
     run_config = src.parent.parent / "config.json"
     if not run_config.is_file():
         raise ConfigError(f"no {run_config}: the run's model is read from it")
-    model = load_config(run_config).model
+    run = load_config(run_config)
+    model, lora = run.model, run.algo.trainer.lora
     try:
         model_dir = resolve_model(os.path.expanduser(model.path)) if model.path else model.build()
     except ModelKitError as exc:
@@ -76,6 +77,10 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
             self.policy = policy
 
     policy = load_policy(model_dir)
+    if lora is not None:  # a LoRA run's checkpoint: base weights and adapters
+        from clawrl.rl_core.lora import add_lora
+
+        add_lora(policy, lora)
     missing, unexpected = load_model(
         Checkpointed(policy), str(src / "model.safetensors"), strict=False
     )
@@ -86,7 +91,12 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path) -> Path:
             f"unexpected {unexpected[:3]})"
         )
     dest.mkdir(parents=True, exist_ok=True)
-    policy.save_pretrained(dest)  # type: ignore[operator]
+    if lora is None:
+        policy.save_pretrained(dest)  # type: ignore[operator]
+    else:  # the merged weights W + scale·BA, in the plain layout
+        from clawrl.rl_core.lora import merged_state_dict
+
+        policy.save_pretrained(dest, state_dict=merged_state_dict(policy))  # type: ignore[operator]
     for name in MODEL_FILES:
         if (Path(model_dir) / name).is_file():
             shutil.copy2(Path(model_dir) / name, dest / name)

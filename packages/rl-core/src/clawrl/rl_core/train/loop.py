@@ -173,13 +173,14 @@ class TrainLoop:
             TrainError: the backend reports another version afterwards.
         """
         from clawrl.proxy import EmbeddedBackend
+        from clawrl.rl_core.lora import merged_state_dict
 
         endpoint, backend = ctx.endpoint, ctx.backend
         t0 = time.time()
         await endpoint.admin.pause()
         try:
             if isinstance(backend, EmbeddedBackend):
-                state = {k: v.detach() for k, v in self.policy.state_dict().items()}
+                state = merged_state_dict(self.policy)  # W + scale·BA under [algo] lora
                 await backend.load_state_dict(state, version)
                 got = int(backend.policy_version)
             else:
@@ -366,7 +367,10 @@ class TrainLoop:
         checkpoint is loaded and the weights synced at the checkpoint's policy version."""
         cfg = self.cfg
         kl = cfg.algo.trainer.loss.kl_coef
-        self.ref_model = copy.deepcopy(self.policy).eval() if kl > 0 else None
+        # with LoRA the reference is the policy with its adapters disabled (no copy): the
+        # base weights, which are the policy as RL starts and are in every checkpoint
+        lora = cfg.algo.trainer.lora is not None
+        self.ref_model = copy.deepcopy(self.policy).eval() if kl > 0 and not lora else None
         self.rl_trainer = self.new_trainer(cfg.trainer_config(), ref_model=self.ref_model)
         if latest is not None:
             await asyncio.to_thread(self.rl_trainer.load_checkpoint, latest)

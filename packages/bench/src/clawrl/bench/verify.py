@@ -76,12 +76,21 @@ from clawrl.bench.executors import (
 from clawrl.bench.task import REWARD_MOUNT, Task
 from clawrl.bench.verdict_reports import ctrf_tests, runner_outcome, shadowing_entries
 from clawrl.bench.verifier_diagnosis import cannot_run_reason, exit_reason
-from clawrl.sandbox import Sandbox, SandboxCopyLimitError, SandboxError, owned_tempdir
+from clawrl.sandbox import (
+    Sandbox,
+    SandboxCopyLimitError,
+    SandboxError,
+    SandboxState,
+    owned_tempdir,
+    snapshot_state,
+)
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "STATE_PLACES",
     "VerifierResult",
     "VerifierStatus",
+    "agent_state",
     "check_host_verification",
     "prepare_workspace",
     "run_solution",
@@ -205,8 +214,18 @@ def check_host_verification(tasks: Iterable[Task], executor: Executor | None) ->
         raise HostVerificationError(bad)
 
 
-def verify(task: Task, workspace: Path | str, executor: Executor | None = None) -> VerifierResult:
+def verify(
+    task: Task,
+    workspace: Path | str,
+    executor: Executor | None = None,
+    state: SandboxState | None = None,
+) -> VerifierResult:
     """Score the finished ``workspace`` (host path) of ``task``; never raises for bad rewards.
+
+    ``state``: the agent's container state outside the workspace
+    (:attr:`VerifierSpec.verify_on_snapshot <clawrl.bench.VerifierSpec>`), restored by the
+    executor into the verifier's fresh sandbox before the workspace copy is put on top; an
+    executor that cannot (a :class:`LocalExecutor`) is an ``infra-error``.
 
     See the module docstring for the tamper-proofing steps. The original workspace is
     not modified. A workspace that cannot be copied (any ``OSError``, e.g. "file name too
@@ -252,6 +271,7 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
             env=dict(task.verifier.env),
             timeout_s=task.timeouts.verifier_s,
             user=task.verifier.user,
+            state=state,
         )
         try:
             result = runner.run(spec)
@@ -402,7 +422,8 @@ async def verify_sandbox(
     """Score the workspace of a live agent sandbox.
 
     Kills every process of ``sandbox`` (:meth:`~clawrl.sandbox.Sandbox.kill_all`), copies
-    ``task.workspace_path`` out of it, then runs :func:`verify` on the copy in a worker
+    ``task.workspace_path`` out of it (and, for a verifier that verifies on a snapshot,
+    records the sandbox's state: :func:`agent_state`), then runs :func:`verify` on the copy in a worker
     thread with ``executor`` (default: a fresh :class:`~clawrl.bench.SandboxExecutor`
     sandbox per verification). A workspace over the copy limits is a ``verifier-error``
     (the agent made it so); one that cannot be copied out for another reason an
@@ -438,7 +459,53 @@ async def verify_sandbox(
                 status=VerifierStatus.INFRA_ERROR,
                 reason=f"cannot copy the workspace out of the sandbox: {exc}",
             )
-        return await asyncio.to_thread(verify, task, dest, runner)
+        state = None
+        if task.verifier.verify_on_snapshot:
+            try:
+                state = await agent_state(task, sandbox, Path(tmp) / "state.tar")
+            except SandboxCopyLimitError as exc:
+                return VerifierResult(
+                    reward=0.0,
+                    status=VerifierStatus.ERROR,
+                    reason=f"the container's changed files are over the limits: {exc}",
+                )
+            except SandboxError as exc:
+                return VerifierResult(
+                    reward=0.0,
+                    status=VerifierStatus.INFRA_ERROR,
+                    reason=f"cannot snapshot the agent's container: {exc}",
+                )
+        return await asyncio.to_thread(verify, task, dest, runner, state)
+
+
+#: Tmpfs places of an agent sandbox whose contents belong to its container state (its
+#: ``/run`` and ``/dev/shm`` hold clawrl's own files and are left out).
+STATE_PLACES = ("/tmp", "/var/tmp", "/root", "/home/sandbox")
+
+
+async def agent_state(
+    task: Task,
+    sandbox: Sandbox,
+    archive: Path,
+    exclude: Iterable[str] = (),
+    max_bytes: int = 1 << 30,
+) -> SandboxState:
+    """The state of the agent's ``sandbox`` (every process of it already dead) that its
+    verifier sees (:func:`~clawrl.sandbox.snapshot_state`): its root's changes and the
+    contents of :data:`STATE_PLACES`, never anything at the verifier's own paths (its
+    files, :data:`~clawrl.bench.REWARD_MOUNT`) nor at ``exclude`` (the harness's files).
+
+    Raises:
+        SandboxCopyLimitError: the changed files hold more than ``max_bytes``.
+        SandboxError: the sandbox's changes cannot be read.
+    """
+    return await snapshot_state(
+        sandbox,
+        archive,
+        places=STATE_PLACES,
+        exclude=(task.verifier.mount_path, REWARD_MOUNT, *exclude),
+        max_bytes=max_bytes,
+    )
 
 
 # --------------------------------------------------------------------- internals

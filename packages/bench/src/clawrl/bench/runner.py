@@ -524,7 +524,7 @@ class RolloutRunner:
                     task,
                     sb,
                     final.with_name("state.tar"),
-                    exclude=(HARNESS_LOG_DIR, *h.mounts(task).values()),
+                    ignore=(HARNESS_LOG_DIR, *h.mounts(task).values()),
                     max_bytes=self.copy_limits(task).max_bytes,
                 )
             except SandboxCopyLimitError as exc:

@@ -255,7 +255,7 @@ def verify(
                 reason=f"cannot copy the workspace for verification: {type(exc).__name__}: "
                 f"{str(exc)[:500]}",
             )
-        tamper = _shadowing(task, ws)
+        tamper = _shadowing(task, ws) or (_planted(state) if state is not None else None)
         if tamper is not None:
             return tamper
         reward_dir = scratch / "reward"
@@ -348,6 +348,42 @@ def _shadowing(task: Task, ws: Path) -> VerifierResult | None:
         + ", ".join(repr(name) for name in found[:5])
         + ", which would stand in for the test runner's modules where the verifier's "
         "Python imports from",
+    )
+
+
+#: Programs the verifier's sandbox runs by name before and around the verifier's command
+#: (the root supervisor: ``sh``, ``tar``, ``mkdir``, ``setpriv``, ``kill``, ``tail``,
+#: ``sleep``) and that run every Harbor / Terminal-Bench script (``bash``, ``env``).
+SUPERVISOR_PROGRAMS = frozenset(
+    {"sh", "dash", "bash", "tar", "mkdir", "setpriv", "kill", "tail", "sleep", "env", "rm"}
+)
+#: The directories a sandbox's ``PATH`` searches.
+_PATH_DIRS = frozenset(
+    {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+)
+#: Files that make every program of the sandbox load code of the agent's.
+_LOADER_FILES = frozenset({"/etc/ld.so.preload"})
+
+
+def _planted(state: SandboxState) -> VerifierResult | None:
+    """Tampering: the agent's container state adds, changes or deletes a program the
+    verifier's sandbox runs by name (:data:`SUPERVISOR_PROGRAMS`, in any ``PATH``
+    directory, so a new ``/usr/local/bin/bash`` counts) or ``/etc/ld.so.preload``."""
+    found = []
+    for _kind, path in state.changes:
+        p = PurePosixPath(path)
+        if str(p) in _LOADER_FILES or (
+            str(p.parent) in _PATH_DIRS and p.name in SUPERVISOR_PROGRAMS
+        ):
+            found.append(path)
+    if not found:
+        return None
+    return VerifierResult(
+        reward=0.0,
+        status=VerifierStatus.ERROR,
+        reason="tampering: the agent's container changes "
+        + ", ".join(repr(name) for name in found[:5])
+        + ", which the verifier's sandbox runs or loads",
     )
 
 
@@ -487,13 +523,14 @@ async def agent_state(
     task: Task,
     sandbox: Sandbox,
     archive: Path,
-    exclude: Iterable[str] = (),
+    ignore: Iterable[str] = (),
     max_bytes: int = 1 << 30,
 ) -> SandboxState:
     """The state of the agent's ``sandbox`` (every process of it already dead) that its
     verifier sees (:func:`~clawrl.sandbox.snapshot_state`): its root's changes and the
-    contents of :data:`STATE_PLACES`, never anything at the verifier's own paths (its
-    files, :data:`~clawrl.bench.REWARD_MOUNT`) nor at ``exclude`` (the harness's files).
+    contents of :data:`STATE_PLACES`. Nothing at the verifier's own paths (its files,
+    :data:`~clawrl.bench.REWARD_MOUNT`) is restored — what the agent planted there is only
+    listed — and ``ignore`` (the harness's own files) is neither restored nor listed.
 
     Raises:
         SandboxCopyLimitError: the changed files hold more than ``max_bytes``.
@@ -503,7 +540,8 @@ async def agent_state(
         sandbox,
         archive,
         places=STATE_PLACES,
-        exclude=(task.verifier.mount_path, REWARD_MOUNT, *exclude),
+        exclude=(task.verifier.mount_path, REWARD_MOUNT),
+        ignore=tuple(ignore),
         max_bytes=max_bytes,
     )
 

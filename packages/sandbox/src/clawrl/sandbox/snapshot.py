@@ -13,7 +13,7 @@ bytes they are, owners numeric) and a list of deleted paths. :meth:`Sandbox.exec
 Call it after every process of the sandbox is dead (:meth:`Sandbox.kill_all`): nothing
 may change the files while they are read. Paths at or below ``exclude`` (and the
 ``exclude`` paths' ancestors, which a snapshot could otherwise replace by a symlink) are
-left out: the caller puts fresh copies there.
+never restored, only listed: the caller puts fresh copies there.
 """
 
 from __future__ import annotations
@@ -84,11 +84,8 @@ class _Writer:
         self.max_bytes = max_bytes
         self.size = 0
 
-    def add(self, host: str, name: str) -> bool:
-        """Add the entry at host path ``host`` as ``name``; False for a special file."""
-        st = os.lstat(host)
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-            return False
+    def add(self, host: str, name: str) -> None:
+        """Add the entry at host path ``host`` (a file, directory or symlink) as ``name``."""
         info = self.tar.gettarinfo(host, arcname=name)
         info.uname = info.gname = ""
         if info.isreg():
@@ -103,10 +100,9 @@ class _Writer:
                 self.tar.addfile(info, f)
         else:
             self.tar.addfile(info)
-        return True
 
 
-def rel_to_root(inside: str) -> str:
+def _rel(inside: str) -> str:
     return inside.lstrip("/")
 
 
@@ -146,67 +142,78 @@ def _walk(top: str) -> list[tuple[str, str]]:
 
 
 def _snapshot(
-    sb: Sandbox,
-    root_dir: str | None,
+    root_dir: str,
     upper: str | None,
     lowers: list[str],
     places: Sequence[str],
     exclude: Sequence[str],
+    ignore: Sequence[str],
     archive: Path,
     max_bytes: int,
 ) -> SandboxState:
     deleted: list[str] = []
     changes: list[tuple[str, str]] = []
     writer = _Writer(archive, max_bytes)
+
+    def keep(full: str, inside: str, kind: str) -> None:
+        """List the change; archive it unless it is excluded."""
+        if kind == "D":
+            changes.append((kind, inside))
+            if not _covered(inside, exclude):
+                deleted.append(inside)
+            return
+        if kind:
+            changes.append((kind, inside))
+        if not _covered(inside, exclude):
+            writer.add(full, inside.lstrip("/"))
+
     try:
         if upper is not None:
-            skip: list[str] = []
             for full, rel in _walk(upper):
                 inside = "/" + rel
-                if _covered(inside, exclude) or any(
-                    PurePosixPath(s) in PurePosixPath(inside).parents for s in skip
-                ):
+                if _covered(inside, ignore, ancestors=False):
                     continue
                 st = os.lstat(full)
                 if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
-                    deleted.append(inside)
-                    changes.append(("D", inside))
+                    keep(full, inside, "D")
                     continue
+                if not _plain(st.st_mode):
+                    continue  # sockets, FIFOs, devices: never restored
                 in_lower = any(os.path.lexists(os.path.join(low, rel)) for low in lowers)
                 if stat.S_ISDIR(st.st_mode) and in_lower:
                     try:
                         opaque = os.getxattr(full, _OPAQUE, follow_symlinks=False) == b"y"
                     except OSError:
                         opaque = False
-                    if opaque:  # removed and made again: the image's entries are gone
-                        deleted.append(inside)
+                    if opaque and not _covered(inside, exclude):
+                        deleted.append(inside)  # removed and made again: image's entries gone
                 if (inside, os.path.islink(full) and os.readlink(full)) == _RUNTIME_LINK:
                     continue  # made by the container runtime in every sandbox
-                if not writer.add(full, rel):
-                    skip.append(inside)
-                    continue
-                if not in_lower:
-                    changes.append(("A", inside))
-                elif not stat.S_ISDIR(st.st_mode):
-                    changes.append(("C", inside))
+                kind = "A" if not in_lower else "" if stat.S_ISDIR(st.st_mode) else "C"
+                keep(full, inside, kind)
         for place in places:
-            if root_dir is None or _covered(place, exclude, ancestors=False):
+            if _covered(place, ignore, ancestors=False) or _covered(place, exclude, False):
                 continue
             top = root_dir + place
             if os.path.islink(top) or not os.path.isdir(top):
                 continue
             for full, rel in _walk(top):
                 inside = f"{place}/{rel}"
-                if _covered(inside, exclude):
+                if _covered(inside, ignore, ancestors=False):
                     continue
-                if _same_as_image(full, rel_to_root(inside), lowers):
+                if not _plain(os.lstat(full).st_mode):
+                    continue
+                if _same_as_image(full, _rel(inside), lowers):
                     continue  # the image's own file, copied into the tmpfs at start
-                if writer.add(full, inside.lstrip("/")):
-                    changes.append(("A", inside))
+                keep(full, inside, "A")
     finally:
         writer.tar.close()
     shown = tuple((kind, printable_name(path)) for kind, path in changes)
     return SandboxState(archive, tuple(deleted), shown, writer.size)
+
+
+def _plain(mode: int) -> bool:
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
 
 
 async def snapshot_state(
@@ -215,12 +222,16 @@ async def snapshot_state(
     *,
     places: Sequence[str] = ("/tmp", "/var/tmp"),
     exclude: Sequence[str] = (),
+    ignore: Sequence[str] = (),
     max_bytes: int = 1 << 30,
 ) -> SandboxState:
     """Record what ``sb`` changed against its image into the host file ``archive`` (see
     the module docstring). ``places``: tmpfs directories whose whole contents count as
-    changes (a read-only root has nothing else); ``exclude``: in-sandbox paths left out,
-    with their ancestors; ``max_bytes``: bound on the file content recorded.
+    changes (a read-only root has nothing else); ``exclude``: in-sandbox paths never
+    restored, nor their ancestors (listed in :attr:`SandboxState.changes` all the same:
+    what an agent planted there is for the record); ``ignore``: in-sandbox paths neither
+    restored nor listed (the caller's own files); ``max_bytes``: bound on the file
+    content recorded.
 
     Raises:
         SandboxCopyLimitError: the changed files hold more than ``max_bytes``.
@@ -230,6 +241,7 @@ async def snapshot_state(
     """
     sb._check_open()
     ex = [check_sandbox_path(p) for p in exclude]
+    ig = [check_sandbox_path(p) for p in ignore]
     pl = [check_sandbox_path(p) for p in places]
     init = await sb._find_init()
     root_dir = f"/proc/{init.pid}/root"
@@ -239,7 +251,7 @@ async def snapshot_state(
         upper, lowers = await asyncio.to_thread(overlay_dirs, sb)
     try:
         return await asyncio.to_thread(
-            _snapshot, sb, root_dir, upper, lowers, pl, ex, Path(archive), max_bytes
+            _snapshot, root_dir, upper, lowers, pl, ex, ig, Path(archive), max_bytes
         )
     except OSError as exc:
         raise SandboxError(f"cannot snapshot {sb.name}: {exc}") from exc

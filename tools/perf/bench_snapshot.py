@@ -2,8 +2,8 @@
 
 A Harbor task (``FROM debian:bookworm-slim``, ``WORKDIR /app``) whose oracle writes a file
 in ``/etc``, one in ``/root`` and one in the workspace, run ``--n`` times through the
-``oracle`` harness (concurrency 1) with ``verify_on_snapshot`` on, then off (the verifier
-sees the workspace only). Reported: mean and max of the rollout's ``snapshot`` (recording
+``oracle`` harness (concurrency 1) with ``verify_on_snapshot`` on and off (the verifier
+sees the workspace only), alternated. Reported: mean and max of the rollout's ``snapshot`` (recording
 the state) and ``verify`` (fresh sandbox, restoring the state, the verifier) phases, and of
 ``total``.
 
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clawrl.bench import RolloutStatus, Task, load_task, run_rollouts
-from clawrl.bench.task_env import TaskEnvironments
+from clawrl.bench import RolloutStatus, Task, build_task_image, load_task, run_rollouts
+from clawrl.sandbox import Podman
 
 SOLVE = "#!/bin/bash\necho hi > /etc/snapx.conf\necho k > /root/.snapx\necho a > /app/out\n"
 TEST_SH = (
@@ -51,16 +51,20 @@ def make_task(root: Path) -> Task:
     return load_task(root)
 
 
-def phases(task: Task, n: int) -> dict[str, Any]:
-    rows = []
+def phases(tasks: dict[str, Task], n: int) -> dict[str, Any]:
+    """``n`` oracle rollouts of each task, alternated (the host's load drifts)."""
+    rows: dict[str, list[Any]] = {name: [] for name in tasks}
     for _ in range(n):
-        (r,) = asyncio.run(run_rollouts([task], ["oracle"], concurrency=1))
-        assert r.status is RolloutStatus.OK, r.reason
-        rows.append(r)
-    out: dict[str, Any] = {"reward": [r.reward for r in rows]}
-    for key in ("snapshot", "verify", "total"):
-        vals = [r.timing.get(key, 0.0) for r in rows]
-        out[key] = {"mean": round(statistics.mean(vals), 3), "max": round(max(vals), 3)}
+        for name, task in tasks.items():
+            (r,) = asyncio.run(run_rollouts([task], ["oracle"], concurrency=1))
+            assert r.status is RolloutStatus.OK, r.reason
+            rows[name].append(r)
+    out: dict[str, Any] = {}
+    for name, results in rows.items():
+        out[name] = {"reward": sorted({r.reward for r in results})}
+        for key in ("snapshot", "verify", "total"):
+            vals = [r.timing.get(key, 0.0) for r in results]
+            out[name][key] = {"mean": round(statistics.mean(vals), 3), "max": round(max(vals), 3)}
     return out
 
 
@@ -102,9 +106,9 @@ def main() -> None:
         off = task.model_copy(
             update={"verifier": task.verifier.model_copy(update={"verify_on_snapshot": False})}
         )
-        result = {"snapshot_on": phases(task, args.n), "snapshot_off": phases(off, args.n)}
-        image = asyncio.run(TaskEnvironments().image(task))
-        assert image is not None
+        result = phases({"snapshot_on": task, "snapshot_off": off}, args.n)
+        assert task.dockerfile is not None
+        image = asyncio.run(build_task_image(task.dockerfile, task.dockerfile.parent, Podman()))
         result["image_route_extra"] = image_route(image.tag, args.n)
     print(json.dumps(result, indent=1))
 

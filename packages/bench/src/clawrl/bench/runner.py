@@ -16,9 +16,13 @@ verifier. For each rollout the runner
    harness's own logs and copies the final workspace out from the host, within
    :meth:`RolloutRunner.copy_limits` (the sandbox has a wall clock of the agent timeout
    + 300 s, so a leaked one ends by itself);
-5. destroys the sandbox, verifies the workspace in a fresh sandbox (tamper-proof, see
-   :func:`~clawrl.bench.verify`), computes the workspace diff, reads the session's call
-   records and closes the session.
+5. for a verifier that sees the whole container
+   (:attr:`~clawrl.bench.VerifierSpec.verify_on_snapshot`: Harbor, Terminal-Bench 1),
+   records what the agent changed outside the workspace (:func:`~clawrl.bench.agent_state`,
+   ``timing["snapshot"]``, listed in :attr:`RolloutResult.outside_changes`);
+6. destroys the sandbox, verifies the workspace in a fresh sandbox (tamper-proof, see
+   :func:`~clawrl.bench.verify`; with the recorded state restored there first), computes
+   the workspace diff, reads the session's call records and closes the session.
 
 Statuses: :class:`RolloutStatus` (in :mod:`clawrl.bench.rollout_types`).
 

@@ -19,6 +19,14 @@ stays usable and warms again on its next run).
 
 Host symlinks inside mounted directories are not copied in (clawrl.sandbox never follows
 them).
+
+A spec with a container state (:attr:`~clawrl.bench.ExecSpec.state`: what the agent's
+sandbox changed, :func:`clawrl.sandbox.snapshot_state`) runs in a fresh sandbox of the base
+spec (never a warm one) with a writable root: the state is restored first (the image's own
+``rm`` and ``tar``; a state that cannot be restored is reported as
+:attr:`~clawrl.bench.ExecResult.output_error`, the agent's files caused it), its read-only
+mounts are host bind mounts, read-only, over whatever the state holds there, and the
+writable mounts are staged as above.
 """
 
 from __future__ import annotations

@@ -45,7 +45,13 @@ Verification never trusts the agent's workspace beyond its plain files:
    verifier's Python imports from (``pytest.py``, ``_pytest``, ``pluggy``,
    ``sitecustomize``, ``*.pth``; :attr:`VerifierSpec.trusted_runner
    <clawrl.bench.VerifierSpec>`) is tampering, a ``verifier-error``;
-7. a verifier that executes workspace code (:attr:`Task.verifier_executes_workspace_code`)
+7. a verifier that sees the agent's whole container
+   (:attr:`~clawrl.bench.VerifierSpec.verify_on_snapshot`) runs in a fresh sandbox with the
+   agent's recorded state restored (:func:`agent_state`; nothing the agent left at the
+   verifier's files or at the reward directory), its files a read-only bind mount; a state
+   that adds, changes or deletes a program that sandbox runs by name
+   (:data:`SUPERVISOR_PROGRAMS`) or ``/etc/ld.so.preload`` is tampering;
+8. a verifier that executes workspace code (:attr:`Task.verifier_executes_workspace_code`)
    never runs on the host: :func:`verify` refuses a :class:`LocalExecutor` for it
    (:class:`~clawrl.bench.HostVerificationError`) unless that executor was built with
    ``trust_workspace_code=True``.
@@ -88,6 +94,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "STATE_PLACES",
+    "SUPERVISOR_PROGRAMS",
     "VerifierResult",
     "VerifierStatus",
     "agent_state",

@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Protocol, runtime_checkable
 
 from clawrl.bench.errors import ExecutorError
-from clawrl.sandbox import owned_tempdir
+from clawrl.sandbox import SandboxState, owned_tempdir
 
 __all__ = ["ExecResult", "ExecSpec", "Executor", "LocalExecutor", "Mount"]
 
@@ -76,6 +76,11 @@ class ExecSpec:
     ``user``: ``"uid:gid"`` the command runs as under a root supervisor, its writable
     mounts and private mounts handed to that user (the sandbox executor); ``None``: root.
     :class:`LocalExecutor` runs every command as the host user and ignores it.
+
+    ``state``: the agent's container state (:func:`clawrl.sandbox.snapshot_state`) the
+    command must see: the sandbox executor restores it into a fresh sandbox with a
+    writable root before anything else, and there binds the read-only mounts read-only
+    (over whatever the state holds at their targets); :class:`LocalExecutor` refuses it.
     """
 
     argv: tuple[str, ...]
@@ -84,6 +89,7 @@ class ExecSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 600.0
     user: str | None = None
+    state: SandboxState | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,8 @@ class LocalExecutor:
 
     def run(self, spec: ExecSpec) -> ExecResult:
         """Run ``spec``; see :class:`Executor`."""
+        if spec.state is not None:
+            raise ExecutorError("a container state to verify on needs a sandbox executor")
         with owned_tempdir("clawrl-local-") as scratch:
             mapping = self._materialise(spec.mounts, Path(scratch))
             translate = _Translator(mapping)

@@ -577,6 +577,7 @@ def _load_harbor(root: Path) -> Task:
                 **runner_env(TESTS_MOUNT, REWARD_MOUNT),
             },
             trusted_runner=True,
+            verify_on_snapshot=True,
         ),
         solution=_solution(root, ("bash", f"{SOLUTION_MOUNT}/solve.sh")),
         image=parsed["image"],

@@ -285,6 +285,7 @@ def load_tb1(root: Path) -> Task:
             reward_channel="pytest",
             env={"TEST_DIR": TESTS_MOUNT, **runner_env(TESTS_MOUNT, REWARD_MOUNT)},
             trusted_runner=True,
+            verify_on_snapshot=True,
         ),
         solution=solution,
         image=parsed["image"],

@@ -145,6 +145,11 @@ class RolloutResult(BaseModel):
         stdout / stderr: the harness's output, capped.
         logs: the harness's own logs by name (text, capped).
         workspace_diff: files added / changed / removed vs the initial workspace.
+        outside_changes: the paths the agent changed outside the workspace, each
+            ``"A <path>"`` (added), ``"C <path>"`` (a changed file or link) or
+            ``"D <path>"`` (deleted), lossless printable text
+            (:func:`clawrl.sandbox.printable_name`); recorded for tasks whose verifier sees
+            the agent's whole container (``VerifierSpec.verify_on_snapshot``), else empty.
         timing: seconds per phase (``setup``, ``harness``, ``collect``, ``verify``, ``total``)
             and ``started`` / ``finished`` (unix time).
     """
@@ -174,6 +179,7 @@ class RolloutResult(BaseModel):
     stderr: str = ""
     logs: dict[str, str] = Field(default_factory=dict)
     workspace_diff: list[FileChange] = Field(default_factory=list)
+    outside_changes: list[str] = Field(default_factory=list)
     timing: dict[str, float] = Field(default_factory=dict)
 
     def scored(self) -> ScoredRollout:

@@ -16,9 +16,13 @@ verifier. For each rollout the runner
    harness's own logs and copies the final workspace out from the host, within
    :meth:`RolloutRunner.copy_limits` (the sandbox has a wall clock of the agent timeout
    + 300 s, so a leaked one ends by itself);
-5. destroys the sandbox, verifies the workspace in a fresh sandbox (tamper-proof, see
-   :func:`~clawrl.bench.verify`), computes the workspace diff, reads the session's call
-   records and closes the session.
+5. for a verifier that sees the whole container
+   (:attr:`~clawrl.bench.VerifierSpec.verify_on_snapshot`: Harbor, Terminal-Bench 1),
+   records what the agent changed outside the workspace (:func:`~clawrl.bench.agent_state`,
+   ``timing["snapshot"]``, listed in :attr:`RolloutResult.outside_changes`);
+6. destroys the sandbox, verifies the workspace in a fresh sandbox (tamper-proof, see
+   :func:`~clawrl.bench.verify`; with the recorded state restored there first), computes
+   the workspace diff, reads the session's call records and closes the session.
 
 Statuses: :class:`RolloutStatus` (in :mod:`clawrl.bench.rollout_types`).
 
@@ -59,6 +63,7 @@ from clawrl.bench.rollout_types import (
 from clawrl.bench.runner_helpers import (
     _close_quietly,
     _collect_logs,
+    _outside_changes,
     _refused,
     _result,
     _verify_never_raises,
@@ -70,6 +75,7 @@ from clawrl.bench.task_image import TaskImage, TaskImageError
 from clawrl.bench.verify import (
     VerifierResult,
     VerifierStatus,
+    agent_state,
     check_host_verification,
     prepare_workspace,
 )
@@ -448,7 +454,8 @@ class RolloutRunner:
             )
             return refused, []
         executor = self.environments.verify_executor(task, image, self.verify_executor)
-        verdict = await asyncio.to_thread(_verify_never_raises, task, final, executor)
+        state = harness_out.get("state")
+        verdict = await asyncio.to_thread(_verify_never_raises, task, final, executor, state)
         try:
             diff = workspace_diff(initial, final, self.options.diff_cap_bytes)
         except OSError:  # e.g. a path too long for the host: no diff, the batch goes on
@@ -513,6 +520,20 @@ class RolloutRunner:
         if task.grader is not None:  # against the example's output from before the agent
             answer = await agent_answer(sb, logs)
             graded = await grade_in_sandbox(task, sb, answer, expected=setup.expected)
+        state = None  # the verifier sees the agent's whole container: its state, now
+        if task.verifier.verify_on_snapshot:
+            t_state = time.time()
+            try:
+                state = await agent_state(
+                    task,
+                    sb,
+                    final.with_name("state.tar"),
+                    ignore=(HARNESS_LOG_DIR, *h.mounts(task).values()),
+                    max_bytes=self.copy_limits(task).max_bytes,
+                )
+            except SandboxCopyLimitError as exc:
+                return _refused(f"the container's changed files are over the limits: {exc}", res)
+            timing["snapshot"] = time.time() - t_state
         try:
             await sb.get_dir(task.workspace_path, final, limits=self.copy_limits(task))
         except SandboxCopyLimitError as exc:
@@ -546,6 +567,10 @@ class RolloutRunner:
             "stderr": stderr,
             "logs": logs,
             "graded": graded,
+            "state": state,
+            "outside_changes": []
+            if state is None
+            else _outside_changes(state, task.workspace_path),
         }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from clawrl.bench.executors import Executor
@@ -15,7 +15,7 @@ from clawrl.bench.task import Task
 from clawrl.bench.verify import VerifierResult, VerifierStatus, verify
 from clawrl.bench.workspace_diff import FileChange
 from clawrl.proxy import AsyncAdminClient, ProxyError, SessionInfo
-from clawrl.sandbox import Sandbox, SandboxCopyLimitError
+from clawrl.sandbox import Sandbox, SandboxCopyLimitError, SandboxState
 
 __all__: list[str] = []
 
@@ -57,11 +57,13 @@ def _refused(reason: str, res: Any) -> dict[str, Any]:
     }
 
 
-def _verify_never_raises(task: Task, final: Path, executor: Executor) -> VerifierResult:
+def _verify_never_raises(
+    task: Task, final: Path, executor: Executor, state: SandboxState | None = None
+) -> VerifierResult:
     """:func:`verify`, with anything it raises (a bug, an unexpected host error) turned into
     a ``verifier-error`` result, so that one workspace never crashes a batch."""
     try:
-        return verify(task, final, executor)
+        return verify(task, final, executor, state)
     except Exception as exc:
         return VerifierResult(
             reward=0.0,
@@ -103,8 +105,21 @@ def _result(
         stderr=harness_out["stderr"],
         logs=harness_out["logs"],
         workspace_diff=diff,
+        outside_changes=harness_out.get("outside_changes", []),
         timing=timing,
     )
+
+
+def _outside_changes(state: SandboxState, workspace_path: str) -> list[str]:
+    """``"<kind> <path>"`` of each change of the agent's container ``state`` outside the
+    workspace (the workspace's own are the workspace diff)."""
+    ws = PurePosixPath(workspace_path)
+    out = []
+    for kind, path in state.changes:
+        p = PurePosixPath(path)
+        if p != ws and ws not in p.parents:
+            out.append(f"{kind} {path}")
+    return out
 
 
 def _cap(text: str, cap: int) -> str:

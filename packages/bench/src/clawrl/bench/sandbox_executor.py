@@ -19,6 +19,14 @@ stays usable and warms again on its next run).
 
 Host symlinks inside mounted directories are not copied in (clawrl.sandbox never follows
 them).
+
+A spec with a container state (:attr:`~clawrl.bench.ExecSpec.state`: what the agent's
+sandbox changed, :func:`clawrl.sandbox.snapshot_state`) runs in a fresh sandbox of the base
+spec (never a warm one) with a writable root: the state is restored first (the image's own
+``rm`` and ``tar``; a state that cannot be restored is reported as
+:attr:`~clawrl.bench.ExecResult.output_error`, the agent's files caused it), its read-only
+mounts are host bind mounts, read-only, over whatever the state holds there, and the
+writable mounts are staged as above.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from clawrl.sandbox import (
     SandboxPool,
     SandboxSpec,
     owned_tempdir,
+    restore_state,
 )
 from clawrl.sandbox import ExecResult as SandboxExecResult
 
@@ -298,10 +307,26 @@ class SandboxExecutor:
 
     async def _run(self, spec: ExecSpec) -> ExecResult:
         try:
-            sb, pool = await self._acquire(spec)
+            if spec.state is not None:
+                sb, pool = await self._from_state(spec), None
+            else:
+                sb, pool = await self._acquire(spec)
         except SandboxError as exc:
             raise ExecutorError(f"sandbox: {exc}") from exc
         try:
+            if spec.state is not None:
+                problem = await restore_state(sb, spec.state)
+                if problem:  # the agent's state cannot be made again: its files caused it
+                    return ExecResult(
+                        exit_code=None,
+                        stdout="",
+                        stderr=f"[clawrl] {problem}",
+                        duration_s=0.0,
+                        output_error=f"the agent's container state cannot be restored: {problem}",
+                    )
+                spec = dataclasses.replace(
+                    spec, mounts=tuple(m for m in spec.mounts if not m.read_only), state=None
+                )
             return await self._run_in(sb, spec)
         except SandboxError as exc:
             raise ExecutorError(f"sandbox: {exc}") from exc
@@ -311,6 +336,24 @@ class SandboxExecutor:
                 await pool.release(sb, broken=True)
             else:
                 await asyncio.shield(sb.destroy())
+
+    async def _from_state(self, spec: ExecSpec) -> Sandbox:
+        """A fresh sandbox (never a warm one) for a run on the agent's container state:
+        the base spec with a writable root and the spec's read-only mounts bound read-only
+        (host bind mounts, over whatever the state holds at their targets)."""
+        wall = max(
+            self.base_spec.limits.wall_clock_s or DEFAULT_WALL_CLOCK_S,
+            spec.timeout_s + _WALL_MARGIN_S,
+        )
+        bound = {str(m.source): m.target for m in spec.mounts if m.read_only}
+        base = self.base_spec
+        fresh = dataclasses.replace(
+            base,
+            limits=dataclasses.replace(base.limits, wall_clock_s=wall),
+            read_only_root=False,
+            read_only_mounts={**base.read_only_mounts, **bound},
+        )
+        return await Sandbox.create(fresh, run_id=self.run_id)
 
     async def _run_in(self, sb: Sandbox, spec: ExecSpec) -> ExecResult:
         owner = _owner(spec.user)

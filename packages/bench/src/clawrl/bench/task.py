@@ -146,6 +146,13 @@ class VerifierSpec(_Frozen):
             root supervisor (the workspace copy, the reward directory and the verifier's
             files are that user's); ``None``: root (a verifier that installs packages or
             drops privileges for agent code itself). ClawGym: :data:`UNPRIVILEGED_USER`.
+        verify_on_snapshot: the verifier sees the agent's whole container, as the layout's
+            own harness verifies (Harbor, Terminal-Bench 1): the rollout runner records
+            what the agent changed outside the workspace (files, deletions, ``/tmp``, the
+            home directory) once every agent process is dead, and the verifier runs in a
+            fresh sandbox of the task's image with that state restored, its own files
+            bound read-only and a fresh reward directory. ``False``: the verifier sees the
+            workspace only.
     """
 
     files_dir: Path
@@ -157,6 +164,7 @@ class VerifierSpec(_Frozen):
     executes_workspace_code: bool = True
     trusted_runner: bool = False
     user: str | None = Field(default=None, pattern=r"^\d+(:\d+)?$")
+    verify_on_snapshot: bool = False
 
 
 class SolutionSpec(_Frozen):

@@ -45,7 +45,13 @@ Verification never trusts the agent's workspace beyond its plain files:
    verifier's Python imports from (``pytest.py``, ``_pytest``, ``pluggy``,
    ``sitecustomize``, ``*.pth``; :attr:`VerifierSpec.trusted_runner
    <clawrl.bench.VerifierSpec>`) is tampering, a ``verifier-error``;
-7. a verifier that executes workspace code (:attr:`Task.verifier_executes_workspace_code`)
+7. a verifier that sees the agent's whole container
+   (:attr:`~clawrl.bench.VerifierSpec.verify_on_snapshot`) runs in a fresh sandbox with the
+   agent's recorded state restored (:func:`agent_state`; nothing the agent left at the
+   verifier's files or at the reward directory), its files a read-only bind mount; a state
+   that adds, changes or deletes a program that sandbox runs by name
+   (:data:`SUPERVISOR_PROGRAMS`) or ``/etc/ld.so.preload`` is tampering;
+8. a verifier that executes workspace code (:attr:`Task.verifier_executes_workspace_code`)
    never runs on the host: :func:`verify` refuses a :class:`LocalExecutor` for it
    (:class:`~clawrl.bench.HostVerificationError`) unless that executor was built with
    ``trust_workspace_code=True``.
@@ -76,12 +82,22 @@ from clawrl.bench.executors import (
 from clawrl.bench.task import REWARD_MOUNT, Task
 from clawrl.bench.verdict_reports import ctrf_tests, runner_outcome, shadowing_entries
 from clawrl.bench.verifier_diagnosis import cannot_run_reason, exit_reason
-from clawrl.sandbox import Sandbox, SandboxCopyLimitError, SandboxError, owned_tempdir
+from clawrl.sandbox import (
+    Sandbox,
+    SandboxCopyLimitError,
+    SandboxError,
+    SandboxState,
+    owned_tempdir,
+    snapshot_state,
+)
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "STATE_PLACES",
+    "SUPERVISOR_PROGRAMS",
     "VerifierResult",
     "VerifierStatus",
+    "agent_state",
     "check_host_verification",
     "prepare_workspace",
     "run_solution",
@@ -205,8 +221,18 @@ def check_host_verification(tasks: Iterable[Task], executor: Executor | None) ->
         raise HostVerificationError(bad)
 
 
-def verify(task: Task, workspace: Path | str, executor: Executor | None = None) -> VerifierResult:
+def verify(
+    task: Task,
+    workspace: Path | str,
+    executor: Executor | None = None,
+    state: SandboxState | None = None,
+) -> VerifierResult:
     """Score the finished ``workspace`` (host path) of ``task``; never raises for bad rewards.
+
+    ``state``: the agent's container state outside the workspace
+    (:attr:`VerifierSpec.verify_on_snapshot <clawrl.bench.VerifierSpec>`), restored by the
+    executor into the verifier's fresh sandbox before the workspace copy is put on top; an
+    executor that cannot (a :class:`LocalExecutor`) is an ``infra-error``.
 
     See the module docstring for the tamper-proofing steps. The original workspace is
     not modified. A workspace that cannot be copied (any ``OSError``, e.g. "file name too
@@ -236,7 +262,7 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
                 reason=f"cannot copy the workspace for verification: {type(exc).__name__}: "
                 f"{str(exc)[:500]}",
             )
-        tamper = _shadowing(task, ws)
+        tamper = _shadowing(task, ws) or (_planted(state) if state is not None else None)
         if tamper is not None:
             return tamper
         reward_dir = scratch / "reward"
@@ -252,6 +278,7 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
             env=dict(task.verifier.env),
             timeout_s=task.timeouts.verifier_s,
             user=task.verifier.user,
+            state=state,
         )
         try:
             result = runner.run(spec)
@@ -331,6 +358,42 @@ def _shadowing(task: Task, ws: Path) -> VerifierResult | None:
     )
 
 
+#: Programs the verifier's sandbox runs by name before and around the verifier's command
+#: (the root supervisor: ``sh``, ``tar``, ``mkdir``, ``setpriv``, ``kill``, ``tail``,
+#: ``sleep``) and that run every Harbor / Terminal-Bench script (``bash``, ``env``).
+SUPERVISOR_PROGRAMS = frozenset(
+    {"sh", "dash", "bash", "tar", "mkdir", "setpriv", "kill", "tail", "sleep", "env", "rm"}
+)
+#: The directories a sandbox's ``PATH`` searches.
+_PATH_DIRS = frozenset(
+    {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+)
+#: Files that make every program of the sandbox load code of the agent's.
+_LOADER_FILES = frozenset({"/etc/ld.so.preload"})
+
+
+def _planted(state: SandboxState) -> VerifierResult | None:
+    """Tampering: the agent's container state adds, changes or deletes a program the
+    verifier's sandbox runs by name (:data:`SUPERVISOR_PROGRAMS`, in any ``PATH``
+    directory, so a new ``/usr/local/bin/bash`` counts) or ``/etc/ld.so.preload``."""
+    found = []
+    for _kind, path in state.changes:
+        p = PurePosixPath(path)
+        if str(p) in _LOADER_FILES or (
+            str(p.parent) in _PATH_DIRS and p.name in SUPERVISOR_PROGRAMS
+        ):
+            found.append(path)
+    if not found:
+        return None
+    return VerifierResult(
+        reward=0.0,
+        status=VerifierStatus.ERROR,
+        reason="tampering: the agent's container changes "
+        + ", ".join(repr(name) for name in found[:5])
+        + ", which the verifier's sandbox runs or loads",
+    )
+
+
 def _proven(
     task: Task, verdict: VerifierResult, result: ExecResult, reward_dir: Path, cause: str | None
 ) -> VerifierResult:
@@ -402,7 +465,8 @@ async def verify_sandbox(
     """Score the workspace of a live agent sandbox.
 
     Kills every process of ``sandbox`` (:meth:`~clawrl.sandbox.Sandbox.kill_all`), copies
-    ``task.workspace_path`` out of it, then runs :func:`verify` on the copy in a worker
+    ``task.workspace_path`` out of it (and, for a verifier that verifies on a snapshot,
+    records the sandbox's state: :func:`agent_state`), then runs :func:`verify` on the copy in a worker
     thread with ``executor`` (default: a fresh :class:`~clawrl.bench.SandboxExecutor`
     sandbox per verification). A workspace over the copy limits is a ``verifier-error``
     (the agent made it so); one that cannot be copied out for another reason an
@@ -438,7 +502,55 @@ async def verify_sandbox(
                 status=VerifierStatus.INFRA_ERROR,
                 reason=f"cannot copy the workspace out of the sandbox: {exc}",
             )
-        return await asyncio.to_thread(verify, task, dest, runner)
+        state = None
+        if task.verifier.verify_on_snapshot:
+            try:
+                state = await agent_state(task, sandbox, Path(tmp) / "state.tar")
+            except SandboxCopyLimitError as exc:
+                return VerifierResult(
+                    reward=0.0,
+                    status=VerifierStatus.ERROR,
+                    reason=f"the container's changed files are over the limits: {exc}",
+                )
+            except SandboxError as exc:
+                return VerifierResult(
+                    reward=0.0,
+                    status=VerifierStatus.INFRA_ERROR,
+                    reason=f"cannot snapshot the agent's container: {exc}",
+                )
+        return await asyncio.to_thread(verify, task, dest, runner, state)
+
+
+#: Tmpfs places of an agent sandbox whose contents belong to its container state (its
+#: ``/run`` and ``/dev/shm`` hold clawrl's own files and are left out).
+STATE_PLACES = ("/tmp", "/var/tmp", "/root", "/home/sandbox")
+
+
+async def agent_state(
+    task: Task,
+    sandbox: Sandbox,
+    archive: Path,
+    ignore: Iterable[str] = (),
+    max_bytes: int = 1 << 30,
+) -> SandboxState:
+    """The state of the agent's ``sandbox`` (every process of it already dead) that its
+    verifier sees (:func:`~clawrl.sandbox.snapshot_state`): its root's changes and the
+    contents of :data:`STATE_PLACES`. Nothing at the verifier's own paths (its files,
+    :data:`~clawrl.bench.REWARD_MOUNT`) is restored — what the agent planted there is only
+    listed — and ``ignore`` (the harness's own files) is neither restored nor listed.
+
+    Raises:
+        SandboxCopyLimitError: the changed files hold more than ``max_bytes``.
+        SandboxError: the sandbox's changes cannot be read.
+    """
+    return await snapshot_state(
+        sandbox,
+        archive,
+        places=STATE_PLACES,
+        exclude=(task.verifier.mount_path, REWARD_MOUNT),
+        ignore=tuple(ignore),
+        max_bytes=max_bytes,
+    )
 
 
 # --------------------------------------------------------------------- internals

@@ -11,6 +11,8 @@ Public API (see the package README for a runnable example):
   several podman hosts by free capacity, with health and failover;
 * :func:`kill_all_but`, :func:`pin_session`, :func:`root_changes` — what a grader in a used
   sandbox needs: the task's own processes kept alive, the root's changes listed;
+* :func:`snapshot_state`, :func:`restore_state`, :class:`SandboxState` — what a used sandbox
+  changed against its image, restored into a fresh sandbox (verification on a snapshot);
 * :func:`gc`, :func:`list_containers` — the reaper of dead runs' containers;
 * :func:`owned_tempdir`, :func:`gc_tempdirs` — host temporary directories that name their
   process, and their reaper (for what ``kill -9`` leaves);
@@ -27,6 +29,7 @@ Public API (see the package README for a runnable example):
 from . import errors as _errors
 from . import pool as _pool
 from . import sessions as _sessions
+from . import snapshot as _snapshot
 from . import sync as _sync
 from .errors import *  # noqa: F403
 from .hostfs import CopyLimits, CopyStats
@@ -47,6 +50,7 @@ from .reaper import (
 from .rootfs import default_rootfs
 from .sandbox import DEFAULT_OUTPUT_CAP, ExecStream, Sandbox
 from .sessions import *  # noqa: F403
+from .snapshot import *  # noqa: F403
 from .spec import (
     MODEL_SOCKET_PATH,
     WORKSPACE,
@@ -94,5 +98,6 @@ __all__ = [
     *_errors.__all__,
     *_pool.__all__,
     *_sessions.__all__,
+    *_snapshot.__all__,
     *_sync.__all__,
 ]

@@ -174,13 +174,14 @@ async def root_changes(sb: Sandbox) -> RootChanges:
     return RootChanges(paths("added"), paths("changed"), paths("deleted"))
 
 
-def _overlay_changes(sb: Sandbox) -> RootChanges:
-    """The changes of a capped writable root (``Sandbox.create`` keeps its overlay on a tmpfs
-    at ``<runroot>/overlay-containers/<id>/rootfs``): every entry of the overlay's upper
-    directory is a path the sandbox wrote — added when no lower layer has it, changed when
-    one does, deleted when it is a whiteout (a 0/0 character device). Read from the host's
-    mount table, never from inside the sandbox; the mount not found is an error, never an
-    empty list (a grader must not take "cannot tell" for "nothing changed")."""
+def overlay_dirs(sb: Sandbox) -> tuple[str, list[str]]:
+    """The upper directory and the lower directories of a capped writable root's overlay
+    (``Sandbox.create`` keeps it on a tmpfs at ``<runroot>/overlay-containers/<id>/rootfs``),
+    read from the host's mount table, never from inside the sandbox.
+
+    Raises:
+        SandboxError: the overlay is not mounted (never taken for "nothing changed").
+    """
     merge = upper = None
     lowers: list[str] = []
     try:
@@ -206,6 +207,14 @@ def _overlay_changes(sb: Sandbox) -> RootChanges:
         raise SandboxError(
             f"cannot list the root changes of {sb.name}: its root's overlay is not mounted"
         )
+    return upper, lowers
+
+
+def _overlay_changes(sb: Sandbox) -> RootChanges:
+    """The changes of a capped writable root: every entry of the overlay's upper directory
+    (:func:`overlay_dirs`) is a path the sandbox wrote — added when no lower layer has it,
+    changed when one does, deleted when it is a whiteout (a 0/0 character device)."""
+    upper, lowers = overlay_dirs(sb)
     added: list[str] = []
     changed: list[str] = []
     deleted: list[str] = []

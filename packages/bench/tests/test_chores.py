@@ -22,7 +22,8 @@ from clawrl.bench import (
     load_suite,
     plan_rollouts,
 )
-from clawrl.bench.chores import ChoreInstance, main, write_chore_task
+from clawrl.bench.chores import ChoreInstance, write_chore_task
+from clawrl.bench.chores_cli import main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

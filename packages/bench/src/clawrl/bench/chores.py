@@ -29,22 +29,20 @@ templates in turn (instance ``i`` has template ``templates[i % len(templates)]``
 
 Command line (writes the task directories, one per instance, and prints their ids)::
 
-    python -m clawrl.bench.chores DEST --split heldout --n 12 --seed 0 [--template T ...]
+    python -m clawrl.bench.chores_cli DEST --split heldout --n 12 --seed 0 [--template T ...]
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import random
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from clawrl.bench.loaders import TaskLoadError, load_task
+from clawrl.bench.loaders import load_task
 from clawrl.bench.task import Task
 
 __all__ = [
@@ -602,31 +600,3 @@ def generate_chore_tasks(
         write_chore_task(inst, task_dir)
         tasks.append(load_task(task_dir))
     return tasks
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m clawrl.bench.chores``: write task directories (exit 2 on bad input)."""
-    p = argparse.ArgumentParser(
-        prog="python -m clawrl.bench.chores",
-        description="Write workspace-chore tasks (ClawGym layout) for bench --suite / train.",
-    )
-    p.add_argument("dest", type=Path, help="directory to write the task directories into")
-    p.add_argument("--split", choices=["train", "heldout"], default="train")
-    p.add_argument("--n", type=int, default=12, help="instances (spread over the templates)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--template", dest="templates", nargs="+", choices=CHORE_TEMPLATES)
-    args = p.parse_args(argv)
-    try:
-        tasks = generate_chore_tasks(
-            args.dest, args.split, args.n, args.seed, templates=args.templates
-        )
-    except (ValueError, OSError, TaskLoadError) as exc:
-        print(f"chores: {exc}", file=sys.stderr)
-        return 2
-    for t in tasks:
-        print(t.id)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

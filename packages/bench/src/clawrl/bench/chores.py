@@ -173,8 +173,8 @@ def _count_matches(rng: random.Random) -> ChoreInstance:
     path = f"data/{name}.txt"
     target = rng.choice(_EVENTS)
     others = [e for e in _EVENTS if e != target]
-    k = rng.randint(2, 7)
-    n = rng.randint(max(k + 4, 10), 20)
+    k = rng.randint(2, 12)  # a guessed constant seldom scores
+    n = rng.randint(k + 6, 28)
     hits = set(rng.sample(range(n), k))
     lines = [
         f"{_time(rng, i)} job={rng.choice(_JOBS)} "

@@ -268,31 +268,41 @@ def test_checker_rename_needs_exactly_the_expected_files(tmp_path: Path) -> None
 # ------------------------------------------------------------- through bench (podman)
 
 
-def _attack_task(root: Path) -> Path:
-    """A log_value task whose 'oracle' plants a symlink to a file with the right answer."""
+def _attack_tasks(root: Path) -> list[Path]:
+    """log_value tasks whose 'oracle' is an attack: a symlink to a file holding the right
+    value (the link does not even reach the verifier's copy), and the right value followed by
+    1 MiB of whitespace (reaches the checker, which refuses a file over 64 KiB)."""
     inst = _one("log_value")
-    inst.solve = f"printf '%s\\n' {inst.spec['expected']} > stash.txt\nln -s stash.txt answer.txt\n"
-    inst.instruction += " "  # another digest: another id
-    write_chore_task(inst, root / inst.task_id)
-    return root / inst.task_id
+    value = inst.spec["expected"]
+    attacks = (
+        f"printf '%s\\n' {value} > stash.txt\nln -s stash.txt answer.txt\n",
+        f"{{ printf '%s\\n' {value}; head -c 1048576 /dev/zero | tr '\\0' ' '; }} > answer.txt\n",
+    )
+    dirs = []
+    for i, solve in enumerate(attacks, 1):
+        inst.solve = solve
+        inst.instruction += " " * i  # another digest: another id
+        write_chore_task(inst, root / inst.task_id)
+        dirs.append(root / inst.task_id)
+    return dirs
 
 
 @pytest.mark.podman
 @pytest.mark.slow
 def test_every_template_oracle_scores_1_untouched_0_through_bench(tmp_path: Path) -> None:
     """One held-out instance per template through bench's rollout runner (ClawGym loader,
-    ClawGym image, real podman sandboxes): the oracle harness scores 1, noop 0; an oracle
-    that answers with a symlink to the right value scores 0."""
+    ClawGym image, real podman sandboxes): the oracle harness scores 1, noop 0; the two
+    attacks of :func:`_attack_tasks` score 0."""
     generate_chore_tasks(tmp_path / "suite", "heldout", len(CHORE_TEMPLATES), seed=0)
-    attack = _attack_task(tmp_path / "suite")
+    attacks = _attack_tasks(tmp_path / "suite")
     tasks = load_suite(tmp_path / "suite")
     assert {t.layout for t in tasks} == {Layout.CLAWGYM}
     specs = [s for s in plan_rollouts(tasks, ["oracle", "noop"])
-             if s.harness.name == "oracle" or s.task.root != attack]  # fmt: skip
+             if s.harness.name == "oracle" or s.task.root not in attacks]  # fmt: skip
     results = asyncio.run(RolloutRunner(concurrency=2).run(specs))
     got = {(r.task_id, r.harness): (r.status, r.reward) for r in results}
     for t in tasks:
-        if t.root == attack:
+        if t.root in attacks:
             assert got[(t.id, "oracle")] == (RolloutStatus.OK, 0.0), got
             continue
         assert got[(t.id, "oracle")] == (RolloutStatus.OK, 1.0), (t.id, got)

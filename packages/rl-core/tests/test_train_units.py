@@ -327,6 +327,26 @@ def test_learnable_vocabulary_from_config(tmp_path: Path) -> None:
         TrainLoop(bad)._tasks()
 
 
+def test_chores_family_from_config(tmp_path: Path) -> None:
+    """tasks.family = "chores" draws bench's workspace chores (ClawGym layout) into
+    disjoint train / held-out splits; an unknown template is a ConfigError naming [tasks]."""
+    from clawrl.bench import Layout
+    from clawrl.rl_core.train import TrainLoop
+
+    over = [f'run.out="{tmp_path / "c"}"', 'tasks.family="chores"', "tasks.train_n=6"]
+    train, held = TrainLoop(load_config(None, [*over, "tasks.heldout_n=3"]))._tasks()
+    assert (len(train), len(held)) == (6, 3)
+    assert {t.layout for t in train + held} == {Layout.CLAWGYM}
+    assert {t.metadata["split"] for t in train} == {"train"}
+    assert {t.metadata["split"] for t in held} == {"heldout"}
+    assert not {t.id for t in train} & {t.id for t in held}
+    some = load_config(None, [*over, 'tasks.chores_templates=["config_key"]'])
+    assert {t.metadata["template"] for t in TrainLoop(some)._tasks()[0]} == {"config_key"}
+    bad = load_config(None, [*over, 'tasks.chores_templates=["nope"]'])
+    with pytest.raises(ConfigError, match=r"\[tasks\].*templates"):
+        TrainLoop(bad)._tasks()
+
+
 def test_real_recipe_config_and_model_path(tmp_path: Path) -> None:
     """examples/real_grpo.toml loads (exact reward, a kit model name); [model] path takes a
     directory or a kit name, and anything else is a ConfigError naming [model]."""

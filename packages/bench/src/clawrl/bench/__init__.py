@@ -16,6 +16,7 @@ and reports (``bench`` CLI).
 # others (config, rollout_types, the task-image and AgentBench modules) only the names below
 # are re-exported. The harness adapters are
 # public in their own subpackage, :mod:`clawrl.bench.harness`, and only there.
+import clawrl.bench.chores as _chores
 import clawrl.bench.config_file as _config_file
 import clawrl.bench.errors as _errors
 import clawrl.bench.executors as _executors
@@ -30,6 +31,7 @@ import clawrl.bench.verify as _verify
 import clawrl.bench.workspace_diff as _workspace_diff
 from clawrl.bench.agentbench_os import load_agentbench_os
 from clawrl.bench.base_images import BASE_RECIPES, BaseRecipe
+from clawrl.bench.chores import *  # noqa: F403
 from clawrl.bench.config import BenchConfig, SandboxHostConfig, select_tasks
 from clawrl.bench.config_file import *  # noqa: F403
 from clawrl.bench.errors import *  # noqa: F403
@@ -61,6 +63,7 @@ __all__ = [
     "build_task_image",
     "load_agentbench_os",
     "select_tasks",
+    *_chores.__all__,
     *_config_file.__all__,
     *_errors.__all__,
     *_executors.__all__,

@@ -116,9 +116,12 @@ class BackendConfig:
 class TasksConfig:
     """Where tasks come from.
 
-    family: ``learnable`` (bench's learnable family: train / held-out splits), ``builtin``
-        (bench's built-in suite; held-out = the same tasks), or ``path`` (a suite directory).
-    train_n, heldout_n: instances drawn from the learnable family's splits.
+    family: ``learnable`` (bench's learnable family: train / held-out splits), ``chores``
+        (bench's workspace-chores family, multi-step with exact rewards, in ClawGym's
+        layout: train / held-out splits; see :func:`clawrl.bench.generate_chore_tasks`),
+        ``builtin`` (bench's built-in suite; held-out = the same tasks), or ``path`` (a
+        suite directory).
+    train_n, heldout_n: instances drawn from the learnable or chores family's splits.
     tasks_per_step: tasks sampled per RL step (each gets ``rollout.samples`` rollouts per
         harness).
     path: the suite directory for ``family = "path"``.
@@ -127,9 +130,11 @@ class TasksConfig:
     learnable_reward: ``graded`` (the mean of the three sub-scores: a gradient for near
         misses) or ``exact`` (1 iff the file holds the word, else 0; the sub-scores are only
         logged) — see :func:`clawrl.bench.generate_learnable_tasks`.
+    chores_templates: the chores family's templates to draw from (empty: all of
+        :data:`clawrl.bench.CHORE_TEMPLATES`).
     """
 
-    family: Literal["learnable", "builtin", "path"] = "learnable"
+    family: Literal["learnable", "chores", "builtin", "path"] = "learnable"
     train_n: int = 64
     heldout_n: int = 16
     tasks_per_step: int = 4
@@ -137,6 +142,7 @@ class TasksConfig:
     learnable_names: int = 0
     learnable_words: int = 0
     learnable_reward: Literal["graded", "exact"] = "graded"
+    chores_templates: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -456,9 +462,10 @@ class TrainConfig:
             raise ConfigError("backend.kind = 'sglang' needs backend.sglang_url")
         if self.backend.sglang_worker_urls and not self.backend.sglang_router:
             raise ConfigError("backend.sglang_worker_urls needs backend.sglang_router = true")
-        if self.tasks.family not in ("learnable", "builtin", "path"):
+        if self.tasks.family not in ("learnable", "chores", "builtin", "path"):
             raise ConfigError(
-                f"tasks.family must be 'learnable', 'builtin' or 'path', got {self.tasks.family!r}"
+                "tasks.family must be 'learnable', 'chores', 'builtin' or 'path', "
+                f"got {self.tasks.family!r}"
             )
         if self.tasks.learnable_reward not in ("graded", "exact"):
             raise ConfigError(

@@ -57,6 +57,7 @@ from clawrl.bench import (
     SessionHook,
     Task,
     check_host_verification,
+    generate_chore_tasks,
     generate_learnable_tasks,
     load_builtin_suite,
     load_suite,
@@ -154,6 +155,19 @@ class TrainLoop:
                 )
                 held = generate_learnable_tasks(
                     root / "heldout", "heldout", t.heldout_n, seed, reward=reward, **kw
+                )
+            except ValueError as exc:
+                raise ConfigError(f"[tasks]: {exc}") from exc
+            return train, held
+        if t.family == "chores":
+            root, seed = self.out / "tasks", self.cfg.run.seed
+            templates = t.chores_templates or None
+            try:
+                train = generate_chore_tasks(
+                    root / "train", "train", t.train_n, seed, templates=templates
+                )
+                held = generate_chore_tasks(
+                    root / "heldout", "heldout", t.heldout_n, seed, templates=templates
                 )
             except ValueError as exc:
                 raise ConfigError(f"[tasks]: {exc}") from exc

@@ -224,9 +224,7 @@ def test_sdks_see_a_context_overflow_as_a_typed_400_and_the_proxy_records_it(
     )
     long_text = "word " * 200
     with pytest.raises(openai.BadRequestError) as e1:
-        oai.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": long_text}]
-        )
+        oai.chat.completions.create(model="tiny", messages=[{"role": "user", "content": long_text}])
     assert e1.value.status_code == 400
     assert e1.value.code == "context_length_exceeded" and e1.value.type == "invalid_request_error"
     assert "prompt is too long" in e1.value.message

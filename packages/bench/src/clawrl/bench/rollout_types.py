@@ -8,9 +8,16 @@ a reward), ``timeout`` (the harness was killed at the agent timeout; still verif
 stopped, or its workspace hit a copy-out bound: then not verified, reward 0), ``verifier-error`` (a missing or
 garbled reward, or a verifier timeout; reward 0), ``infra-error`` (sandbox, proxy or
 runtime failure: retried up to ``retries`` times with a new sandbox and session, then
-reported and excluded from scores), ``env-error`` (the task's image could not be built:
+reported and excluded from scores), ``context-overflow`` (a model call was refused because
+its prompt does not fit the context window, and the harness got no answer after it),
+``env-error`` (the task's image could not be built:
 the task's fault, not the agent's; not retried, excluded from scores and counted; the
 reason holds the build log's tail).
+
+A rollout whose harness failed before the policy had a say (no answered model call, the
+harness's own prompt over the context window, killed at the timeout before its first call)
+is ``excluded``: left out of scores and GRPO groups and counted apart
+(:mod:`clawrl.bench.rollout_health` has the exact rule).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from clawrl.bench.harness import HarnessAdapter
-from clawrl.bench.metrics import ScoredRollout
+from clawrl.bench.metrics import ScoredRollout, is_scored
 from clawrl.bench.task import Task
 from clawrl.bench.verify import VerifierResult
 from clawrl.bench.workspace_diff import FileChange
@@ -58,6 +65,7 @@ class RolloutStatus(StrEnum):
     VERIFIER_ERROR = "verifier-error"
     INFRA_ERROR = "infra-error"
     ENV_ERROR = "env-error"
+    CONTEXT_OVERFLOW = "context-overflow"
 
 
 class RolloutOptions(BaseModel):
@@ -131,6 +139,9 @@ class RolloutResult(BaseModel):
     Attributes:
         rollout_id, task_id, category, difficulty, harness, group_id, sample_index: identity.
         status: :class:`RolloutStatus` value; ``reason`` says why it is not ``ok``.
+        excluded: a harness-health failure the policy did not cause
+            (:mod:`clawrl.bench.rollout_health`): left out of scores and GRPO groups, like
+            ``infra-error`` and ``env-error`` (see :attr:`counts`).
         reward: the verifier's reward in [0, 1] (0 when verification failed or did not run).
         subscores: the verifier's named sub-scores.
         verifier: the full verifier result (``None`` if verification did not run).
@@ -160,6 +171,7 @@ class RolloutResult(BaseModel):
     sample_index: int
     status: RolloutStatus
     reason: str = ""
+    excluded: bool = False
     reward: float = Field(default=0.0, ge=0.0, le=1.0)
     subscores: dict[str, float] = Field(default_factory=dict)
     verifier: VerifierResult | None = None
@@ -176,6 +188,12 @@ class RolloutResult(BaseModel):
     workspace_diff: list[FileChange] = Field(default_factory=list)
     timing: dict[str, float] = Field(default_factory=dict)
 
+    @property
+    def counts(self) -> bool:
+        """Whether the rollout counts in scores and GRPO groups: neither ``infra-error`` nor
+        ``env-error`` nor :attr:`excluded`."""
+        return is_scored(self.status.value, self.excluded)
+
     def scored(self) -> ScoredRollout:
         """The part :func:`~clawrl.bench.aggregate` needs."""
         return ScoredRollout(
@@ -184,6 +202,7 @@ class RolloutResult(BaseModel):
             harness=self.harness,
             reward=self.reward,
             status=self.status.value,
+            excluded=self.excluded,
         )
 
 

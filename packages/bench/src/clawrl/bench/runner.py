@@ -46,6 +46,7 @@ from clawrl.bench.harness import (
     HarnessInstallError,
     get_harness,
 )
+from clawrl.bench.rollout_health import classify_harness_health
 from clawrl.bench.rollout_types import (
     ProgressCallback,
     RolloutEvent,
@@ -400,6 +401,7 @@ class RolloutRunner:
                     records = [dict(r) for r in await admin.records(session.session_id)]
                 except (ProxyError, OSError) as exc:
                     return infra(f"proxy records: {exc}", session_id=session.session_id)
+            harness_out = classify_harness_health(harness_out, records, needs_model=h.needs_model)
             t_verify = time.time()
             verdict, diff = await self._verify(task, initial, final, harness_out, image)
             timing["verify"] = time.time() - t_verify

@@ -91,6 +91,11 @@ class RolloutOptions(BaseModel):
             ``allow_internet``, Terminal-Bench 1's compose network) podman's ``bridge``
             network — what the host reaches (here: the package registries); for trusted
             tasks only. ``False`` (default): the agent reaches only the model socket.
+        timeout_reference_tps: the decode speed (tokens/s) agent timeouts are meant for:
+            on a slower backend (measured at the start of each batch) they grow by the
+            ratio, up to ``timeout_max_scale`` times (:mod:`clawrl.bench.timeouts`);
+            ``None``: never scaled.
+        timeout_max_scale: the most an agent timeout is multiplied by.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -106,6 +111,8 @@ class RolloutOptions(BaseModel):
     keep_records: bool = True
     task_images: bool = True
     agent_network: bool = False
+    timeout_reference_tps: float | None = Field(default=20.0, gt=0)
+    timeout_max_scale: float = Field(default=10.0, ge=1)
 
 
 @dataclass(frozen=True)

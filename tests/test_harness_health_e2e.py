@@ -6,11 +6,13 @@ left out of the scores (and, by :attr:`RolloutResult.counts`, of the GRPO groups
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 from clawrl.bench import (
+    RolloutOptions,
     RolloutRunner,
     RolloutSpec,
     RolloutStatus,
@@ -86,3 +88,26 @@ async def test_overflow_and_early_exit_are_typed_and_excluded() -> None:
     assert ref.context_overflow_rate == 1.0
     assert report.by_harness["exits-0"].harness_error_rate == 1.0
     assert report.by_harness["exits-0"].status_counts == {"harness-error": 1}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("npm") is None, reason="needs npm to install harnesses")
+async def test_claude_code_whose_prompt_exceeds_the_window_is_a_context_overflow() -> None:
+    """The case a new user met: Claude Code's own system prompt and tools are longer than
+    the byte model's 40,960-token window. It gets the Anthropic-shaped 400, exits with an
+    error; the rollout is ``context-overflow`` and excluded, never ``ok 0.00 (0 calls)``.
+    Revert tried: the classify_harness_health call in the runner — ``ok`` with reward 0,
+    scored."""
+    from clawrl.bench.harness import get_harness
+
+    model_dir = Path(build_default_model("byte"))
+    backend = ScriptedBackend.from_model_dir(model_dir)
+    options = RolloutOptions(max_turns=2, memory_mb=3072, agent_timeout_s=600)
+    async with serve(backend, model_dir) as endpoint:
+        runner = RolloutRunner(endpoint, options, concurrency=1)
+        (r,) = await runner.run([RolloutSpec(_task(), get_harness("claude-code"), group_id="g")])
+    assert r.status is RolloutStatus.CONTEXT_OVERFLOW, (r.status, r.reason, r.stderr[-1000:])
+    assert r.excluded and not r.counts
+    last = r.records[-1]
+    assert last["error_code"] == "context_length_exceeded" and "no_model_turns" in last["flags"]
+    assert last["api"] == "anthropic.messages"

@@ -264,6 +264,7 @@ def _options(cfg: BenchConfig) -> RolloutOptions:
         # the scripted backend's completions (whole oracle scripts) are never cut
         max_tokens=(cfg.max_tokens or None) if cfg.model != "scripted" else None,
         agent_timeout_s=cfg.agent_timeout_s or None,
+        timeout_reference_tps=cfg.timeout_reference_tps or None,
         retries=cfg.retries,
         task_images=cfg.task_images,
         agent_network=cfg.agent_network,

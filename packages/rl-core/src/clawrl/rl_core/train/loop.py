@@ -218,6 +218,7 @@ class TrainLoop:
             max_turns=max_turns or r.max_turns,
             max_tokens=None if scripted else r.max_tokens,
             agent_timeout_s=r.agent_timeout_s,
+            timeout_reference_tps=r.timeout_reference_tps or None,
             retries=r.retries,
         )
         return RolloutRunner(

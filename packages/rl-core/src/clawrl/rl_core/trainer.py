@@ -414,10 +414,16 @@ class Trainer:
         if self._nothing_to_learn(prepared):
             self.step += 1
             self.policy_version += 1
+            # the loss of every term is exactly 0 here (no advantage, no KL, no entropy)
+            zero = dict.fromkeys(("loss", "policy_loss", "value_loss", "kl", "entropy"), 0.0)
             return {
+                **zero,
                 "skipped_update": 1.0,
                 "optimizer_steps": 0.0,
                 "grad_norm": 0.0,
+                "grad_norm_last": 0.0,
+                "num_minibatches": 0.0,
+                "minibatches_capped": 0.0,
                 "lr": lr,
                 "num_tokens": float(batch.num_tokens),
                 "num_memberships": float(batch.num_memberships),

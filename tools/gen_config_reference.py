@@ -48,6 +48,9 @@ its results (`config.json`), and that file can be passed back as `--config`.
 TRAIN_EXTRA: dict[tuple[str, str], str] = {
     ("rollout", "concurrency"): "rollouts in flight at once.",
     ("rollout", "agent_timeout_s"): "the harness's time limit per rollout, s.",
+    ("rollout", "timeout_reference_tps"): "the decode speed (tokens/s) `agent_timeout_s` is "
+    "meant for: on a backend measured slower, agent timeouts grow by the ratio, at most 10 "
+    "times (bench's docs/statuses.md); 0: never scaled.",
     ("rollout", "retries"): "retries of a rollout after an infrastructure failure.",
     ("rollout", "max_leaves"): "most leaves (distinct paths) kept in a rollout's prefix tree.",
     ("algo", "updates_per_step"): "optimiser steps on each batch (the first is on-policy; "

@@ -204,3 +204,56 @@ def test_unix_socket_models_and_health(live: Any) -> None:
     http = live.http_client()
     assert http.head("http://x/").status_code == 200
     assert http.get("http://x/health").json()["status"] == "ok"
+
+
+def test_sdks_see_a_context_overflow_as_a_typed_400_and_the_proxy_records_it(
+    live_factory: Any, model_dir: Any
+) -> None:
+    """A prompt longer than the context window: both official SDKs raise their typed
+    BadRequestError (OpenAI: type invalid_request_error, code context_length_exceeded;
+    Anthropic: type invalid_request_error, "prompt is too long"), and the proxy writes a
+    record of each refused call (error_code, flags; no_model_turns only while the prompt
+    holds nothing the model wrote), which is how a rollout is classified afterwards."""
+    from clawrl.proxy.testing import ScriptedBackend
+
+    live = live_factory(ScriptedBackend.from_model_dir(model_dir, max_context=96))
+    with live.admin() as admin:
+        s = admin.create_session(run_id="sdk", task_id="t", harness="sdk")
+    oai = openai.OpenAI(
+        base_url=s.openai_base_url, api_key=s.api_key, http_client=live.http_client(), max_retries=0
+    )
+    long_text = "word " * 200
+    with pytest.raises(openai.BadRequestError) as e1:
+        oai.chat.completions.create(model="tiny", messages=[{"role": "user", "content": long_text}])
+    assert e1.value.status_code == 400
+    assert e1.value.code == "context_length_exceeded" and e1.value.type == "invalid_request_error"
+    assert "prompt is too long" in e1.value.message
+    ant = anthropic.Anthropic(
+        base_url=s.anthropic_base_url,
+        api_key=s.api_key,
+        http_client=live.http_client("httpx2"),
+        max_retries=0,
+    )
+    with pytest.raises(anthropic.BadRequestError) as e2:
+        ant.messages.create(
+            model="tiny",
+            max_tokens=16,
+            messages=[
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": long_text},
+            ],
+        )
+    assert e2.value.status_code == 400
+    body: Any = e2.value.body
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"].startswith("prompt is too long")
+    with live.admin() as admin:
+        recs = admin.records(s.session_id)
+    assert [r["seq"] for r in recs] == [0, 1]
+    for rec in recs:
+        assert rec["error_code"] == "context_length_exceeded"
+        assert rec["finish_reason"] == "error" and rec["completion_ids"] == []
+        assert "context_overflow" in rec["flags"]
+    assert "no_model_turns" in recs[0]["flags"]
+    assert "no_model_turns" not in recs[1]["flags"]

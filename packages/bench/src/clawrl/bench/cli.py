@@ -180,10 +180,13 @@ def _progress_printer(
             style = "green" if r.status is RolloutStatus.OK else "yellow"
             if r.status is RolloutStatus.INFRA_ERROR:
                 style = "red"
+            elif r.excluded:
+                style = "magenta"
             progress.advance(bar)
             console.print(
                 f"[{style}]{r.status.value:>14}[/{style}] {r.reward:4.2f}  {escape(r.task_id)} · {r.harness}"
                 f" #{r.sample_index}  ({r.n_calls} calls, {r.timing.get('total', 0):.1f} s)"
+                + ("  (excluded)" if r.excluded else "")
                 + (f"  [dim]{escape(r.reason[:100])}[/dim]" if r.reason else "")
             )
 
@@ -200,7 +203,15 @@ def _pass_cell(value: float | None, stderr: float | None) -> str:
 def _print_tables(console: Console, results: Sequence[RolloutResult], cfg: BenchConfig) -> None:
     summary = summarize(results, cfg.ks, cfg.pass_threshold)
     t = Table(title="per harness")
-    cols = ("harness", "tasks", "scored", "infra (excluded)", "env (excluded)", "verifier errors")
+    cols = (
+        "harness",
+        "tasks",
+        "scored",
+        "infra (excluded)",
+        "env (excluded)",
+        "harness health (excluded)",
+        "verifier errors",
+    )
     for col in (*cols, "mean score"):
         t.add_column(col)
     for k in cfg.ks:
@@ -213,6 +224,7 @@ def _print_tables(console: Console, results: Sequence[RolloutResult], cfg: Bench
             str(g.n_scored),
             str(g.n_infra_error),
             str(g.n_env_error),
+            str(g.n_excluded),
             str(g.n_verifier_error),
             "–" if g.mean_score is None else f"{g.mean_score:.3f}",
             *[_pass_cell(g.pass_at_k.get(k), g.pass_at_k_stderr.get(k)) for k in cfg.ks],
@@ -225,7 +237,7 @@ def _print_tables(console: Console, results: Sequence[RolloutResult], cfg: Bench
     for r in results:
         tasks.setdefault((r.task_id, r.harness), []).append(r)
     for (task_id, harness), rs in sorted(tasks.items()):
-        scored = [r.reward for r in rs if r.status is not RolloutStatus.INFRA_ERROR]
+        scored = [r.reward for r in rs if r.counts]
         rows.add_row(
             task_id,
             rs[0].category or "",
@@ -252,6 +264,7 @@ def _options(cfg: BenchConfig) -> RolloutOptions:
         # the scripted backend's completions (whole oracle scripts) are never cut
         max_tokens=(cfg.max_tokens or None) if cfg.model != "scripted" else None,
         agent_timeout_s=cfg.agent_timeout_s or None,
+        timeout_reference_tps=cfg.timeout_reference_tps or None,
         retries=cfg.retries,
         task_images=cfg.task_images,
         agent_network=cfg.agent_network,

@@ -24,6 +24,8 @@ Example ``bench.toml`` (all keys optional; these are the defaults)::
     max_tokens = 96               # per-call output cap the harness asks for (0 = none;
                                   # not applied to model = "scripted")
     agent_timeout_s = 0           # 0 = each task's own timeout
+    timeout_reference_tps = 20.0  # agent timeouts grow on a backend decoding slower than
+                                  # this many tokens/s (measured; at most x10); 0 = never
     retries = 1                   # infrastructure failures only
     ks = [1]                      # pass@k
     pass_threshold = 1.0
@@ -131,6 +133,7 @@ class BenchConfig(BaseModel):
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
     max_tokens: int = Field(default=96, ge=0)
     agent_timeout_s: float = Field(default=0.0, ge=0)
+    timeout_reference_tps: float = Field(default=20.0, ge=0)
     retries: int = Field(default=1, ge=0)
     ks: list[int] = Field(default_factory=lambda: [1])
     pass_threshold: float = Field(default=1.0, ge=0.0, le=1.0)

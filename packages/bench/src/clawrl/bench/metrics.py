@@ -7,6 +7,11 @@ apart. Every other status (``timeout``,
 verification); verifier errors are also counted apart (``n_verifier_error``), since a
 verifier that could not run says little about the agent (an agent that breaks its
 verifier must not escape a zero, so they stay scored).
+
+A rollout marked ``excluded`` (a harness-health failure the policy did not cause: see
+``clawrl.bench.rollout_health``) is left out of every score too; ``harness-error`` and
+``context-overflow`` rollouts are counted apart per harness (``harness_error_rate``,
+``context_overflow_rate``), ``n_excluded`` counts the excluded ones of any status.
 """
 
 from __future__ import annotations
@@ -17,12 +22,27 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["AggregateReport", "GroupStats", "ScoredRollout", "aggregate", "pass_at_k"]
+__all__ = [
+    "AggregateReport",
+    "GroupStats",
+    "ScoredRollout",
+    "aggregate",
+    "is_scored",
+    "pass_at_k",
+]
 
 INFRA_ERROR = "infra-error"
 VERIFIER_ERROR = "verifier-error"
 ENV_ERROR = "env-error"
+HARNESS_ERROR = "harness-error"
+CONTEXT_OVERFLOW = "context-overflow"
 _UNSCORED = (INFRA_ERROR, ENV_ERROR)
+
+
+def is_scored(status: str, excluded: bool = False) -> bool:
+    """Whether a rollout of ``status`` counts in scores (and GRPO groups): not an
+    ``infra-error`` or ``env-error``, and not ``excluded`` as a harness-health failure."""
+    return status not in _UNSCORED and not excluded
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -48,7 +68,8 @@ class ScoredRollout(BaseModel):
     """The part of a rollout result that metrics need.
 
     ``status`` uses the rollout vocabulary: ``ok`` | ``timeout`` | ``harness-error`` |
-    ``verifier-error`` | ``infra-error`` | ``env-error``.
+    ``verifier-error`` | ``infra-error`` | ``env-error`` | ``context-overflow``;
+    ``excluded``: left out of scores whatever its status (a harness-health failure).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -58,6 +79,7 @@ class ScoredRollout(BaseModel):
     harness: str = "default"
     reward: float = Field(ge=0.0, le=1.0)
     status: str = "ok"
+    excluded: bool = False
 
 
 class GroupStats(BaseModel):
@@ -82,6 +104,10 @@ class GroupStats(BaseModel):
             over all rollouts of the group (``None`` when it has none). Only a sandbox or
             host really gone is an infra-error; anything the rollout's own files cause is
             a verifier-error.
+        n_harness_error / n_context_overflow: rollouts of status ``harness-error`` /
+            ``context-overflow`` (scored or not); harness_error_rate /
+            context_overflow_rate: the same over all rollouts of the group.
+        n_excluded: rollouts left out as harness-health failures (any status).
     """
 
     n_tasks: int
@@ -91,6 +117,11 @@ class GroupStats(BaseModel):
     infra_error_rate: float | None = None
     verifier_error_rate: float | None = None
     n_env_error: int = 0
+    n_harness_error: int = 0
+    n_context_overflow: int = 0
+    n_excluded: int = 0
+    harness_error_rate: float | None = None
+    context_overflow_rate: float | None = None
     mean_score: float | None
     pass_at_k: dict[int, float | None]
     pass_at_k_stderr: dict[int, float | None] = Field(default_factory=dict)
@@ -106,7 +137,7 @@ class AggregateReport(BaseModel):
 
 
 def _task_level(rollouts: Sequence[ScoredRollout], threshold: float) -> tuple[int, int, float]:
-    scored = [r for r in rollouts if r.status not in _UNSCORED]
+    scored = [r for r in rollouts if is_scored(r.status, r.excluded)]
     n = len(scored)
     c = sum(1 for r in scored if r.reward >= threshold)
     mean = sum(r.reward for r in scored) / n if n else math.nan
@@ -125,7 +156,7 @@ def _stderr(values: Sequence[float]) -> float | None:
 def _group(
     per_task: dict[str, list[ScoredRollout]], ks: Sequence[int], threshold: float
 ) -> GroupStats:
-    n_scored = n_infra = 0
+    n_scored = n_infra = n_excluded = 0
     means: list[float] = []
     passes: dict[int, list[float]] = {k: [] for k in ks}
     counts: dict[str, int] = defaultdict(int)
@@ -135,6 +166,7 @@ def _group(
         n, c, mean = _task_level(rollouts, threshold)
         n_scored += n
         n_infra += sum(1 for r in rollouts if r.status == INFRA_ERROR)
+        n_excluded += sum(1 for r in rollouts if r.excluded)
         if n:
             means.append(mean)
             for k in ks:
@@ -149,6 +181,11 @@ def _group(
         infra_error_rate=n_infra / total if total else None,
         verifier_error_rate=counts.get(VERIFIER_ERROR, 0) / total if total else None,
         n_env_error=counts.get(ENV_ERROR, 0),
+        n_harness_error=counts.get(HARNESS_ERROR, 0),
+        n_context_overflow=counts.get(CONTEXT_OVERFLOW, 0),
+        n_excluded=n_excluded,
+        harness_error_rate=counts.get(HARNESS_ERROR, 0) / total if total else None,
+        context_overflow_rate=counts.get(CONTEXT_OVERFLOW, 0) / total if total else None,
         mean_score=sum(means) / len(means) if means else None,
         pass_at_k={k: (sum(v) / len(v) if v else None) for k, v in passes.items()},
         pass_at_k_stderr={k: _stderr(v) for k, v in passes.items()},

@@ -8,9 +8,16 @@ a reward), ``timeout`` (the harness was killed at the agent timeout; still verif
 stopped, or its workspace hit a copy-out bound: then not verified, reward 0), ``verifier-error`` (a missing or
 garbled reward, or a verifier timeout; reward 0), ``infra-error`` (sandbox, proxy or
 runtime failure: retried up to ``retries`` times with a new sandbox and session, then
-reported and excluded from scores), ``env-error`` (the task's image could not be built:
+reported and excluded from scores), ``context-overflow`` (a model call was refused because
+its prompt does not fit the context window, and the harness got no answer after it),
+``env-error`` (the task's image could not be built:
 the task's fault, not the agent's; not retried, excluded from scores and counted; the
 reason holds the build log's tail).
+
+A rollout whose harness failed before the policy had a say (no answered model call, the
+harness's own prompt over the context window, killed at the timeout before its first call)
+is ``excluded``: left out of scores and GRPO groups and counted apart
+(:mod:`clawrl.bench.rollout_health` has the exact rule).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from clawrl.bench.harness import HarnessAdapter
-from clawrl.bench.metrics import ScoredRollout
+from clawrl.bench.metrics import ScoredRollout, is_scored
 from clawrl.bench.task import Task
 from clawrl.bench.verify import VerifierResult
 from clawrl.bench.workspace_diff import FileChange
@@ -58,6 +65,7 @@ class RolloutStatus(StrEnum):
     VERIFIER_ERROR = "verifier-error"
     INFRA_ERROR = "infra-error"
     ENV_ERROR = "env-error"
+    CONTEXT_OVERFLOW = "context-overflow"
 
 
 class RolloutOptions(BaseModel):
@@ -83,6 +91,11 @@ class RolloutOptions(BaseModel):
             ``allow_internet``, Terminal-Bench 1's compose network) podman's ``bridge``
             network — what the host reaches (here: the package registries); for trusted
             tasks only. ``False`` (default): the agent reaches only the model socket.
+        timeout_reference_tps: the decode speed (tokens/s) agent timeouts are meant for:
+            on a slower backend (measured at the start of each batch) they grow by the
+            ratio, up to ``timeout_max_scale`` times (:mod:`clawrl.bench.timeouts`);
+            ``None``: never scaled.
+        timeout_max_scale: the most an agent timeout is multiplied by.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -98,6 +111,8 @@ class RolloutOptions(BaseModel):
     keep_records: bool = True
     task_images: bool = True
     agent_network: bool = False
+    timeout_reference_tps: float | None = Field(default=20.0, gt=0)
+    timeout_max_scale: float = Field(default=10.0, ge=1)
 
 
 @dataclass(frozen=True)
@@ -131,6 +146,9 @@ class RolloutResult(BaseModel):
     Attributes:
         rollout_id, task_id, category, difficulty, harness, group_id, sample_index: identity.
         status: :class:`RolloutStatus` value; ``reason`` says why it is not ``ok``.
+        excluded: a harness-health failure the policy did not cause
+            (:mod:`clawrl.bench.rollout_health`): left out of scores and GRPO groups, like
+            ``infra-error`` and ``env-error`` (see :attr:`counts`).
         reward: the verifier's reward in [0, 1] (0 when verification failed or did not run).
         subscores: the verifier's named sub-scores.
         verifier: the full verifier result (``None`` if verification did not run).
@@ -165,6 +183,7 @@ class RolloutResult(BaseModel):
     sample_index: int
     status: RolloutStatus
     reason: str = ""
+    excluded: bool = False
     reward: float = Field(default=0.0, ge=0.0, le=1.0)
     subscores: dict[str, float] = Field(default_factory=dict)
     verifier: VerifierResult | None = None
@@ -182,6 +201,12 @@ class RolloutResult(BaseModel):
     outside_changes: list[str] = Field(default_factory=list)
     timing: dict[str, float] = Field(default_factory=dict)
 
+    @property
+    def counts(self) -> bool:
+        """Whether the rollout counts in scores and GRPO groups: neither ``infra-error`` nor
+        ``env-error`` nor :attr:`excluded`."""
+        return is_scored(self.status.value, self.excluded)
+
     def scored(self) -> ScoredRollout:
         """The part :func:`~clawrl.bench.aggregate` needs."""
         return ScoredRollout(
@@ -190,6 +215,7 @@ class RolloutResult(BaseModel):
             harness=self.harness,
             reward=self.reward,
             status=self.status.value,
+            excluded=self.excluded,
         )
 
 

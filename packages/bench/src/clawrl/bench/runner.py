@@ -50,6 +50,7 @@ from clawrl.bench.harness import (
     HarnessInstallError,
     get_harness,
 )
+from clawrl.bench.rollout_health import classify_harness_health
 from clawrl.bench.rollout_types import (
     ProgressCallback,
     RolloutEvent,
@@ -72,6 +73,7 @@ from clawrl.bench.sandbox_executor import SandboxExecutor
 from clawrl.bench.task import Task
 from clawrl.bench.task_env import TaskEnvironments
 from clawrl.bench.task_image import TaskImage, TaskImageError
+from clawrl.bench.timeouts import timeout_scale
 from clawrl.bench.verify import (
     VerifierResult,
     VerifierStatus,
@@ -86,6 +88,7 @@ from clawrl.proxy import (
     ModelEndpoint,
     ProxyError,
     SessionInfo,
+    measure_decode_rate,
     serve,
 )
 from clawrl.sandbox import (
@@ -211,6 +214,8 @@ class RolloutRunner:
         self.verify_executor = verify_executor
         self.environments = TaskEnvironments(self.run_id, enabled=self.options.task_images)
         self._prepared: dict[int, str | None] = {}  # id(adapter) -> install error or None
+        #: agent timeouts are multiplied by this (measured per batch: clawrl.bench.timeouts)
+        self.timeout_scale = 1.0
 
     def _emit(self, event: RolloutEvent) -> None:
         if self.progress is not None:
@@ -245,6 +250,8 @@ class RolloutRunner:
         await self.prepare(list(unique.values()))
         if self.endpoint is None and any(s.harness.needs_model for s in specs):
             raise ValueError("harnesses that need a model need a ModelEndpoint")
+        if any(s.harness.needs_model for s in specs):
+            await self.measure_speed()
         gate = asyncio.Semaphore(self.concurrency)
         total, done = len(specs), 0
 
@@ -268,6 +275,27 @@ class RolloutRunner:
             if self._own_executor is not None:  # its warm sandboxes go; it warms again later
                 await asyncio.to_thread(self._own_executor.close)
             await asyncio.to_thread(self.environments.close)
+
+    async def measure_speed(self) -> float:
+        """Set :attr:`timeout_scale` from the backend's decode speed, measured now (one short
+        generation, :mod:`clawrl.bench.timeouts`; :meth:`run` calls it), and return it."""
+        opts = self.options
+        if self.endpoint is None or opts.timeout_reference_tps is None:
+            return self.timeout_scale
+        tps = await measure_decode_rate(self.endpoint, run_id=self.run_id, model=opts.model)
+        self.timeout_scale = timeout_scale(tps, opts.timeout_reference_tps, opts.timeout_max_scale)
+        if self.timeout_scale > 1.0:
+            msg = (
+                f"backend decodes {tps:.1f} tokens/s (reference {opts.timeout_reference_tps:g}):"
+                f" agent timeouts x{self.timeout_scale:.2f}"
+            )
+            self._emit(RolloutEvent("message", None, 0, 0, message=msg))
+        return self.timeout_scale
+
+    def agent_timeout(self, task: Task) -> float:
+        """The agent timeout of ``task`` in this batch: ``agent_timeout_s`` or the task's
+        own, times :attr:`timeout_scale`."""
+        return (self.options.agent_timeout_s or task.timeouts.agent_s) * self.timeout_scale
 
     def _interrupt_verifiers(self) -> None:
         if self._own_executor is not None:
@@ -305,7 +333,7 @@ class RolloutRunner:
         with a network beyond the model socket."""
         task, h = spec.task, spec.harness
         memory = self.options.memory_mb or task.limits.memory_mb
-        agent_s = self.options.agent_timeout_s or task.timeouts.agent_s
+        agent_s = self.agent_timeout(task)
         ws_path = PurePosixPath(task.workspace_path)
         writable = any(
             ws_path == PurePosixPath(r) or PurePosixPath(r) in ws_path.parents
@@ -406,6 +434,7 @@ class RolloutRunner:
                     records = [dict(r) for r in await admin.records(session.session_id)]
                 except (ProxyError, OSError) as exc:
                     return infra(f"proxy records: {exc}", session_id=session.session_id)
+            harness_out = classify_harness_health(harness_out, records, needs_model=h.needs_model)
             t_verify = time.time()
             verdict, diff = await self._verify(task, initial, final, harness_out, image)
             timing["verify"] = time.time() - t_verify
@@ -491,7 +520,8 @@ class RolloutRunner:
         sandbox runs the task's built image, which already ran its init scripts). Raises
         SandboxError on infrastructure failures."""
         task, h, opts = spec.task, spec.harness, self.options
-        timeout = opts.agent_timeout_s or task.timeouts.agent_s
+        timeout = self.agent_timeout(task)
+        timing["agent_timeout"] = timeout
         launch = h.launch(self._context(task, session, timeout))
         await sb.put_files({f"{HARNESS_LOG_DIR}/.keep": b"", **dict(launch.files)})
         setup = await run_setup(task, sb, init=not built)

@@ -92,6 +92,7 @@ def _result(
         **base,
         status=status,
         reason=reason,
+        excluded=bool(harness_out.get("excluded")) and status is harness_out["status"],
         reward=verdict.reward,
         subscores=dict(verdict.subscores),
         verifier=verdict,

@@ -13,6 +13,7 @@ from clawrl.proxy import record as _record
 from clawrl.proxy import server as _server
 from clawrl.proxy import serving as _serving
 from clawrl.proxy import session as _session
+from clawrl.proxy import speed as _speed
 from clawrl.proxy.app import *  # noqa: F403
 from clawrl.proxy.backends import base as _backends
 from clawrl.proxy.backends.base import *  # noqa: F403
@@ -56,6 +57,7 @@ from clawrl.proxy.sglang_router_launcher import (
     launch_sglang_cluster,
     launch_sglang_router,
 )
+from clawrl.proxy.speed import *  # noqa: F403
 
 if TYPE_CHECKING:  # at run time loaded lazily by __getattr__ (it imports torch)
     from clawrl.proxy.backends.embedded import EmbeddedBackend
@@ -117,4 +119,5 @@ __all__ = [
     *_server.__all__,
     *_serving.__all__,
     *_session.__all__,
+    *_speed.__all__,
 ]

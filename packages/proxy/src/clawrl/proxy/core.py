@@ -31,7 +31,7 @@ from clawrl.proxy.errors import (
     ProxyRequestError,
 )
 from clawrl.proxy.parse import parse_completion
-from clawrl.proxy.record import CallRecord
+from clawrl.proxy.record import CONTEXT_OVERFLOW_FLAG, NO_MODEL_TURNS_FLAG, CallRecord
 from clawrl.proxy.render import ChatRenderer
 from clawrl.proxy.session import Session, SessionManager, call_seed
 from clawrl.proxy.splice import (
@@ -151,9 +151,9 @@ class ProxyCore:
             chars = text_chars([call.messages, call.tools])
         if chars > limit * self.renderer.max_chars_per_token:
             raise ContextLengthExceededError(
-                f"the request holds {chars} characters of text, more than a context window of "
-                f"{limit} tokens can take (at most {self.renderer.max_chars_per_token} "
-                "characters per token)",
+                f"prompt is too long: {chars} characters of text, more than this model's "
+                f"maximum context length of {limit} tokens can take (at most "
+                f"{self.renderer.max_chars_per_token} characters per token)",
                 param="messages",
             )
         try:
@@ -184,8 +184,9 @@ class ProxyCore:
         room = self.backend.max_context - prompt_len
         if room < 1:
             raise ContextLengthExceededError(
-                f"the prompt has {prompt_len} tokens; the context window is "
-                f"{self.backend.max_context} tokens",
+                f"prompt is too long: {prompt_len} tokens > {self.backend.max_context - 1} "
+                f"maximum (this model's maximum context length is {self.backend.max_context} "
+                "tokens, one of which the completion needs)",
                 param="messages",
             )
         # A request without max_tokens gets the room left in the context window, capped by
@@ -259,9 +260,14 @@ class ProxyCore:
             BackendUnavailableError: the backend failed (the call is recorded as "error").
             ClientDisconnected: the client left; the generation was aborted and recorded.
         """
-        build = self.build_prompt(session, call)
-        self._check_prompt_vocab(build.ids)
-        params, sampling_rec = self.sampling_for(call, len(build.ids))
+        build: PromptBuild | None = None
+        try:
+            build = self.build_prompt(session, call)
+            self._check_prompt_vocab(build.ids)
+            params, sampling_rec = self.sampling_for(call, len(build.ids))
+        except ContextLengthExceededError as e:
+            self._record_overflow(session, call, e, received, build.ids if build else [])
+            raise
         seq = session.next_seq()
         call_id = "call-" + secrets.token_hex(12)
         session.begin(call_id)
@@ -279,6 +285,53 @@ class ProxyCore:
         )
         result, first = await self._generate(session, record, request, disconnected)
         return self._outcome(session, call, record, result, first)
+
+    def _record_overflow(
+        self,
+        session: Session,
+        call: ChatCall,
+        err: ContextLengthExceededError,
+        received: float,
+        prompt_ids: list[int],
+    ) -> None:
+        """Write the record of a call refused because its prompt does not fit the context
+        window (the client gets the typed 400): finish reason ``error``, ``error_code``
+        ``context_length_exceeded``, no completion; ``prompt_ids`` as far as they were
+        tokenized (empty when the text was refused by its length alone). Flagged
+        ``context_overflow``, and ``no_model_turns`` when the prompt holds no assistant or
+        tool message, i.e. nothing the model wrote: the harness's own prompt (system
+        prompt, tools, task) is what does not fit."""
+        now = time.time()
+        flags = [CONTEXT_OVERFLOW_FLAG]
+        if not any(m.get("role") in ("assistant", "tool") for m in call.messages):
+            flags.append(NO_MODEL_TURNS_FLAG)
+        version = self.backend.policy_version
+        record: CallRecord = {
+            "call_id": "call-" + secrets.token_hex(12),
+            "session_id": session.session_id,
+            "run_id": session.run_id,
+            "seq": session.next_seq(),
+            "api": call.api,
+            "model": call.model,
+            "metadata": session.metadata,
+            "prompt_ids": list(prompt_ids),
+            "completion_ids": [],
+            "completion_logprobs": [],
+            "finish_reason": "error",
+            "prompt_relation": {"kind": "first", "parent_call_id": None, "diverged_at": None},
+            "spliced": [],
+            "flags": flags,
+            "policy_version": version,
+            "policy_version_end": version,
+            "sampling": {},
+            "timing": {"received": received, "started": None, "first_token": None, "finished": now},
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": 0},
+            "request": self._capped(call.body),
+            "response": None,
+            "error": f"{err.code}: {err.message}",
+            "error_code": err.code,
+        }
+        session.write(record)
 
     def _check_prompt_vocab(self, prompt_ids: list[int]) -> None:
         """Refuse a prompt with ids outside the backend's vocabulary."""

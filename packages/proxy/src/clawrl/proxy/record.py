@@ -13,7 +13,10 @@ from __future__ import annotations
 from typing import Any, Literal, TypedDict
 
 __all__ = [
+    "CONTEXT_LENGTH_EXCEEDED",
+    "CONTEXT_OVERFLOW_FLAG",
     "FINISH_REASONS",
+    "NO_MODEL_TURNS_FLAG",
     "CallRecord",
     "CallTiming",
     "CallUsage",
@@ -24,6 +27,15 @@ __all__ = [
 #: The proxy's own finish reasons, the values of ``CallRecord["finish_reason"]`` (mapped to
 #: each wire API's words on the wire).
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "tool_calls", "aborted", "error")
+
+#: ``CallRecord["error_code"]`` of a call refused because its prompt does not fit the context
+#: window (the client got HTTP 400, OpenAI ``code`` / Anthropic message of the same meaning).
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+#: Flag of such a refused call's record.
+CONTEXT_OVERFLOW_FLAG = "context_overflow"
+#: Flag of a refused call whose prompt held no assistant or tool message (nothing the model
+#: wrote): the harness's own prompt did not fit.
+NO_MODEL_TURNS_FLAG = "no_model_turns"
 
 
 class PromptRelation(TypedDict):
@@ -96,8 +108,12 @@ class CallRecord(_CallRecordRequired, total=False):
     at its end (they differ for a stale call, flagged ``stale``); ``request``/``response``:
     the bodies, size-capped (``{"_truncated": true, "bytes": n}`` past the cap).
     ``parsed`` is present on successful calls, ``backend_extra`` when the backend reports
-    more (e.g. SGLang's meta info).
+    more (e.g. SGLang's meta info), ``error_code`` on a call the proxy refused before
+    generating (:data:`CONTEXT_LENGTH_EXCEEDED`: the prompt does not fit the context
+    window; flagged :data:`CONTEXT_OVERFLOW_FLAG`, and :data:`NO_MODEL_TURNS_FLAG` when the
+    prompt held no assistant or tool message).
     """
 
     parsed: ParsedCall
     backend_extra: dict[str, Any]
+    error_code: str

@@ -389,7 +389,9 @@ def build_prompt(
         built.append(_build_unit(renderer, messages, u, defused[ui], memory, out))
         if max_tokens is not None and len(out.ids) > max_tokens:
             raise ContextLengthExceededError(
-                f"the prompt has more than {max_tokens} tokens (the room in the context window)",
+                f"prompt is too long: {len(out.ids)} tokens > {max_tokens} maximum (counted "
+                "until the limit was passed; the context window must leave room for one "
+                "completion token)",
                 param="messages",
             )
     if cache is not None:

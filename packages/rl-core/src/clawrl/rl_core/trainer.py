@@ -377,7 +377,9 @@ class Trainer:
                 ``config.grpo.group_key``, else the rollout id).
 
         Returns:
-            metrics: losses, grad norm, learning rate, advantage/reward means, correction
+            metrics: ``skipped_update`` (1.0 when every advantage is 0 and nothing else is
+            trained: no optimizer step, see :meth:`_nothing_to_learn`), losses, grad norm,
+            learning rate, advantage/reward means, correction
             metrics (|Δlogprob|, ratio quantiles, fraction masked, staleness), and
             ``num_pieces``, ``num_minibatches`` (used), ``minibatches_capped`` (1.0 when
             fewer pieces than ``config.num_minibatches``).
@@ -417,13 +419,33 @@ class Trainer:
             current_version=self.policy_version,
         )
         self.last_update = (batch, prepared, old)
-        n_mb = self._minibatch_count(min(counts))
         lr = float(self.scheduler.get_last_lr()[0])
+        if self._nothing_to_learn(prepared):
+            self.step += 1
+            self.policy_version += 1
+            # the loss of every term is exactly 0 here (no advantage, no KL, no entropy)
+            zero = dict.fromkeys(("loss", "policy_loss", "value_loss", "kl", "entropy"), 0.0)
+            return {
+                **zero,
+                "skipped_update": 1.0,
+                "optimizer_steps": 0.0,
+                "grad_norm": 0.0,
+                "grad_norm_last": 0.0,
+                "num_minibatches": 0.0,
+                "minibatches_capped": 0.0,
+                "lr": lr,
+                "num_tokens": float(batch.num_tokens),
+                "num_memberships": float(batch.num_memberships),
+                "num_pieces": float(sum(counts)),
+                **prepared.metrics,
+            }
+        n_mb = self._minibatch_count(min(counts))
         stats, norms = self._update_epochs(batch, pieces, prepared, old, n_mb, counts)
         stats = allreduce_stats(stats, self.accelerator)
         self.step += 1
         self.policy_version += 1
         stats.update(
+            skipped_update=0.0,
             grad_norm=norms[0],
             grad_norm_last=norms[-1],
             optimizer_steps=float(len(norms)),
@@ -435,6 +457,21 @@ class Trainer:
             minibatches_capped=float(n_mb < cfg.num_minibatches),
         )
         return {**stats, **prepared.metrics}
+
+    def _nothing_to_learn(self, prepared: PreparedRL) -> bool:
+        """Whether an RL step has no gradient to follow: GRPO without a KL or entropy term
+        and every advantage exactly 0 (e.g. every group's rewards equal). Such a step skips
+        the optimizer (and the LR schedule): AdamW's momentum and weight decay would
+        otherwise move the weights on a batch that says nothing. The same on every rank:
+        the advantages are computed from the whole batch."""
+        cfg = self.config
+        return (
+            cfg.algorithm == "grpo"
+            and cfg.loss.kl_coef == 0
+            and cfg.loss.entropy_coef == 0
+            and prepared.advantage is not None
+            and not np.any(prepared.advantage)
+        )
 
     def _minibatch_count(self, n_pieces: int) -> int:
         """``config.num_minibatches``, capped at the number of pieces (the fewest of any

@@ -177,6 +177,7 @@ class RolloutConfig:
     temperature: float = 1.0
     concurrency: int = 4
     agent_timeout_s: float = 120.0
+    timeout_reference_tps: float = 20.0
     retries: int = 1
     max_leaves: int = 8
     verifier: Literal["sandbox", "host"] = "sandbox"
@@ -482,6 +483,8 @@ class TrainConfig:
             raise ConfigError(
                 f"rollout.verifier must be 'sandbox' or 'host', got {self.rollout.verifier!r}"
             )
+        if self.rollout.timeout_reference_tps < 0:
+            raise ConfigError("rollout.timeout_reference_tps must be >= 0 (0: never scaled)")
         if self.rollout.temperature <= 0:
             raise ConfigError("rollout.temperature must be > 0 (logprobs are taken at T)")
         self.rollout.hosts()

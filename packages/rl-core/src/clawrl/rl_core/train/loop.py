@@ -87,7 +87,15 @@ from clawrl.rl_core.train.errors import TrainError
 from clawrl.rl_core.train.metrics_log import MetricsLog, plot_curves, read_jsonl
 from clawrl.rl_core.train.ranks import DrivenTrainer, Ranks, load_policy
 from clawrl.rl_core.train.rollouts_log import write_step_rollouts
-from clawrl.rl_core.train.rows import eval_row, rollout_row, scored, step_line, summary, tree_row
+from clawrl.rl_core.train.rows import (
+    drop_small_groups,
+    eval_row,
+    rollout_row,
+    scored,
+    step_line,
+    summary,
+    tree_row,
+)
 from clawrl.rl_core.train.trees import BuiltTrees, RolloutData, build_group_trees
 from clawrl.rl_core.trainer import Trainer, seed_everything
 from clawrl.sandbox import SandboxHosts, owned_tempdir
@@ -225,6 +233,7 @@ class TrainLoop:
             max_turns=max_turns or r.max_turns,
             max_tokens=None if scripted else r.max_tokens,
             agent_timeout_s=r.agent_timeout_s,
+            timeout_reference_tps=r.timeout_reference_tps or None,
             retries=r.retries,
         )
         return RolloutRunner(
@@ -544,8 +553,10 @@ class TrainLoop:
         self.rl_trainer.last_update = None
         if built.trees:
             row.update(await self._train_on(built))
+            # every advantage 0 (and nothing else trained): no optimizer step, weights kept
+            row["skipped_update"] = bool(row.get("skipped_update"))
         else:
-            row["update_skipped"] = True
+            row["update_skipped"] = row["skipped_update"] = True
         row["time/update"] = time.time() - t0
         update = self.rl_trainer.last_update
         write_step_rollouts(self.out, step + 1, results, built, update)  # for `bench view`
@@ -557,8 +568,11 @@ class TrainLoop:
         records: dict[str, list[dict[str, Any]]],
         row: dict[str, Any],
     ) -> list[RolloutData]:
-        """The scored rollouts to train on: in asynchronous mode those whose oldest call is
+        """The scored rollouts to train on (harness-health failures, infra- and env-errors
+        left out: :func:`scored`): in asynchronous mode those whose oldest call is
         more than ``max_staleness`` policy versions behind are dropped (``stale_dropped``);
+        under GRPO so are the groups left with fewer than 2 members
+        (``small_groups_dropped``: their advantage would be 0);
         with ``algo.drop_zero_std_groups`` so are groups whose rewards are all equal
         (``zero_std_groups``)."""
         cfg = self.cfg
@@ -574,6 +588,8 @@ class TrainLoop:
                 continue
             data.append(RolloutData(x.rollout_id, x.group_id, x.task_id, x.harness, x.reward, recs))
         row["stale_dropped"] = stale
+        if cfg.algo.name == "grpo":
+            data, row["small_groups_dropped"] = drop_small_groups(data, lambda d: d.group_id)
         if cfg.algo.drop_zero_std_groups:
             by_group: dict[str, list[float]] = {}
             for d in data:

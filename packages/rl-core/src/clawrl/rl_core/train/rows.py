@@ -1,21 +1,26 @@
 """The loop's metrics rows: what one evaluation, one RL step's rollouts and its trees put in
 ``metrics.jsonl``, the one-line progress text, and the run's ``summary.json``.
 
-Rewards come from bench's :class:`~clawrl.bench.RolloutResult`; a rollout with status
-``infra-error`` is left out of every mean (the infrastructure failed, not the policy) and
-counted on its own. The pass rate is the fraction of rewards ``>= 1.0`` (exact pass).
+Rewards come from bench's :class:`~clawrl.bench.RolloutResult`; a rollout that does not
+count (``infra-error``, ``env-error``, or ``excluded`` as a harness-health failure: the
+harness failed before the policy had a say) is left out of every mean and of the GRPO
+groups, and counted on its own. The pass rate is the fraction of rewards ``>= 1.0`` (exact pass).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from clawrl.bench import RolloutResult, RolloutStatus
 from clawrl.rl_core.train.trees import BuiltTrees
 
+T = TypeVar("T")
+
 __all__ = [
+    "drop_small_groups",
     "eval_row",
     "mean_std",
     "rollout_row",
@@ -38,8 +43,19 @@ def _pass_rate(rewards: Sequence[float]) -> float:
 
 
 def scored(results: Sequence[RolloutResult]) -> list[RolloutResult]:
-    """The rollouts that count: every status but ``infra-error``."""
-    return [x for x in results if x.status is not RolloutStatus.INFRA_ERROR]
+    """The rollouts that count (:attr:`RolloutResult.counts
+    <clawrl.bench.RolloutResult.counts>`): not ``infra-error``, ``env-error`` or
+    ``excluded``."""
+    return [x for x in results if x.counts]
+
+
+def drop_small_groups(data: Sequence[T], group_of: Callable[[T], str]) -> tuple[list[T], int]:
+    """The members of GRPO groups that keep at least 2 members once the rollouts that do not
+    count are gone, and the number of groups dropped: a group of one has a GRPO advantage
+    of 0, so it would only cost a forward and backward pass."""
+    sizes = Counter(group_of(d) for d in data)
+    small = {g for g, n in sizes.items() if n < 2}
+    return [d for d in data if group_of(d) not in small], len(small)
 
 
 def eval_row(
@@ -56,8 +72,10 @@ def eval_row(
         "eval_reward": mean_std(rewards)[0],
         "eval_pass_rate": _pass_rate(rewards),
         "eval_n": len(ok),
-        "eval_infra_errors": len(results) - len(ok),
+        "eval_infra_errors": sum(1 for x in results if x.status is RolloutStatus.INFRA_ERROR),
+        "eval_excluded": sum(1 for x in results if x.excluded),
     }
+    row.update({f"eval_{k}": v for k, v in _health_rates(results, "").items()})
     for h in harnesses:
         row[f"eval_reward/{h}"] = mean_std([x.reward for x in ok if x.harness == h])[0]
     for name in sorted({k for x in ok for k in x.subscores}):
@@ -69,16 +87,20 @@ def rollout_row(
     results: Sequence[RolloutResult], records: Mapping[str, Sequence[Mapping[str, Any]]]
 ) -> dict[str, Any]:
     """One RL step's rollouts: counts per status, the rates of infra-errors (left out of
-    the means) and verifier-errors (scored 0, trained on), reward mean / std and pass rate (overall
-    and per harness), prompt and generated tokens, and an entropy estimate (minus the mean
+    the means), verifier-errors (scored 0, trained on), harness-errors and context
+    overflows (overall and per harness), ``n_excluded`` (harness-health failures left out of
+    the means and groups), reward mean / std and pass rate (overall and per harness), prompt and generated tokens, and an entropy estimate (minus the mean
     sampled-token logprob, nats) over the scored rollouts' call ``records``."""
     ok = scored(results)
-    row: dict[str, Any] = {"n_rollouts": len(results), "n_infra_errors": len(results) - len(ok)}
+    n_infra = sum(1 for x in results if x.status is RolloutStatus.INFRA_ERROR)
+    row: dict[str, Any] = {"n_rollouts": len(results), "n_infra_errors": n_infra}
+    row["n_excluded"] = sum(1 for x in results if x.excluded)
     for st in RolloutStatus:
         row[f"status/{st.value}"] = sum(1 for x in results if x.status is st)
     n_verifier_errors = row[f"status/{RolloutStatus.VERIFIER_ERROR.value}"]
-    row["infra_error_rate"] = row["n_infra_errors"] / len(results) if results else None
+    row["infra_error_rate"] = n_infra / len(results) if results else None
     row["verifier_error_rate"] = n_verifier_errors / len(results) if results else None
+    row.update(_health_rates(results, ""))
     rewards = [x.reward for x in ok]
     row["reward_mean"], row["reward_std"] = mean_std(rewards)
     row["pass_rate"] = _pass_rate(rewards)
@@ -86,12 +108,25 @@ def rollout_row(
         hr = [x.reward for x in ok if x.harness == h]
         row[f"reward_mean/{h}"], row[f"reward_std/{h}"] = mean_std(hr)
         row[f"pass_rate/{h}"] = _pass_rate(hr)
+        row.update(_health_rates([x for x in results if x.harness == h], f"/{h}"))
     recs = [rec for x in ok for rec in records.get(x.rollout_id, [])]
     row["tokens_prompt"] = sum(len(rec.get("prompt_ids") or []) for rec in recs)
     row["tokens_generated"] = sum(len(rec.get("completion_ids") or []) for rec in recs)
     lps = [lp for rec in recs for lp in (rec.get("completion_logprobs") or [])]
     row["entropy_estimate"] = -statistics.fmean(lps) if lps else None
     return row
+
+
+def _health_rates(results: Sequence[RolloutResult], suffix: str) -> dict[str, float | None]:
+    n = len(results)
+    return {
+        f"harness_error_rate{suffix}": (
+            sum(1 for x in results if x.status is RolloutStatus.HARNESS_ERROR) / n if n else None
+        ),
+        f"context_overflow_rate{suffix}": (
+            sum(1 for x in results if x.status is RolloutStatus.CONTEXT_OVERFLOW) / n if n else None
+        ),
+    }
 
 
 def tree_row(built: BuiltTrees) -> dict[str, Any]:

@@ -35,6 +35,7 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import os
 import queue
 import random
 import threading
@@ -55,6 +56,7 @@ from clawrl.proxy.backends.embedded_kv import (
     PrefixCache,
     _Batch,
     _Seq,
+    common_prefix_len,
     keep_rows,
     merge_batches,
     plan_prefill,
@@ -73,6 +75,7 @@ from clawrl.proxy.backends.embedded_weights import (
 )
 
 __all__ = [
+    "DTYPES",
     "EmbeddedBackend",
     "EmbeddedRequestError",
     "PromptTooLongError",
@@ -82,11 +85,49 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: serving dtypes by name: ``fp32`` (exact logprobs) and ``bf16`` (bfloat16 weights, KV and
+#: activations; logits upcast to float32 before sampling)
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16"}
 
-# ------------------------------------------------------------------------------- engine state
+#: shortest prefix (tokens) shared by prompts admitted together that is prefilled once
+MIN_SHARED_PREFIX = 16
 
 
-# ------------------------------------------------------------------------------- backend
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """``torch.float32`` / ``torch.bfloat16`` or their names (``fp32``, ``bf16``,
+    ``float32``, ``bfloat16``).
+
+    Raises:
+        ValueError: another dtype (one line, naming the choices).
+    """
+    if isinstance(dtype, torch.dtype):
+        if dtype in DTYPES.values():
+            return dtype
+        raise ValueError(f"dtype must be fp32 or bf16, got {dtype}")
+    name = _DTYPE_ALIASES.get(str(dtype), str(dtype))
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be fp32 or bf16, got {dtype!r}")
+    return DTYPES[name]
+
+
+def machine_threads() -> int:
+    """Threads that follow the machine: the cores in this process's affinity mask that are
+    not already busy (the 1-minute load average, rounded), at least 1.
+
+    On a machine whose cores other processes keep busy, torch threads that wait on each
+    other at every operation made decoding many times slower than one thread (measured on 2
+    shared cores: 15x for a tiny model), so busy cores are left alone.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    try:
+        busy = int(os.getloadavg()[0] + 0.5)
+    except OSError:  # pragma: no cover - no load average
+        busy = 0
+    return max(1, min(cores, cores - busy))
 
 
 class EmbeddedBackend(InferenceBackend):
@@ -95,20 +136,26 @@ class EmbeddedBackend(InferenceBackend):
     Args:
         model_dir: HF model directory (e.g. ``build_default_model()``).
         device: torch device (``"cpu"``, ``"cuda"``, ...).
-        dtype: parameter dtype (float32 for exact logprobs; logits are always handled in
-            float32).
-        num_threads: ``torch.set_num_threads`` (process-wide), set when the worker starts
-            (default 1: on 2 shared cores more threads made decoding several times slower);
-            ``None`` leaves torch's setting alone.
+        dtype: weights, KV cache and activations: ``"fp32"`` / ``torch.float32`` (exact
+            logprobs) or ``"bf16"`` / ``torch.bfloat16`` (AMX / tensor-core matmuls, half the
+            memory traffic and KV bytes). Logits are upcast to float32 before sampling, and
+            the recorded logprob is the one of the distribution sampled from, in either.
+        num_threads: ``torch.set_num_threads`` (process-wide), set when the worker starts:
+            ``"auto"`` (default) follows the machine (``machine_threads``: the cores of this
+            process's affinity mask that are not busy when the backend is made), an int
+            sets it, ``None`` leaves torch's setting alone.
         max_batch_size: running generations at most; more wait in a queue.
         max_context: prompt + completion limit in tokens (default and upper bound: the
             model's ``max_position_embeddings``).
         prefill_chunk: prompt tokens per prefill forward (bounds attention memory).
         max_prefill_tokens: padded prompt tokens (rows x longest prompt) prefilled together
             in one step; a longer single prompt is still admitted alone.
-        prefix_cache_bytes: bytes of KV kept from finished generations (LRU); a prompt
-            that starts with a kept sequence (the next call of a conversation, a rollout of
-            the same task) prefills only the rest. 0 disables. Cleared on weight changes.
+        prefix_cache_bytes: bytes of KV kept for reuse (LRU), shared by every session: each
+            admitted prompt and each finished generation is kept; a prompt that starts with
+            a kept sequence (the next call of a conversation, another session with the same
+            system prompt and tools) prefills only the rest, and prompts admitted together
+            that share a prefix prefill it once. 0 disables. Cleared on weight changes (the
+            KV belongs to one policy version).
         attn_implementation: transformers attention (``"sdpa"`` or ``"eager"``).
         seed: seeds the generators of requests that give no ``sampling.seed``.
         policy_version: version of the initial weights.
@@ -121,8 +168,8 @@ class EmbeddedBackend(InferenceBackend):
         model_dir: str | Path,
         *,
         device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        num_threads: int | None = 1,
+        dtype: torch.dtype | str = torch.float32,
+        num_threads: int | str | None = "auto",
         max_batch_size: int = 8,
         max_context: int | None = None,
         prefill_chunk: int = 1024,
@@ -139,8 +186,12 @@ class EmbeddedBackend(InferenceBackend):
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
-        if num_threads is not None and num_threads < 1:
-            raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
+        if num_threads == "auto":
+            num_threads = machine_threads()
+        if num_threads is not None and (isinstance(num_threads, (str, bool)) or num_threads < 1):
+            raise ValueError(f"num_threads must be >= 1, 'auto' or None, got {num_threads!r}")
+        if prefix_cache_bytes < 0:
+            raise ValueError(f"prefix_cache_bytes must be >= 0, got {prefix_cache_bytes}")
         cfg = json.loads((self.model_dir / "config.json").read_text())
         text_cfg = cfg.get("text_config", cfg)
         self._vocab_size = int(text_cfg["vocab_size"])
@@ -149,8 +200,8 @@ class EmbeddedBackend(InferenceBackend):
             raise ValueError(f"max_context must be in (1, {positions}], got {max_context}")
         self._max_context = int(max_context) if max_context is not None else positions
         self.device = torch.device(device)
-        self.dtype = dtype
-        self.num_threads = num_threads
+        self.dtype = resolve_dtype(dtype)
+        self.num_threads: int | None = num_threads
         self.max_batch_size = int(max_batch_size)
         self.prefill_chunk = int(prefill_chunk)
         self.max_prefill_tokens = int(max_prefill_tokens)
@@ -175,8 +226,12 @@ class EmbeddedBackend(InferenceBackend):
             "prefills": 0,
             "max_running": 0,
             "tokens": 0,
-            "prefill_tokens": 0,
-            "prefix_hit_tokens": 0,
+            "prefill_tokens": 0,  # prompt tokens computed (shared prefills included)
+            "prefix_hit_tokens": 0,  # prompt tokens whose KV came from the prefix cache
+            "prefix_lookups": 0,  # admitted prompts
+            "prefix_hits": 0,  # admitted prompts that reused cached KV
+            "shared_prefills": 0,  # prefixes shared by prompts admitted together, run once
+            "shared_prefill_tokens": 0,
         }
 
     @property
@@ -416,7 +471,9 @@ class EmbeddedBackend(InferenceBackend):
             admitted: list[_Seq] = []
             width = 0
             while self._waiting and len(admitted) < room:
-                wider = max(width, len(self._waiting[0].request.prompt_ids))
+                # the tokens this prompt still needs computed (its cached prefix is reused)
+                prompt = self._waiting[0].request.prompt_ids
+                wider = max(width, len(prompt) - self._prefix.lookup(prompt)[0])
                 if admitted and wider * (len(admitted) + 1) > self.max_prefill_tokens:
                     break  # the rest waits for the next step (bounds padding and memory)
                 admitted.append(self._waiting.pop(0))
@@ -486,25 +543,78 @@ class EmbeddedBackend(InferenceBackend):
         for seq in seqs:
             seq.version_start = self._version
             seq.started = now
-        hits = [self._prefix.lookup(s.request.prompt_ids) for s in seqs]
-        plan = plan_prefill([s.request.prompt_ids for s in seqs], hits, self.device)
-        cache = plan.cache
+        prompts = [s.request.prompt_ids for s in seqs]
+        self._prefill_shared(prompts)
+        hits = [self._prefix.lookup(p) for p in prompts]
+        plan = plan_prefill(prompts, hits, self.device)
+        logits = self._run_prefill(plan)
+        self.stats["prefills"] += 1
+        self.stats["prefix_hit_tokens"] += sum(plan.prefix_lens)
+        self.stats["prefill_tokens"] += sum(plan.suffix_lens)
+        self.stats["prefix_lookups"] += len(seqs)
+        self.stats["prefix_hits"] += sum(1 for h in plan.prefix_lens if h > 0)
+        new = _Batch(seqs=seqs, cache=plan.cache, valid=plan.valid)
+        if self._prefix.capacity > 0:
+            # kept now, not only when it finishes: other sessions' prompts that start the
+            # same way (a harness's system prompt and tools) reuse it while it runs
+            for row, prompt in enumerate(prompts):
+                self._prefix.store(prompt, row, new)
+        for row, seq in enumerate(seqs):
+            seq.n_cached = len(seq.request.prompt_ids)
+            self._sample(seq, logits[row])
+        self._merge(new)
+
+    def _run_prefill(self, plan: Any) -> torch.Tensor:
+        """Run ``plan``'s suffix columns through the model in ``prefill_chunk`` slices (its
+        cache grows in place); the last column's logits ``(G, vocab)``."""
         logits = torch.empty(0)
         for start in range(0, plan.width, self.prefill_chunk):
             end = min(start + self.prefill_chunk, plan.width)
             logits = self._forward(
-                cache,
+                plan.cache,
                 plan.tokens[:, start:end],
                 plan.positions[:, start:end],
                 plan.mask(start, end),
             )
-        self.stats["prefills"] += 1
-        self.stats["prefix_hit_tokens"] += sum(plan.prefix_lens)
-        self.stats["prefill_tokens"] += sum(plan.suffix_lens)
-        for row, seq in enumerate(seqs):
-            seq.n_cached = len(seq.request.prompt_ids)
-            self._sample(seq, logits[row])
-        self._merge(_Batch(seqs=seqs, cache=cache, valid=plan.valid))
+        return logits
+
+    def _kv_bytes_per_token(self) -> int:
+        cfg = getattr(self._model.config, "text_config", None) or self._model.config
+        heads = int(cfg.num_attention_heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+        kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+        size = torch.empty((), dtype=self.dtype).element_size()
+        return int(cfg.num_hidden_layers) * 2 * kv_heads * head_dim * size
+
+    def _prefill_shared(self, prompts: list[list[int]]) -> None:
+        """Prefill once, into the prefix cache, the longest prefix that two of ``prompts``
+        share beyond what the cache already holds (at least ``MIN_SHARED_PREFIX`` tokens);
+        repeated while such a prefix exists. Without it, every row of the group would
+        compute the shared part itself."""
+        if self._prefix.capacity <= 0 or len(prompts) < 2:
+            return
+        per_token = self._kv_bytes_per_token()
+        for _ in range(len(prompts) - 1):
+            cached = [self._prefix.lookup(p)[0] for p in prompts]
+            best, which = 0, -1
+            for i in range(len(prompts)):
+                for j in range(i + 1, len(prompts)):
+                    n = common_prefix_len(prompts[i], prompts[j])
+                    if (
+                        n > best
+                        and n - max(cached[i], cached[j]) >= MIN_SHARED_PREFIX
+                        and n * per_token <= self._prefix.capacity
+                    ):
+                        best, which = n, i
+            if which < 0:
+                return
+            shared = prompts[which][:best]
+            plan = plan_prefill([shared], [self._prefix.lookup(shared)], self.device)
+            self._run_prefill(plan)
+            self._prefix.store(shared, 0, _Batch(seqs=[], cache=plan.cache, valid=plan.valid))
+            self.stats["shared_prefills"] += 1
+            self.stats["shared_prefill_tokens"] += plan.suffix_lens[0]
+            self.stats["prefill_tokens"] += plan.suffix_lens[0]
 
     # -- prefix cache (KV of finished sequences, reused by prompts that extend them) ---------
 

@@ -51,8 +51,8 @@ class BackendConfig:
         concurrent generations, sampling seed and initial policy version.
     dtype: the embedded backend's weights and KV: ``fp32`` (exact logprobs) or ``bf16``
         (bfloat16 matmuls on AMX / tensor cores, half the memory traffic and KV bytes).
-    num_threads: the embedded backend's torch threads (0: follow the machine, the cores
-        this process may run on that are not busy, at least 1).
+    num_threads: the embedded backend's torch threads (0: follow the machine, every core
+        this process may run on; one for a tiny test model).
     prefix_cache_mib: MiB of KV the embedded backend keeps for prompts that start the same
         way, across sessions (0: off; dropped at every weight update).
     sglang_url: the running SGLang server (``http(s)://host:port``), or with

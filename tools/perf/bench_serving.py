@@ -20,6 +20,11 @@ thread count of the run; the load average before and after is recorded beside th
     uv run python tools/perf/bench_serving.py --model $MODEL
     uv run python tools/perf/bench_serving.py --model $MODEL --long 16384   # one long prompt
 
+``--shared N`` instead runs 8 sessions at once whose prompts share an N-token system prompt
+(then 32 tokens of their own; 8 tokens generated each), prefix cache on, and reports the
+backend's counters: prompt tokens computed, reused, hit rate, and the tokens saved against
+computing every prompt in full.
+
 ``--long N`` instead prefills one N-token prompt in bf16 (chunks of ``--chunk``) and reports
 its tokens/s and the process's peak resident memory (what "within memory" means for
 10-30k-token harness prompts).
@@ -148,6 +153,40 @@ async def long_case(model_dir: Path, args: argparse.Namespace, vocab: int) -> di
     }
 
 
+async def shared_case(model_dir: Path, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
+    from clawrl.proxy import EmbeddedBackend
+
+    rng = random.Random(0)
+    backend = EmbeddedBackend(
+        model_dir, dtype=args.long_dtype, num_threads=args.threads[-1], max_batch_size=8, seed=0
+    )
+    await backend.start()
+    system = [rng.randrange(vocab) for _ in range(args.shared)]
+    prompts = [system + [rng.randrange(vocab) for _ in range(32)] for _ in range(8)]
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(_generate(backend, f"s{i}", p, 8) for i, p in enumerate(prompts)))
+        wall = time.perf_counter() - t0
+    finally:
+        await backend.close()
+    st = dict(backend.stats)
+    full = sum(len(p) for p in prompts)
+    return {
+        "dtype": args.long_dtype,
+        "threads": args.threads[-1],
+        "sessions": 8,
+        "shared_tokens": args.shared,
+        "prompt_tokens": full,
+        "computed_tokens": st["prefill_tokens"],
+        "reused_tokens": st["prefix_hit_tokens"],
+        "saved_tokens": full - st["prefill_tokens"],
+        "token_hit_rate": st["prefix_hit_tokens"] / full,
+        "request_hit_rate": st["prefix_hits"] / max(1, st["prefix_lookups"]),
+        "wall_s": wall,
+        "stats": st,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -159,7 +198,8 @@ def main() -> None:
     ap.add_argument("--decode-prompt", type=int, default=64, help="decode prompt tokens")
     ap.add_argument("--tokens", type=int, default=24, help="generated tokens per request")
     ap.add_argument("--long", type=int, default=0, help="prefill one prompt this long instead")
-    ap.add_argument("--long-dtype", default="bf16")
+    ap.add_argument("--shared", type=int, default=0, help="8 sessions sharing this many tokens")
+    ap.add_argument("--long-dtype", default="bf16", help="dtype of --long and --shared")
     ap.add_argument("--chunk", type=int, default=1024, help="prefill chunk of --long")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -169,8 +209,12 @@ def main() -> None:
     vocab = min(vocab, 150000)  # ordinary text tokens (no special ids)
 
     load_before = os.getloadavg()
-    if args.long:
-        result: dict[str, Any] = {"long": asyncio.run(long_case(model_dir, args, vocab))}
+    result: dict[str, Any]
+    if args.shared:
+        result = {"shared": asyncio.run(shared_case(model_dir, args, vocab))}
+        out = args.out or RESULTS / "serving_shared.json"
+    elif args.long:
+        result = {"long": asyncio.run(long_case(model_dir, args, vocab))}
         out = args.out or RESULTS / "serving_long.json"
     else:
         from roofline import measure
@@ -216,7 +260,7 @@ def main() -> None:
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result.get("long", result.get("roofline"))))
+    print(json.dumps(result.get("long", result.get("shared", result.get("roofline")))))
     print(f"wrote {out}")
 
 

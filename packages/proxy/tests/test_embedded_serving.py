@@ -249,3 +249,49 @@ def test_admin_status_reports_prefix_cache_counters(model_dir: Path, live_factor
     assert stats["prefix_hits"] == 1  # the second session reused the first one's system prompt
     assert stats["prefix_hit_tokens"] > 8 * len("You are a coding agent. ") // 2
     assert isinstance(httpx, object)
+
+
+async def test_running_rows_decode_while_a_long_prompt_prefills(model_dir: Path) -> None:
+    """A long prompt prefills one chunk per step: the running generation keeps producing
+    tokens in between, and the long prompt's logprobs are those of a one-chunk prefill."""
+    from clawrl.proxy.backends.base import TokenDelta
+
+    long_prompt = turn(b"x" * 400)
+    plain = EmbeddedBackend(model_dir, seed=0, prefix_cache_bytes=0)
+    want = await run(plain, "ref", long_prompt, max_tokens=2)
+    await plain.close()
+    be = EmbeddedBackend(model_dir, seed=0, prefix_cache_bytes=0, prefill_chunk=32)
+    try:
+        running = be.generate(
+            GenerationRequest("run", turn(b"hi"), SamplingParams(max_tokens=300, temperature=1.0))
+        )
+        await anext(running)
+        order: list[str] = []
+
+        async def drain() -> None:
+            async for item in running:
+                if isinstance(item, TokenDelta):
+                    order.append("run")
+
+        drainer = asyncio.create_task(drain())
+        got: GenerationResult | None = None
+        order.append("submit")
+        async for item in be.generate(
+            GenerationRequest("long", long_prompt, SamplingParams(max_tokens=2, temperature=0.0))
+        ):
+            if isinstance(item, TokenDelta) and "long" not in order:
+                order.append("long")
+            if isinstance(item, GenerationResult):
+                got = item
+        await be.abort("run")
+        await drainer
+    finally:
+        await be.close()
+    # about one decoded token per prefill chunk (len(long_prompt) / 32 = 14 chunks)
+    between = order[order.index("submit") : order.index("long")]
+    assert between.count("run") >= 8, order[:30]
+    assert got is not None and got.completion_ids == want.completion_ids
+    diffs = [
+        abs(a - b) for a, b in zip(got.completion_logprobs, want.completion_logprobs, strict=True)
+    ]
+    assert max(diffs) < 1e-4

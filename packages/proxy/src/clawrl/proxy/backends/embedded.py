@@ -4,9 +4,10 @@ One worker thread owns the model and runs a step-wise *continuous batching* loop
 asyncio event loop (the HTTP server) never waits on a forward pass:
 
 1. admit waiting requests (up to ``max_batch_size`` running; none while paused): their
-   prompts are left-padded to a common length and prefilled together, in chunks of
-   ``prefill_chunk`` tokens, into a KV cache; the last position's logits give each request's
-   first token;
+   prompts are left-padded to a common length and prefilled together, one chunk of
+   ``prefill_chunk`` tokens per step (the running rows decode between two chunks, so a long
+   prompt does not stall them), into a KV cache; the last position's logits give each
+   request's first token;
 2. merge the new rows into the running batch's KV cache (left-padding the shorter side);
 3. one decode step for every running row: feed each row's last token, at its own position
    id, with a boolean 4-D attention mask that hides every padded cache column;
@@ -41,6 +42,7 @@ import random
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +138,15 @@ def estimate_params(text_cfg: Mapping[str, Any]) -> int:
     return 12 * layers * hidden * hidden + int(text_cfg.get("vocab_size", 0)) * hidden
 
 
+@dataclass(eq=False)
+class _Pending:
+    """A group being prefilled: its plan and the next suffix column to compute."""
+
+    seqs: list[_Seq]
+    plan: Any
+    start: int = 0
+
+
 class EmbeddedBackend(InferenceBackend):
     """transformers in-process: KV cache, continuous batching, exact logprobs.
 
@@ -225,6 +236,7 @@ class EmbeddedBackend(InferenceBackend):
         self._inflight: dict[str, _Seq] = {}  # every submitted, unfinished request
         self._waiting: list[_Seq] = []  # worker-thread only
         self._batch: _Batch | None = None  # worker-thread only
+        self._pending: _Pending | None = None  # a group being prefilled, one chunk a step
         self._lock = threading.Lock()  # guards _inflight
         self._prefix = PrefixCache(prefix_cache_bytes)  # worker-thread only
         self.stats = {
@@ -427,7 +439,11 @@ class EmbeddedBackend(InferenceBackend):
         self._model = model
 
     def _has_work(self) -> bool:
-        return self._batch is not None or (bool(self._waiting) and not self._paused)
+        return (
+            self._batch is not None
+            or self._pending is not None
+            or (bool(self._waiting) and not self._paused)
+        )
 
     def _drain_commands(self, block: bool) -> None:
         while True:
@@ -467,12 +483,17 @@ class EmbeddedBackend(InferenceBackend):
             return
         self._version = version
         self._prefix.clear()  # KV computed with the old weights
+        if self._pending is not None:  # half prefilled with the old weights: start again
+            self._waiting[:0] = self._pending.seqs
+            self._pending = None
         done.set_result(None)
 
     # one scheduler step: retire, admit (prefill), decode
     def _step(self) -> None:
         self._retire()
-        if not self._paused and self._waiting:
+        if self._pending is not None:
+            self._guarded(list(self._pending.seqs), self._prefill_step)
+        elif not self._paused and self._waiting:
             room = self.max_batch_size - (len(self._batch.seqs) if self._batch else 0)
             admitted: list[_Seq] = []
             width = 0
@@ -494,6 +515,9 @@ class EmbeddedBackend(InferenceBackend):
             fn(seqs)
         except Exception as exc:
             log.exception("embedded backend step failed")
+            if self._pending is not None:
+                seqs = list({*seqs, *self._pending.seqs})
+                self._pending = None
             if self._batch is not None:
                 seqs = list({*seqs, *self._batch.seqs})
                 self._batch = None
@@ -553,7 +577,34 @@ class EmbeddedBackend(InferenceBackend):
         self._prefill_shared(prompts)
         hits = [self._prefix.lookup(p) for p in prompts]
         plan = plan_prefill(prompts, hits, self.device)
-        logits = self._run_prefill(plan)
+        self._pending = _Pending(seqs=seqs, plan=plan)
+        self._prefill_step(seqs)
+
+    def _prefill_step(self, seqs: list[_Seq]) -> None:
+        """One ``prefill_chunk`` of the group being prefilled; the running rows decode a
+        token between two chunks, so a long prompt does not stall them. When the last chunk
+        is done the group samples its first tokens and joins the running batch."""
+        pending = self._pending
+        assert pending is not None
+        if all(s.aborted for s in pending.seqs):
+            self._pending = None
+            for seq in pending.seqs:
+                self._finish(seq, "aborted")
+            return
+        plan = pending.plan
+        end = min(pending.start + self.prefill_chunk, plan.width)
+        logits = self._forward(
+            plan.cache,
+            plan.tokens[:, pending.start : end],
+            plan.positions[:, pending.start : end],
+            plan.mask(pending.start, end),
+        )
+        pending.start = end
+        if end < plan.width:
+            return
+        self._pending = None
+        seqs = pending.seqs
+        prompts = [s.request.prompt_ids for s in seqs]
         self.stats["prefills"] += 1
         self.stats["prefix_hit_tokens"] += sum(plan.prefix_lens)
         self.stats["prefill_tokens"] += sum(plan.suffix_lens)
@@ -706,6 +757,7 @@ class EmbeddedBackend(InferenceBackend):
             self._finish(seq, "aborted", error="backend closed")
         self._waiting.clear()
         self._batch = None
+        self._pending = None
 
     def _fail_all(self, exc: BackendError) -> None:
         with self._lock:

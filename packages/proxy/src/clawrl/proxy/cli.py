@@ -96,7 +96,8 @@ def _add_serve_parser(sub: Any) -> None:
         "--threads",
         type=int,
         default=0,
-        help="embedded backend: torch threads (default 0: every core this process may use)",
+        help="embedded backend: torch threads (default 0: every core this process may use; "
+        "one for a model under 50M parameters)",
     )
     s.add_argument(
         "--prefix-cache-mib",

@@ -352,7 +352,7 @@ async def test_failing_step_ends_requests_with_error_and_backend_recovers(
 
 
 async def test_long_prompts_are_admitted_in_bounded_groups(byte_dir: Path) -> None:
-    be = EmbeddedBackend(byte_dir, seed=0, max_prefill_tokens=300)
+    be = EmbeddedBackend(byte_dir, seed=0, max_prefill_tokens=300, prefix_cache_bytes=0)
     try:
         results = await asyncio.gather(
             *(collect(be, req(f"g{i}", prompt=[9] * 200, max_tokens=3)) for i in range(3))
@@ -361,6 +361,17 @@ async def test_long_prompts_are_admitted_in_bounded_groups(byte_dir: Path) -> No
         await be.close()
     assert be.stats["prefills"] == 3  # 2 x 200 > 300: one prompt per prefill
     assert all(r.finish_reason == "length" for _, r in results)
+    # with the prefix cache only the tokens still to compute count: the first prompt is
+    # prefilled alone, the other two reuse its KV (199 tokens each) and are admitted together
+    be = EmbeddedBackend(byte_dir, seed=0, max_prefill_tokens=300)
+    try:
+        await asyncio.gather(
+            *(collect(be, req(f"g{i}", prompt=[9] * 200, max_tokens=3)) for i in range(3))
+        )
+    finally:
+        await be.close()
+    assert be.stats["prefills"] == 2
+    assert be.stats["prefix_hit_tokens"] == 2 * 199
 
 
 def test_sampling_frequencies_follow_the_distribution() -> None:

@@ -218,3 +218,18 @@ def test_worker_urls_need_the_router() -> None:
                 "backend.sglang_worker_urls=['http://w:1']",
             ],
         )
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("backend.dtype='fp16'", "backend.dtype"),
+        ("backend.num_threads=-1", "backend.num_threads"),
+        ("backend.prefix_cache_mib=-1", "prefix_cache_mib"),
+    ],
+)
+def test_bad_serving_options(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [override])
+    b = load_config(None, ["backend.dtype='bf16'", "backend.prefix_cache_mib=64"]).backend
+    assert (b.dtype, b.num_threads, b.prefix_cache_mib) == ("bf16", 0, 64)

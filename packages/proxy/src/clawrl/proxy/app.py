@@ -397,6 +397,8 @@ class ProxyApp:
                 "training_sampling": None if ts is None else ts.__dict__,
                 "sessions": len(self.core.sessions.all()),
                 "served_model": self.core.served_model,
+                # the backend's counters (embedded: prefill / prefix-cache tokens, hits)
+                "backend_stats": dict(getattr(self.core.backend, "stats", None) or {}),
             }
         )
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clawrl.proxy.backends.base import InferenceBackend
-from clawrl.proxy.serving import BackendConfig, make_backend
+from clawrl.proxy.serving import BackendConfig, check_embedded_options, make_backend
 
 if TYPE_CHECKING:
     from clawrl.proxy.render import ChatRenderer
@@ -87,6 +87,24 @@ def _add_serve_parser(sub: Any) -> None:
         "--token-delay", type=float, default=0.0, help="scripted backend: seconds between tokens"
     )
     s.add_argument("--device", default="cpu", help="embedded backend: torch device")
+    s.add_argument(
+        "--dtype",
+        default="fp32",
+        help="embedded backend: fp32 (exact logprobs) or bf16 (faster on AMX CPUs and GPUs)",
+    )
+    s.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="embedded backend: torch threads (default 0: every core this process may use; "
+        "one for a model under 50M parameters)",
+    )
+    s.add_argument(
+        "--prefix-cache-mib",
+        type=float,
+        default=256.0,
+        help="embedded backend: MiB of prompt KV shared across sessions (0: off)",
+    )
     s.add_argument(
         "--null-tokens",
         type=int,
@@ -228,6 +246,13 @@ def _model_dir(args: argparse.Namespace) -> Path:
     return path
 
 
+_EMBEDDED_FLAGS = {
+    "dtype": "--dtype",
+    "num_threads": "--threads",
+    "prefix_cache_mib": "--prefix-cache-mib",
+}
+
+
 def _backend(
     args: argparse.Namespace,
     model_dir: Path,
@@ -251,6 +276,9 @@ def _backend(
         kind=args.backend,
         model_dir=model_dir,
         device=args.device,
+        dtype=args.dtype,
+        num_threads=args.threads,
+        prefix_cache_mib=args.prefix_cache_mib,
         sglang_url=url or "",
         script_default=args.script_default,
         token_delay_s=args.token_delay,
@@ -275,6 +303,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.admin_socket is None and args.admin_port is None:
         print("proxy serve: give --admin-socket and/or --admin-port", file=sys.stderr)
+        return 2
+    try:
+        check_embedded_options(
+            BackendConfig(
+                dtype=args.dtype, num_threads=args.threads, prefix_cache_mib=args.prefix_cache_mib
+            )
+        )
+    except ValueError as exc:
+        msg = str(exc)
+        for key, flag in _EMBEDDED_FLAGS.items():
+            if msg.startswith(key):
+                msg = flag + msg[len(key) :]
+        print(f"proxy serve: {msg}", file=sys.stderr)
         return 2
     if args.workers > 1:
         if args.launch_sglang:

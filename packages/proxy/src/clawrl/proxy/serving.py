@@ -49,6 +49,12 @@ class BackendConfig:
         ignore it).
     device, max_batch_size, seed, policy_version: the embedded backend's torch device,
         concurrent generations, sampling seed and initial policy version.
+    dtype: the embedded backend's weights and KV: ``fp32`` (exact logprobs) or ``bf16``
+        (bfloat16 matmuls on AMX / tensor cores, half the memory traffic and KV bytes).
+    num_threads: the embedded backend's torch threads (0: follow the machine, every core
+        this process may run on; one for a tiny test model).
+    prefix_cache_mib: MiB of KV the embedded backend keeps for prompts that start the same
+        way, across sessions (0: off; dropped at every weight update).
     sglang_url: the running SGLang server (``http(s)://host:port``), or with
         ``sglang_router`` an sglang-router in front of several (``SGLangRouterBackend``;
         its workers ``sglang_worker_urls``, or the router's own list when empty).
@@ -63,6 +69,9 @@ class BackendConfig:
     max_batch_size: int = 8
     seed: int | None = None
     policy_version: int = 0
+    dtype: str = "fp32"
+    num_threads: int = 0
+    prefix_cache_mib: float = 256.0
     sglang_url: str = ""
     sglang_router: bool = False
     sglang_worker_urls: tuple[str, ...] = ()
@@ -72,17 +81,35 @@ class BackendConfig:
     vocab_size: int = 0
 
 
+EMBEDDED_DTYPES = ("fp32", "bf16")
+
+
+def check_embedded_options(config: BackendConfig) -> None:
+    """Raise ``ValueError`` (one line) for an embedded option out of range."""
+    if config.dtype not in EMBEDDED_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(EMBEDDED_DTYPES)}, got {config.dtype!r}")
+    if isinstance(config.num_threads, bool) or not isinstance(config.num_threads, int):
+        raise ValueError(f"num_threads must be an integer, got {config.num_threads!r}")
+    if config.num_threads < 0:
+        raise ValueError(
+            f"num_threads must be >= 1 (0: follow the machine), got {config.num_threads}"
+        )
+    if not config.prefix_cache_mib >= 0:
+        raise ValueError(f"prefix_cache_mib must be >= 0 (0: off), got {config.prefix_cache_mib}")
+
+
 def make_backend(config: BackendConfig) -> InferenceBackend:
     """The (not yet started) backend ``config`` describes; :func:`serve` starts it.
 
     Raises:
-        ValueError: ``kind`` is unknown, or an option it needs is missing (``model_dir`` for
+        ValueError: ``kind`` is unknown, an option it needs is missing (``model_dir`` for
             embedded / scripted, ``sglang_url`` for sglang, ``null_completion_ids`` and
-            ``vocab_size`` for null).
+            ``vocab_size`` for null), or an embedded option is out of range (one line).
         MissingExtraError: ``embedded`` without the ``[embedded]`` extra (torch,
             transformers) installed.
     """
     kind = config.kind
+    check_embedded_options(config)
     if kind in ("embedded", "scripted") and not str(config.model_dir):
         raise ValueError(f"backend kind {kind!r} needs model_dir")
     if kind == "embedded":
@@ -97,6 +124,9 @@ def make_backend(config: BackendConfig) -> InferenceBackend:
             max_batch_size=config.max_batch_size,
             seed=config.seed,
             policy_version=config.policy_version,
+            dtype=config.dtype,
+            num_threads=config.num_threads or "auto",
+            prefix_cache_bytes=int(config.prefix_cache_mib * 2**20),
         )
     if kind == "scripted":
         from clawrl.proxy.backends.scripted import ScriptedBackend, ScriptedCompletion

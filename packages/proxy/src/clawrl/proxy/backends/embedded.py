@@ -4,9 +4,10 @@ One worker thread owns the model and runs a step-wise *continuous batching* loop
 asyncio event loop (the HTTP server) never waits on a forward pass:
 
 1. admit waiting requests (up to ``max_batch_size`` running; none while paused): their
-   prompts are left-padded to a common length and prefilled together, in chunks of
-   ``prefill_chunk`` tokens, into a KV cache; the last position's logits give each request's
-   first token;
+   prompts are left-padded to a common length and prefilled together, one chunk of
+   ``prefill_chunk`` tokens per step (the running rows decode between two chunks, so a long
+   prompt does not stall them), into a KV cache; the last position's logits give each
+   request's first token;
 2. merge the new rows into the running batch's KV cache (left-padding the shorter side);
 3. one decode step for every running row: feed each row's last token, at its own position
    id, with a boolean 4-D attention mask that hides every padded cache column;
@@ -35,11 +36,13 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import os
 import queue
 import random
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,7 @@ from clawrl.proxy.backends.embedded_kv import (
     PrefixCache,
     _Batch,
     _Seq,
+    common_prefix_len,
     keep_rows,
     merge_batches,
     plan_prefill,
@@ -73,6 +77,7 @@ from clawrl.proxy.backends.embedded_weights import (
 )
 
 __all__ = [
+    "DTYPES",
     "EmbeddedBackend",
     "EmbeddedRequestError",
     "PromptTooLongError",
@@ -82,11 +87,64 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: serving dtypes by name: ``fp32`` (exact logprobs) and ``bf16`` (bfloat16 weights, KV and
+#: activations; logits upcast to float32 before sampling)
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16"}
 
-# ------------------------------------------------------------------------------- engine state
+#: shortest prefix (tokens) shared by prompts admitted together that is prefilled once
+MIN_SHARED_PREFIX = 16
 
 
-# ------------------------------------------------------------------------------- backend
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """``torch.float32`` / ``torch.bfloat16`` or their names (``fp32``, ``bf16``,
+    ``float32``, ``bfloat16``).
+
+    Raises:
+        ValueError: another dtype (one line, naming the choices).
+    """
+    if isinstance(dtype, torch.dtype):
+        if dtype in DTYPES.values():
+            return dtype
+        raise ValueError(f"dtype must be fp32 or bf16, got {dtype}")
+    name = _DTYPE_ALIASES.get(str(dtype), str(dtype))
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be fp32 or bf16, got {dtype!r}")
+    return DTYPES[name]
+
+
+#: models below this many (estimated) parameters decode on one thread: their operations are
+#: too small to split, and threads waiting on each other at every operation cost more than
+#: they save (measured on 2 shared cores: a 2-layer test model decoded 15x slower on two
+#: threads, Qwen2.5-0.5B 2.3x faster in bf16 at batch 8)
+MIN_PARAMS_FOR_THREADS = 50_000_000
+
+
+def machine_threads(params: int | None = None) -> int:
+    """Threads that follow the machine: the cores in this process's affinity mask; one for a
+    model of fewer than ``MIN_PARAMS_FOR_THREADS`` parameters."""
+    if params is not None and params < MIN_PARAMS_FOR_THREADS:
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def estimate_params(text_cfg: Mapping[str, Any]) -> int:
+    """A decoder's parameter count from its config (12 h^2 per layer + embeddings)."""
+    hidden = int(text_cfg.get("hidden_size", 0))
+    layers = int(text_cfg.get("num_hidden_layers", 0))
+    return 12 * layers * hidden * hidden + int(text_cfg.get("vocab_size", 0)) * hidden
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A group being prefilled: its plan and the next suffix column to compute."""
+
+    seqs: list[_Seq]
+    plan: Any
+    start: int = 0
 
 
 class EmbeddedBackend(InferenceBackend):
@@ -95,20 +153,26 @@ class EmbeddedBackend(InferenceBackend):
     Args:
         model_dir: HF model directory (e.g. ``build_default_model()``).
         device: torch device (``"cpu"``, ``"cuda"``, ...).
-        dtype: parameter dtype (float32 for exact logprobs; logits are always handled in
-            float32).
-        num_threads: ``torch.set_num_threads`` (process-wide), set when the worker starts
-            (default 1: on 2 shared cores more threads made decoding several times slower);
-            ``None`` leaves torch's setting alone.
+        dtype: weights, KV cache and activations: ``"fp32"`` / ``torch.float32`` (exact
+            logprobs) or ``"bf16"`` / ``torch.bfloat16`` (AMX / tensor-core matmuls, half the
+            memory traffic and KV bytes). Logits are upcast to float32 before sampling, and
+            the recorded logprob is the one of the distribution sampled from, in either.
+        num_threads: ``torch.set_num_threads`` (process-wide), set when the worker starts:
+            ``"auto"`` (default) follows the machine (``machine_threads``: the cores of this
+            process's affinity mask; one for a model under ``MIN_PARAMS_FOR_THREADS``
+            parameters), an int sets it, ``None`` leaves torch's setting alone.
         max_batch_size: running generations at most; more wait in a queue.
         max_context: prompt + completion limit in tokens (default and upper bound: the
             model's ``max_position_embeddings``).
         prefill_chunk: prompt tokens per prefill forward (bounds attention memory).
         max_prefill_tokens: padded prompt tokens (rows x longest prompt) prefilled together
             in one step; a longer single prompt is still admitted alone.
-        prefix_cache_bytes: bytes of KV kept from finished generations (LRU); a prompt
-            that starts with a kept sequence (the next call of a conversation, a rollout of
-            the same task) prefills only the rest. 0 disables. Cleared on weight changes.
+        prefix_cache_bytes: bytes of KV kept for reuse (LRU), shared by every session: each
+            admitted prompt and each finished generation is kept; a prompt that starts with
+            a kept sequence (the next call of a conversation, another session with the same
+            system prompt and tools) prefills only the rest, and prompts admitted together
+            that share a prefix prefill it once. 0 disables. Cleared on weight changes (the
+            KV belongs to one policy version).
         attn_implementation: transformers attention (``"sdpa"`` or ``"eager"``).
         seed: seeds the generators of requests that give no ``sampling.seed``.
         policy_version: version of the initial weights.
@@ -121,8 +185,8 @@ class EmbeddedBackend(InferenceBackend):
         model_dir: str | Path,
         *,
         device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        num_threads: int | None = 1,
+        dtype: torch.dtype | str = torch.float32,
+        num_threads: int | str | None = "auto",
         max_batch_size: int = 8,
         max_context: int | None = None,
         prefill_chunk: int = 1024,
@@ -139,18 +203,22 @@ class EmbeddedBackend(InferenceBackend):
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
-        if num_threads is not None and num_threads < 1:
-            raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
+        if prefix_cache_bytes < 0:
+            raise ValueError(f"prefix_cache_bytes must be >= 0, got {prefix_cache_bytes}")
         cfg = json.loads((self.model_dir / "config.json").read_text())
         text_cfg = cfg.get("text_config", cfg)
         self._vocab_size = int(text_cfg["vocab_size"])
+        if num_threads == "auto":
+            num_threads = machine_threads(estimate_params(text_cfg))
+        if num_threads is not None and (isinstance(num_threads, (str, bool)) or num_threads < 1):
+            raise ValueError(f"num_threads must be >= 1, 'auto' or None, got {num_threads!r}")
         positions = int(text_cfg.get("max_position_embeddings", 0)) or 32768
         if max_context is not None and not 1 < max_context <= positions:
             raise ValueError(f"max_context must be in (1, {positions}], got {max_context}")
         self._max_context = int(max_context) if max_context is not None else positions
         self.device = torch.device(device)
-        self.dtype = dtype
-        self.num_threads = num_threads
+        self.dtype = resolve_dtype(dtype)
+        self.num_threads: int | None = num_threads
         self.max_batch_size = int(max_batch_size)
         self.prefill_chunk = int(prefill_chunk)
         self.max_prefill_tokens = int(max_prefill_tokens)
@@ -168,6 +236,7 @@ class EmbeddedBackend(InferenceBackend):
         self._inflight: dict[str, _Seq] = {}  # every submitted, unfinished request
         self._waiting: list[_Seq] = []  # worker-thread only
         self._batch: _Batch | None = None  # worker-thread only
+        self._pending: _Pending | None = None  # a group being prefilled, one chunk a step
         self._lock = threading.Lock()  # guards _inflight
         self._prefix = PrefixCache(prefix_cache_bytes)  # worker-thread only
         self.stats = {
@@ -175,8 +244,12 @@ class EmbeddedBackend(InferenceBackend):
             "prefills": 0,
             "max_running": 0,
             "tokens": 0,
-            "prefill_tokens": 0,
-            "prefix_hit_tokens": 0,
+            "prefill_tokens": 0,  # prompt tokens computed (shared prefills included)
+            "prefix_hit_tokens": 0,  # prompt tokens whose KV came from the prefix cache
+            "prefix_lookups": 0,  # admitted prompts
+            "prefix_hits": 0,  # admitted prompts that reused cached KV
+            "shared_prefills": 0,  # prefixes shared by prompts admitted together, run once
+            "shared_prefill_tokens": 0,
         }
 
     @property
@@ -366,7 +439,11 @@ class EmbeddedBackend(InferenceBackend):
         self._model = model
 
     def _has_work(self) -> bool:
-        return self._batch is not None or (bool(self._waiting) and not self._paused)
+        return (
+            self._batch is not None
+            or self._pending is not None
+            or (bool(self._waiting) and not self._paused)
+        )
 
     def _drain_commands(self, block: bool) -> None:
         while True:
@@ -406,17 +483,24 @@ class EmbeddedBackend(InferenceBackend):
             return
         self._version = version
         self._prefix.clear()  # KV computed with the old weights
+        if self._pending is not None:  # half prefilled with the old weights: start again
+            self._waiting[:0] = self._pending.seqs
+            self._pending = None
         done.set_result(None)
 
     # one scheduler step: retire, admit (prefill), decode
     def _step(self) -> None:
         self._retire()
-        if not self._paused and self._waiting:
+        if self._pending is not None:
+            self._guarded(list(self._pending.seqs), self._prefill_step)
+        elif not self._paused and self._waiting:
             room = self.max_batch_size - (len(self._batch.seqs) if self._batch else 0)
             admitted: list[_Seq] = []
             width = 0
             while self._waiting and len(admitted) < room:
-                wider = max(width, len(self._waiting[0].request.prompt_ids))
+                # the tokens this prompt still needs computed (its cached prefix is reused)
+                prompt = self._waiting[0].request.prompt_ids
+                wider = max(width, len(prompt) - self._prefix.lookup(prompt)[0])
                 if admitted and wider * (len(admitted) + 1) > self.max_prefill_tokens:
                     break  # the rest waits for the next step (bounds padding and memory)
                 admitted.append(self._waiting.pop(0))
@@ -431,6 +515,9 @@ class EmbeddedBackend(InferenceBackend):
             fn(seqs)
         except Exception as exc:
             log.exception("embedded backend step failed")
+            if self._pending is not None:
+                seqs = list({*seqs, *self._pending.seqs})
+                self._pending = None
             if self._batch is not None:
                 seqs = list({*seqs, *self._batch.seqs})
                 self._batch = None
@@ -486,25 +573,105 @@ class EmbeddedBackend(InferenceBackend):
         for seq in seqs:
             seq.version_start = self._version
             seq.started = now
-        hits = [self._prefix.lookup(s.request.prompt_ids) for s in seqs]
-        plan = plan_prefill([s.request.prompt_ids for s in seqs], hits, self.device)
-        cache = plan.cache
+        prompts = [s.request.prompt_ids for s in seqs]
+        self._prefill_shared(prompts)
+        hits = [self._prefix.lookup(p) for p in prompts]
+        plan = plan_prefill(prompts, hits, self.device)
+        self._pending = _Pending(seqs=seqs, plan=plan)
+        self._prefill_step(seqs)
+
+    def _prefill_step(self, seqs: list[_Seq]) -> None:
+        """One ``prefill_chunk`` of the group being prefilled; the running rows decode a
+        token between two chunks, so a long prompt does not stall them. When the last chunk
+        is done the group samples its first tokens and joins the running batch."""
+        pending = self._pending
+        assert pending is not None
+        if all(s.aborted for s in pending.seqs):
+            self._pending = None
+            for seq in pending.seqs:
+                self._finish(seq, "aborted")
+            return
+        plan = pending.plan
+        end = min(pending.start + self.prefill_chunk, plan.width)
+        logits = self._forward(
+            plan.cache,
+            plan.tokens[:, pending.start : end],
+            plan.positions[:, pending.start : end],
+            plan.mask(pending.start, end),
+        )
+        pending.start = end
+        if end < plan.width:
+            return
+        self._pending = None
+        seqs = pending.seqs
+        prompts = [s.request.prompt_ids for s in seqs]
+        self.stats["prefills"] += 1
+        self.stats["prefix_hit_tokens"] += sum(plan.prefix_lens)
+        self.stats["prefill_tokens"] += sum(plan.suffix_lens)
+        self.stats["prefix_lookups"] += len(seqs)
+        self.stats["prefix_hits"] += sum(1 for h in plan.prefix_lens if h > 0)
+        new = _Batch(seqs=seqs, cache=plan.cache, valid=plan.valid)
+        if self._prefix.capacity > 0:
+            # kept now, not only when it finishes: other sessions' prompts that start the
+            # same way (a harness's system prompt and tools) reuse it while it runs
+            for row, prompt in enumerate(prompts):
+                self._prefix.store(prompt, row, new)
+        for row, seq in enumerate(seqs):
+            seq.n_cached = len(seq.request.prompt_ids)
+            self._sample(seq, logits[row])
+        self._merge(new)
+
+    def _run_prefill(self, plan: Any) -> torch.Tensor:
+        """Run ``plan``'s suffix columns through the model in ``prefill_chunk`` slices (its
+        cache grows in place); the last column's logits ``(G, vocab)``."""
         logits = torch.empty(0)
         for start in range(0, plan.width, self.prefill_chunk):
             end = min(start + self.prefill_chunk, plan.width)
             logits = self._forward(
-                cache,
+                plan.cache,
                 plan.tokens[:, start:end],
                 plan.positions[:, start:end],
                 plan.mask(start, end),
             )
-        self.stats["prefills"] += 1
-        self.stats["prefix_hit_tokens"] += sum(plan.prefix_lens)
-        self.stats["prefill_tokens"] += sum(plan.suffix_lens)
-        for row, seq in enumerate(seqs):
-            seq.n_cached = len(seq.request.prompt_ids)
-            self._sample(seq, logits[row])
-        self._merge(_Batch(seqs=seqs, cache=cache, valid=plan.valid))
+        return logits
+
+    def _kv_bytes_per_token(self) -> int:
+        cfg = getattr(self._model.config, "text_config", None) or self._model.config
+        heads = int(cfg.num_attention_heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+        kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+        size = torch.empty((), dtype=self.dtype).element_size()
+        return int(cfg.num_hidden_layers) * 2 * kv_heads * head_dim * size
+
+    def _prefill_shared(self, prompts: list[list[int]]) -> None:
+        """Prefill once, into the prefix cache, the longest prefix that two of ``prompts``
+        share beyond what the cache already holds (at least ``MIN_SHARED_PREFIX`` tokens);
+        repeated while such a prefix exists. Without it, every row of the group would
+        compute the shared part itself."""
+        if self._prefix.capacity <= 0 or len(prompts) < 2:
+            return
+        per_token = self._kv_bytes_per_token()
+        for _ in range(len(prompts) - 1):
+            cached = [self._prefix.lookup(p)[0] for p in prompts]
+            best, which = 0, -1
+            for i in range(len(prompts)):
+                for j in range(i + 1, len(prompts)):
+                    n = common_prefix_len(prompts[i], prompts[j])
+                    if (
+                        n > best
+                        and n - max(cached[i], cached[j]) >= MIN_SHARED_PREFIX
+                        and n * per_token <= self._prefix.capacity
+                    ):
+                        best, which = n, i
+            if which < 0:
+                return
+            shared = prompts[which][:best]
+            plan = plan_prefill([shared], [self._prefix.lookup(shared)], self.device)
+            self._run_prefill(plan)
+            self._prefix.store(shared, 0, _Batch(seqs=[], cache=plan.cache, valid=plan.valid))
+            self.stats["shared_prefills"] += 1
+            self.stats["shared_prefill_tokens"] += plan.suffix_lens[0]
+            self.stats["prefill_tokens"] += plan.suffix_lens[0]
 
     # -- prefix cache (KV of finished sequences, reused by prompts that extend them) ---------
 
@@ -590,6 +757,7 @@ class EmbeddedBackend(InferenceBackend):
             self._finish(seq, "aborted", error="backend closed")
         self._waiting.clear()
         self._batch = None
+        self._pending = None
 
     def _fail_all(self, exc: BackendError) -> None:
         with self._lock:

@@ -123,6 +123,16 @@ def keep_rows(batch: _Batch, keep: list[int], device: torch.device) -> _Batch:
     )
 
 
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    """Tokens ``a`` and ``b`` share at their start, at most ``min(len) - 1`` (the last
+    prompt token is always computed: it yields the first logits)."""
+    n = min(len(a), len(b)) - 1
+    if n <= 0:
+        return 0
+    differ = torch.nonzero(torch.tensor(a[:n]) != torch.tensor(b[:n]))
+    return int(differ[0].item()) if differ.numel() else n
+
+
 class PrefixCache:
     """KV of finished sequences (LRU, at most ``capacity`` bytes; 0 disables), reused by
     prompts that start with one of them. Worker-thread only."""
@@ -184,8 +194,13 @@ class PrefixCache:
                 "prefix cache: row has %d cached columns, expected %d", cols.numel(), len(fed)
             )
             return
-        keys, values = _cache_tensors(batch.cache)
         tokens = torch.tensor(fed, dtype=torch.long)
+        n = tokens.shape[0]
+        for e in self.entries:  # already kept (alone or as part of a longer sequence)
+            if e.tokens.shape[0] >= n and torch.equal(e.tokens[:n], tokens):
+                e.last_used = time.monotonic()
+                return
+        keys, values = _cache_tensors(batch.cache)
         entry = _PrefixEntry(
             tokens=tokens,
             keys=[k[row].index_select(1, cols).clone() for k in keys],

@@ -98,6 +98,10 @@ class BackendConfig:
         ``/update_weights_from_disk`` through the proxy's load-weights admin call).
     max_batch_size: embedded backend's concurrent generations.
     device: embedded backend's torch device.
+    dtype: embedded backend's serving dtype, ``fp32`` (exact logprobs) or ``bf16``.
+    num_threads: embedded backend's torch threads (0: follow the machine).
+    prefix_cache_mib: embedded backend's KV kept for prompts that start the same way,
+        shared across sessions and dropped at every weight sync (0: off).
     sglang_router: ``sglang_url`` is an sglang-router in front of several SGLang workers
         (the proxy's ``SGLangRouterBackend``: weights synced to every worker).
     sglang_worker_urls: the router's workers (each gets the weight sync directly); empty:
@@ -107,6 +111,9 @@ class BackendConfig:
     kind: Literal["embedded", "sglang"] = "embedded"
     max_batch_size: int = 16
     device: str = "cpu"
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    num_threads: int = 0
+    prefix_cache_mib: float = 256.0
     sglang_url: str = ""
     sglang_router: bool = False
     sglang_worker_urls: list[str] = field(default_factory=list)
@@ -459,6 +466,10 @@ class TrainConfig:
             raise ConfigError(f"algo.name must be 'grpo' or 'ppo', got {self.algo.name!r}")
         if self.backend.kind not in ("embedded", "sglang"):
             raise ConfigError("backend.kind must be 'embedded' or 'sglang'")
+        if self.backend.dtype not in ("fp32", "bf16"):
+            raise ConfigError(f"backend.dtype must be 'fp32' or 'bf16', got {self.backend.dtype!r}")
+        if self.backend.num_threads < 0 or not self.backend.prefix_cache_mib >= 0:
+            raise ConfigError("backend.num_threads and backend.prefix_cache_mib must be >= 0")
         if self.backend.kind == "sglang" and not self.backend.sglang_url:
             raise ConfigError("backend.kind = 'sglang' needs backend.sglang_url")
         if self.backend.sglang_worker_urls and not self.backend.sglang_router:

@@ -458,6 +458,9 @@ class TrainLoop:
                 model_dir=self.model_dir,
                 device=b.device,
                 max_batch_size=b.max_batch_size,
+                dtype=b.dtype,
+                num_threads=b.num_threads,
+                prefix_cache_mib=b.prefix_cache_mib,
                 seed=self.cfg.run.seed * 1000 + self.state.next_step,
                 policy_version=self.state.policy_version,
             )

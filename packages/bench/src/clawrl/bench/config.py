@@ -62,9 +62,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from clawrl.bench.errors import BenchError
-from clawrl.bench.loaders import load_builtin_suite, load_suite, load_task
 from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
 from clawrl.bench.task import CATEGORIES, DIFFICULTIES, Task
+from clawrl.bench.tasks.loading import load_builtin_suite, load_suite, load_task
 from clawrl.sandbox import SandboxHost, SandboxSpecError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 

@@ -37,7 +37,6 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, TypedDict, Unpack
 
-from clawrl.bench.agentbench_os import agent_answer, grade_in_sandbox, run_setup
 from clawrl.bench.executors import Executor
 from clawrl.bench.harness import (
     HARNESS_LOG_DIR,
@@ -67,6 +66,7 @@ from clawrl.bench.sandbox_executor import SandboxExecutor
 from clawrl.bench.task import Task
 from clawrl.bench.task_env import TaskEnvironments
 from clawrl.bench.task_image import TaskImage, TaskImageError
+from clawrl.bench.tasks.agentbench_os import agent_answer, grade_in_sandbox, run_setup
 from clawrl.bench.verify import (
     VerifierResult,
     VerifierStatus,

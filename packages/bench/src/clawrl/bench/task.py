@@ -130,7 +130,7 @@ class VerifierSpec(_Frozen):
         env: extra environment variables (in-sandbox paths).
         subscores_file: a file the verifier writes into :data:`REWARD_MOUNT` holding its
             checker's JSON (ClawGym: ``checker.json``), mapped to sub-scores by
-            :func:`clawrl.bench.clawgym.checker_subscores`; with the ``"stdout"`` channel it
+            :func:`clawrl.bench.tasks.clawgym.checker_subscores`; with the ``"stdout"`` channel it
             replaces the JSON printed on stdout. ``None``: none.
         executes_workspace_code: whether the verifier runs code from the workspace (the
             agent's module, script or program) rather than only reading its files. Such a
@@ -176,7 +176,7 @@ class Script(_Frozen):
 
 class AnswerGrader(_Frozen):
     """AgentBench OS grading of the agent's final answer, run in the agent's own sandbox
-    after every agent process is killed (:mod:`clawrl.bench.agentbench_os`).
+    after every agent process is killed (:mod:`clawrl.bench.tasks.agentbench_os`).
 
     Attributes:
         match_answer: exact match with the (stripped, if ``strip``) answer.

@@ -63,7 +63,6 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from clawrl.bench.clawgym import checker_subscores, last_json_value
 from clawrl.bench.errors import ExecutorError, HostVerificationError
 from clawrl.bench.executors import (
     ExecResult,
@@ -74,6 +73,7 @@ from clawrl.bench.executors import (
     make_private,
 )
 from clawrl.bench.task import REWARD_MOUNT, Task
+from clawrl.bench.tasks.clawgym import checker_subscores, last_json_value
 from clawrl.bench.verdict_reports import ctrf_tests, runner_outcome, shadowing_entries
 from clawrl.bench.verifier_diagnosis import cannot_run_reason, exit_reason
 from clawrl.sandbox import Sandbox, SandboxCopyLimitError, SandboxError, owned_tempdir
@@ -109,7 +109,7 @@ class VerifierResult(BaseModel):
         subscores: named partial scores, each in [0, 1] (may be empty for a bare
             ``reward.txt``).
         subscores_note: what of a checker's JSON was not taken as a sub-score and why
-            (ClawGym checkers, :func:`clawrl.bench.clawgym.checker_subscores`); ``""``: all.
+            (ClawGym checkers, :func:`clawrl.bench.tasks.clawgym.checker_subscores`); ``""``: all.
         status: see :class:`VerifierStatus`.
         reason: why the status is not ``ok`` (empty when it is).
         exit_code: the verifier's exit status (``None`` if it did not finish).
@@ -616,7 +616,7 @@ def _from_stdout(
 ) -> VerifierResult:
     """ClawGym: the last stdout line is the reward; the sub-scores come from the checker's
     JSON in ``subscores_file`` when it was written, else from the last JSON document printed
-    before the reward, mapped leniently (:func:`~clawrl.bench.clawgym.checker_subscores`)."""
+    before the reward, mapped leniently (:func:`~clawrl.bench.tasks.clawgym.checker_subscores`)."""
     lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
     if not lines:
         return _failure(

@@ -44,7 +44,6 @@ from typing import Any
 
 import yaml
 from clawrl.bench.errors import TaskLoadError
-from clawrl.bench.loaders import _dockerfile_workspace, _read_text
 from clawrl.bench.staging import stage_files
 from clawrl.bench.task import (
     REWARD_MOUNT,
@@ -57,6 +56,8 @@ from clawrl.bench.task import (
     Timeouts,
     VerifierSpec,
 )
+from clawrl.bench.tasks.dockerfile import dockerfile_workspace
+from clawrl.bench.tasks.files import read_text
 from clawrl.bench.verdict_reports import runner_env, runner_files
 
 __all__ = ["TB1_SHARED_SCRIPTS", "load_tb1", "solution_yaml_script"]
@@ -79,7 +80,7 @@ _STAGE_VERSION = "3"
 
 def _yaml(root: Path, name: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(_read_text(root, name))
+        data = yaml.safe_load(read_text(root, name))
     except yaml.YAMLError as exc:
         raise TaskLoadError(root, f"{name} is not valid YAML: {exc}") from exc
     if data is None:
@@ -173,7 +174,7 @@ def _solution_commands(root: Path) -> list[dict[str, Any]]:
     """The validated entries of ``solution.yaml`` (TB1's ``TerminalCommand`` fields; other
     keys are ignored, as TB1's model does)."""
     try:
-        data = yaml.safe_load(_read_text(root, "solution.yaml"))
+        data = yaml.safe_load(read_text(root, "solution.yaml"))
     except yaml.YAMLError as exc:
         raise TaskLoadError(root, f"solution.yaml is not valid YAML: {exc}") from exc
     if not isinstance(data, list) or not data:
@@ -217,7 +218,7 @@ def _stage(root: Path) -> Path:
     """A cached directory holding ``tests/`` (the task's tests, ``run-tests.sh`` and any
     missing shared script) and ``solution/solution.sh``; named by a digest of them."""
     tests = root / "tests"
-    run_tests = _read_text(root, "run-tests.sh")
+    run_tests = read_text(root, "run-tests.sh")
     files: dict[str, bytes] = {"tests/run-tests.sh": run_tests.encode()}
     if tests.is_dir():
         for path in sorted(tests.rglob("*")):
@@ -247,7 +248,7 @@ def load_tb1(root: Path) -> Task:
     if not (root / "run-tests.sh").is_file():
         raise TaskLoadError(root, "Terminal-Bench 1 layout: run-tests.sh is missing")
     dockerfile, context, compose_env, network, cpus = _compose(root)
-    parsed, workdir, sources, notes = _dockerfile_workspace(root, dockerfile, context)
+    parsed, workdir, sources, notes = dockerfile_workspace(root, dockerfile, context)
     timeouts = {
         k: v
         for k, v in {

@@ -73,6 +73,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--task", dest="tasks", nargs="+", help="task directories (any layout)")
     p.add_argument("--task-id", dest="task_ids", nargs="+", help="keep only these task ids")
     p.add_argument(
+        "--layout",
+        help="layout of the --suite/--task directories (default: detected): a name or an "
+        "import path 'module:Class'",
+    )
+    p.add_argument(
         "--slice",
         help="auto (default: built-in 'default', an external suite all its tasks), default "
         "(one easy task per category), all, N tasks or a fraction (e.g. 0.25) sampled per suite",
@@ -505,7 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             table.add_column(col)
         for t in tasks:
             table.add_row(
-                t.id, t.layout.value, t.category_label or "", t.difficulty or "", t.workspace_path
+                t.id, str(t.layout), t.category_label or "", t.difficulty or "", t.workspace_path
             )
         console.print(table)
         return 0

@@ -66,7 +66,7 @@ from clawrl.bench.sandbox_executor import SandboxExecutor
 from clawrl.bench.task import Task
 from clawrl.bench.task_env import TaskEnvironments
 from clawrl.bench.task_image import TaskImage, TaskImageError
-from clawrl.bench.tasks.agentbench_os import agent_answer, grade_in_sandbox, run_setup
+from clawrl.bench.tasks import layout_of
 from clawrl.bench.verify import (
     VerifierResult,
     VerifierStatus,
@@ -487,7 +487,8 @@ class RolloutRunner:
         timeout = opts.agent_timeout_s or task.timeouts.agent_s
         launch = h.launch(self._context(task, session, timeout))
         await sb.put_files({f"{HARNESS_LOG_DIR}/.keep": b"", **dict(launch.files)})
-        setup = await run_setup(task, sb, init=not built)
+        layout = layout_of(task)  # the task's own setup and grading, if its layout has any
+        setup = await layout.prepare(task, sb, built=built)
         if setup.error is not None:  # the task's own init / example failed: not the agent's
             return {**_refused(setup.error, None), "status": RolloutStatus.ENV_ERROR}
         t0 = time.time()
@@ -509,10 +510,7 @@ class RolloutRunner:
                 raise
             return _refused(f"cannot stop the agent's processes: {exc}", res)
         logs = await _collect_logs(sb, launch.log_paths, opts.log_cap_bytes)
-        graded = None  # AgentBench: the answer is graded in the agent's own sandbox,
-        if task.grader is not None:  # against the example's output from before the agent
-            answer = await agent_answer(sb, logs)
-            graded = await grade_in_sandbox(task, sb, answer, expected=setup.expected)
+        graded = await layout.grade(task, sb, logs, setup)  # None: the verifier scores
         try:
             await sb.get_dir(task.workspace_path, final, limits=self.copy_limits(task))
         except SandboxCopyLimitError as exc:

@@ -73,7 +73,7 @@ from clawrl.bench.executors import (
     make_private,
 )
 from clawrl.bench.task import REWARD_MOUNT, Task
-from clawrl.bench.tasks.clawgym import checker_subscores, last_json_value
+from clawrl.bench.tasks import layout_of
 from clawrl.bench.verdict_reports import ctrf_tests, runner_outcome, shadowing_entries
 from clawrl.bench.verifier_diagnosis import cannot_run_reason, exit_reason
 from clawrl.sandbox import Sandbox, SandboxCopyLimitError, SandboxError, owned_tempdir
@@ -281,7 +281,7 @@ def verify(task: Task, workspace: Path | str, executor: Executor | None = None) 
                 f"verifier {exit_reason(result.exit_code)}{why}; its reward is not trusted",
             )
         if task.verifier.reward_channel == "stdout":
-            verdict = _from_stdout(result, reward_dir, task.verifier.subscores_file)
+            verdict = _from_stdout(task, result, reward_dir)
         elif task.verifier.reward_channel == "pytest":
             verdict = _from_pytest(result, reward_dir)
         else:
@@ -611,12 +611,12 @@ def _from_pytest(result: ExecResult, reward_dir: Path) -> VerifierResult:
     return _ok(result, outcome.reward, dict(outcome.tests))
 
 
-def _from_stdout(
-    result: ExecResult, reward_dir: Path, subscores_file: str | None
-) -> VerifierResult:
+def _from_stdout(task: Task, result: ExecResult, reward_dir: Path) -> VerifierResult:
     """ClawGym: the last stdout line is the reward; the sub-scores come from the checker's
     JSON in ``subscores_file`` when it was written, else from the last JSON document printed
-    before the reward, mapped leniently (:func:`~clawrl.bench.tasks.clawgym.checker_subscores`)."""
+    before the reward, mapped by the task's layout (:meth:`TaskLayout.subscores
+    <clawrl.bench.tasks.TaskLayout.subscores>`)."""
+    subscores_file = task.verifier.subscores_file
     lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
     if not lines:
         return _failure(
@@ -635,7 +635,7 @@ def _from_stdout(
     notes: list[str] = []
     if text.strip():
         try:
-            subs, notes = checker_subscores(last_json_value(text))
+            subs, notes = layout_of(task).subscores(text)
         except ValueError as exc:
             notes = [f"{source}: {exc}"]
     note = "; ".join(notes[:5]) + (f"; and {len(notes) - 5} more" if len(notes) > 5 else "")

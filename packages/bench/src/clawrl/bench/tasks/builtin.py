@@ -25,9 +25,10 @@ from clawrl.bench.task import (
     VerifierSpec,
     WorkspaceSource,
 )
+from clawrl.bench.tasks.base import TaskLayout, make_task
 from clawrl.bench.tasks.files import read_instruction, read_toml, solution_spec, toml_table
 
-__all__ = ["load_builtin"]
+__all__ = ["BuiltinLayout", "load_builtin"]
 
 _BUILTIN_KEYS = {
     "id",
@@ -77,7 +78,7 @@ def load_builtin(root: Path) -> Task:
     env_dir = root / "environment"
     sources = (WorkspaceSource(src=env_dir, dest="."),) if env_dir.is_dir() else ()
     metadata = toml_table(root, data, "metadata")
-    return Task(
+    return make_task(
         id=task_id,
         instruction=read_instruction(root, data.get("instruction")),
         category=category,
@@ -104,3 +105,15 @@ def load_builtin(root: Path) -> Task:
         solution=solution_spec(root, ("bash", f"{SOLUTION_MOUNT}/solve.sh")),
         metadata=metadata,
     )
+
+
+class BuiltinLayout(TaskLayout):
+    """The built-in layout: a ``task.toml`` with a top-level ``id``."""
+
+    name = Layout.BUILTIN.value
+
+    def detect(self, path: Path) -> bool:
+        return (path / "task.toml").is_file() and "id" in read_toml(path / "task.toml")
+
+    def load(self, path: Path) -> Task:
+        return load_builtin(path)

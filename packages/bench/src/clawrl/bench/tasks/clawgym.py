@@ -60,6 +60,7 @@ from clawrl.bench.task import (
     VerifierSpec,
     WorkspaceSource,
 )
+from clawrl.bench.tasks.base import TaskLayout, make_task
 from clawrl.bench.tasks.files import read_text, solution_spec
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "DEBIAN_PACKAGES",
     "PIP_PACKAGES",
     "VERIFY_SCRIPT",
+    "ClawGymLayout",
     "ImportScan",
     "checker_subscores",
     "clawgym_dockerfile",
@@ -411,11 +413,11 @@ def load_clawgym(root: Path) -> Task:
     nested: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     category = entry.get("category", nested.get("category"))
     difficulty = entry.get("difficulty", nested.get("difficulty"))
-    return Task(
+    return make_task(
         id=entry["task_id"],
         instruction=entry["user_query"].strip(),
-        category=category if isinstance(category, str) else None,
-        difficulty=difficulty if isinstance(difficulty, str) else None,
+        category=category,
+        difficulty=difficulty,
         layout=Layout.CLAWGYM,
         root=root,
         workspace_path=str(mount),
@@ -438,3 +440,22 @@ def load_clawgym(root: Path) -> Task:
         solution=solution_spec(root, ("bash", f"{SOLUTION_MOUNT}/solve.sh")),
         metadata=metadata,
     )
+
+
+class ClawGymLayout(TaskLayout):
+    """ClawGym-Bench: a ``data_entry.json``; one ClawGym image for the suite's tasks, and
+    the checker's JSON as sub-scores."""
+
+    name = Layout.CLAWGYM.value
+
+    def detect(self, path: Path) -> bool:
+        return (path / "data_entry.json").is_file()
+
+    def load(self, path: Path) -> Task:
+        return load_clawgym(path)
+
+    def finish(self, tasks: list[Task]) -> list[Task]:
+        return with_clawgym_image(tasks)
+
+    def subscores(self, text: str) -> tuple[dict[str, float], list[str]]:
+        return checker_subscores(last_json_value(text))

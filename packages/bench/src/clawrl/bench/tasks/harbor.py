@@ -26,12 +26,13 @@ from clawrl.bench.task import (
     Timeouts,
     VerifierSpec,
 )
+from clawrl.bench.tasks.base import TaskLayout, make_task
 from clawrl.bench.tasks.dockerfile import dockerfile_workspace
 from clawrl.bench.tasks.files import read_instruction, read_toml, solution_spec, toml_table
 from clawrl.bench.verdict_reports import runner_env, runner_files
 from clawrl.sandbox import SandboxSpecError, parse_size
 
-__all__ = ["load_harbor"]
+__all__ = ["HarborLayout", "load_harbor"]
 
 
 def _number(root: Path, table: dict[str, Any], key: str, section: str) -> float | None:
@@ -146,11 +147,11 @@ def load_harbor(root: Path) -> Task:
     tests = _stage_harbor_tests(root)
     category = metadata.get("category")
     difficulty = metadata.get("difficulty")
-    return Task(
+    return make_task(
         id=root.name,
         instruction=read_instruction(root, None),
-        category=category if isinstance(category, str) else None,
-        difficulty=difficulty if isinstance(difficulty, str) else None,
+        category=category,
+        difficulty=difficulty,
         layout=Layout.HARBOR,
         root=root,
         workspace_path=str(workdir),
@@ -179,3 +180,15 @@ def load_harbor(root: Path) -> Task:
         notes=tuple(notes),
         metadata=metadata,
     )
+
+
+class HarborLayout(TaskLayout):
+    """Harbor / Terminal-Bench 2: a ``task.toml`` without a top-level ``id``."""
+
+    name = Layout.HARBOR.value
+
+    def detect(self, path: Path) -> bool:
+        return (path / "task.toml").is_file() and "id" not in read_toml(path / "task.toml")
+
+    def load(self, path: Path) -> Task:
+        return load_harbor(path)

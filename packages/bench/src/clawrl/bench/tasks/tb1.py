@@ -56,11 +56,12 @@ from clawrl.bench.task import (
     Timeouts,
     VerifierSpec,
 )
+from clawrl.bench.tasks.base import TaskLayout, make_task
 from clawrl.bench.tasks.dockerfile import dockerfile_workspace
 from clawrl.bench.tasks.files import read_text
 from clawrl.bench.verdict_reports import runner_env, runner_files
 
-__all__ = ["TB1_SHARED_SCRIPTS", "load_tb1", "solution_yaml_script"]
+__all__ = ["TB1_SHARED_SCRIPTS", "TB1Layout", "load_tb1", "solution_yaml_script"]
 
 #: clawrl's stand-ins for TB1's shared test scripts (see the module docstring).
 TB1_SHARED_SCRIPTS: dict[str, str] = {
@@ -267,11 +268,11 @@ def load_tb1(root: Path) -> Task:
         )
     category, difficulty = data.get("category"), data.get("difficulty")
     metadata = {k: v for k, v in data.items() if k not in ("instruction", "descriptions")}
-    return Task(
+    return make_task(
         id=root.name,
         instruction=_instruction(root, data),
-        category=category if isinstance(category, str) else None,
-        difficulty=difficulty if isinstance(difficulty, str) else None,
+        category=category,
+        difficulty=difficulty,
         layout=Layout.TB1,
         root=root,
         workspace_path=str(workdir),
@@ -296,3 +297,15 @@ def load_tb1(root: Path) -> Task:
         notes=tuple(notes),
         metadata=metadata,
     )
+
+
+class TB1Layout(TaskLayout):
+    """Terminal-Bench 1: a ``task.yaml``."""
+
+    name = Layout.TB1.value
+
+    def detect(self, path: Path) -> bool:
+        return (path / "task.yaml").is_file()
+
+    def load(self, path: Path) -> Task:
+        return load_tb1(path)

@@ -70,7 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", type=Path, help="TOML file (every key optional)")
     p.add_argument("--suite", dest="suites", nargs="+", help="'builtin' or suite directories")
-    p.add_argument("--task", dest="tasks", nargs="+", help="task directories (any layout)")
+    p.add_argument(
+        "--task", dest="tasks", nargs="+", help="task directories (any layout) or dataset files"
+    )
     p.add_argument("--task-id", dest="task_ids", nargs="+", help="keep only these task ids")
     p.add_argument(
         "--layout",

@@ -4,7 +4,8 @@ command-line options override it; the resolved configuration is saved with the r
 Example ``bench.toml`` (all keys optional; these are the defaults)::
 
     suites = ["builtin"]          # "builtin" or suite directories (each task a sub-directory)
-    tasks = []                    # single task directories (any layout); given without
+    tasks = []                    # single task directories (any layout) or suite files (a
+                                  # dataset's .jsonl/.json/.parquet); given without
                                   # suites, only these tasks run
     task_ids = []                 # keep only these ids ([] = the slice below)
     layout = ""                   # "" = detect each task's layout; else the layout of the
@@ -297,7 +298,8 @@ def select_tasks(cfg: BenchConfig) -> list[Task]:
         if not cfg.task_ids:
             loaded = slice_suite(loaded, cfg, builtin=builtin, suite=suite)
         selected += loaded
-    selected += [load_task(Path(p), layout) for p in cfg.tasks]
+    for p in map(Path, cfg.tasks):  # a file: a suite file (a dataset, an AgentBench file)
+        selected += load_suite(p, layout) if p.is_file() else [load_task(p, layout)]
     if cfg.task_ids:
         by_id = {t.id: t for t in selected}
         missing = [i for i in cfg.task_ids if i not in by_id]

@@ -7,7 +7,9 @@ through it, found by name with :func:`get_layout` (:func:`layout_names`, :func:`
 Built in, one module each: ``builtin`` (:mod:`~clawrl.bench.tasks.builtin`), ``harbor``
 (Harbor / Terminal-Bench 2, :mod:`~clawrl.bench.tasks.harbor`), ``terminal-bench-1``
 (:mod:`~clawrl.bench.tasks.tb1`), ``clawgym`` (:mod:`~clawrl.bench.tasks.clawgym`) and
-``agentbench-os`` (:mod:`~clawrl.bench.tasks.agentbench_os`): five layouts. The learnable
+``agentbench-os`` (:mod:`~clawrl.bench.tasks.agentbench_os`): five layouts; and ``dataset``
+(:mod:`~clawrl.bench.tasks.dataset`), a JSON or Parquet file of built-in tasks, one a row,
+read with Hugging Face ``datasets``. The learnable
 family (:mod:`~clawrl.bench.tasks.learnable`) is generated, then written and loaded in the
 built-in layout. A layout of your own is one :class:`TaskLayout` subclass, named by an
 import path ``module:Class``, an entry point of the group ``clawrl.task_layouts``, or

@@ -748,6 +748,8 @@ class AgentBenchOSLayout(TaskLayout):
         raise TaskLoadError(path, "an AgentBench OS task is an entry of a suite's .json file")
 
     def detect_suite(self, path: Path) -> bool:
+        if path.is_file():
+            return is_agentbench_file(path)
         return any(is_agentbench_file(p) for p in path.iterdir())
 
     def load_suite(self, path: Path) -> list[Task]:

@@ -10,6 +10,7 @@ code, which rules out host verification); ``environment/`` (workspace files), ``
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from clawrl.bench.errors import TaskLoadError
 from clawrl.bench.task import (
@@ -28,7 +29,7 @@ from clawrl.bench.task import (
 from clawrl.bench.tasks.base import TaskLayout, make_task
 from clawrl.bench.tasks.files import read_instruction, read_toml, solution_spec, toml_table
 
-__all__ = ["BuiltinLayout", "load_builtin"]
+__all__ = ["BuiltinLayout", "builtin_task", "load_builtin"]
 
 _BUILTIN_KEYS = {
     "id",
@@ -44,7 +45,22 @@ _BUILTIN_KEYS = {
 
 
 def load_builtin(root: Path) -> Task:
-    data = read_toml(root / "task.toml")
+    """The built-in task in the directory ``root`` (its ``task.toml``, see the module
+    docstring).
+
+    Raises:
+        TaskLoadError: the directory is not a valid task; ``reason`` says why.
+    """
+    return builtin_task(root, read_toml(root / "task.toml"))
+
+
+def builtin_task(root: Path, data: dict[str, Any]) -> Task:
+    """The built-in task of the ``task.toml`` fields ``data`` whose other files
+    (``environment/``, ``tests/``, ``solution/``, ``instruction.md``) are in ``root``.
+
+    Raises:
+        TaskLoadError: a field or file is missing or invalid; ``reason`` says why.
+    """
     unknown = set(data) - _BUILTIN_KEYS
     if unknown:
         raise TaskLoadError(root, f"task.toml: unknown keys {sorted(unknown)}")

@@ -9,8 +9,16 @@ from typing import Any
 
 from clawrl.bench.errors import TaskLoadError
 from clawrl.bench.task import SOLUTION_MOUNT, SolutionSpec
+from pydantic import ValidationError
 
-__all__ = ["read_instruction", "read_text", "read_toml", "solution_spec", "toml_table"]
+__all__ = [
+    "read_instruction",
+    "read_text",
+    "read_toml",
+    "solution_spec",
+    "toml_table",
+    "validation_reason",
+]
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -57,3 +65,10 @@ def solution_spec(root: Path, command: tuple[str, ...]) -> SolutionSpec | None:
     if not (sol / "solve.sh").is_file():
         return None
     return SolutionSpec(files_dir=sol, mount_path=SOLUTION_MOUNT, command=command)
+
+
+def validation_reason(exc: ValidationError) -> str:
+    """A task model's validation error as one reason naming the first invalid field."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"invalid field {where!r}: {first['msg']}"

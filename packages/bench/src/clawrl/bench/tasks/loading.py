@@ -22,6 +22,7 @@ from pathlib import Path
 from clawrl.bench.errors import TaskLoadError
 from clawrl.bench.task import Layout, Task
 from clawrl.bench.tasks.base import TaskLayout
+from clawrl.bench.tasks.files import validation_reason
 from clawrl.bench.tasks.registry import detecting_layouts, get_layout
 from pydantic import ValidationError
 
@@ -78,9 +79,7 @@ def _load_one(
     try:
         return kind.load(root)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise TaskLoadError(root, f"invalid field {where!r}: {first['msg']}") from exc
+        raise TaskLoadError(root, validation_reason(exc)) from exc
 
 
 def _finish(tasks: list[Task]) -> list[Task]:
@@ -99,8 +98,9 @@ def load_suite(path: Path | str, layout: str | TaskLayout | None = None) -> list
     """Load every task directory directly under ``path`` (sorted by task id; ``layout``:
     only that layout's, see :func:`load_task`).
 
-    ``path`` may also be a single task directory, or a suite of a layout's files
-    (AgentBench OS) when it holds no task directory. Hidden directories and directories
+    ``path`` may also be a single task directory, a directory of a layout's suite files
+    (AgentBench OS) when it holds no task directory, or one suite file (an AgentBench OS
+    ``.json``, a dataset file of :mod:`~clawrl.bench.tasks.dataset`). Hidden directories and directories
     without any task file are skipped; a directory that looks like a task but fails to load
     raises. Each layout finishes its tasks together (ClawGym tasks share one ClawGym image
     built from the imports of all of them,
@@ -113,8 +113,12 @@ def load_suite(path: Path | str, layout: str | TaskLayout | None = None) -> list
     """
     root = Path(path)
     kinds = [get_layout(layout)] if layout is not None else detecting_layouts()
+    if root.is_file():
+        kind = next((k for k in kinds if k.detect_suite(root)), None)
+        if kind is not None:
+            return _check_unique(root, _finish(kind.load_suite(root)))
     if not root.is_dir():
-        raise TaskLoadError(root, "not a directory")
+        raise TaskLoadError(root, "not a directory (nor a suite file of a layout)")
     if _looks_like_task(root, kinds):
         return [load_task(root, layout)]
     tasks = [
@@ -127,7 +131,7 @@ def load_suite(path: Path | str, layout: str | TaskLayout | None = None) -> list
     if not tasks:
         for kind in kinds:
             if kind.detect_suite(root):
-                return _check_unique(root, kind.load_suite(root))
+                return _check_unique(root, _finish(kind.load_suite(root)))
         raise TaskLoadError(root, "no task directories (or AgentBench OS .json files) found")
     return _check_unique(root, _finish(tasks))
 

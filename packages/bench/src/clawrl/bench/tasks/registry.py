@@ -3,7 +3,8 @@
 A layout is named in one of three ways (:func:`get_layout`):
 
 - a built-in name (``builtin``, ``harbor``, ``terminal-bench-1``, ``clawgym``,
-  ``agentbench-os``), or one added with :func:`register_layout`;
+  ``agentbench-os``; ``dataset``, a dataset file of built-in tasks), or one added with
+  :func:`register_layout`;
 - the name of an entry point in the group ``clawrl.task_layouts`` of an installed package
   (``[project.entry-points."clawrl.task_layouts"] my-layout = "my_pkg.layout:MyLayout"``);
 - an import path ``module:attribute`` (``my_pkg.layout:MyLayout``), importable from the
@@ -46,6 +47,7 @@ _BUILTIN: dict[str, str] = {
     "harbor": "clawrl.bench.tasks.harbor:HarborLayout",
     "terminal-bench-1": "clawrl.bench.tasks.tb1:TB1Layout",
     "agentbench-os": "clawrl.bench.tasks.agentbench_os:AgentBenchOSLayout",
+    "dataset": "clawrl.bench.tasks.dataset:DatasetLayout",
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +41,6 @@ PLAIN: dict[str, Any] = {  # no environment, no timeouts: null in the other form
 def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    printed = capsys.readouterr()
-    lines = [ln for ln in (printed.out + printed.err).splitlines() if ln.strip()]
-    assert len(lines) == 1, lines
-    return lines[0]
 
 
 def test_a_jsonl_file_is_a_suite_of_builtin_tasks(tmp_path: Path) -> None:
@@ -92,21 +86,21 @@ def test_a_bad_row_is_named(tmp_path: Path) -> None:
     ],
 )
 def test_bench_exits_2_with_one_line_for_a_bad_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[dict[str, Any]], says: str
+    tmp_path: Path, one_line: Callable[[], str], rows: list[dict[str, Any]], says: str
 ) -> None:
     path = _jsonl(tmp_path / "data.jsonl", rows)
     assert bench_main(["--task", str(path), "--harness", "oracle", "--list"]) == 2
-    line = _one_line(capsys)
+    line = one_line()
     assert line.startswith(f"bench: {path}: ") and says in line, line
 
 
 def test_without_the_datasets_library_one_line_names_the_extra(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, one_line: Callable[[], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` fails
     path = _jsonl(tmp_path / "data.jsonl", [HELLO])
     assert bench_main(["--task", str(path), "--list"]) == 2
-    assert "pip install 'clawrl-bench[datasets]'" in _one_line(capsys)
+    assert "pip install 'clawrl-bench[datasets]'" in one_line()
 
 
 def test_bench_lists_only_the_files_tasks(

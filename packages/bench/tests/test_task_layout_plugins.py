@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,13 +47,6 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delitem(sys.modules, "my_layout", raising=False)
     monkeypatch.setattr(sys, "path", [str(site), *sys.path])
     return site
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    printed = capsys.readouterr()
-    lines = [ln for ln in (printed.out + printed.err).splitlines() if ln.strip()]
-    assert len(lines) == 1, lines
-    return lines[0]
 
 
 def test_an_entry_point_layout_is_detected_and_loaded(installed: Path) -> None:
@@ -109,10 +103,10 @@ def test_bench_lists_it_and_names_it_by_layout(
     ],
 )
 def test_an_unknown_layout_exits_2_with_one_line(
-    layout: str, says: str, capsys: pytest.CaptureFixture[str]
+    layout: str, says: str, one_line: Callable[[], str]
 ) -> None:
     assert bench_main(["--task", str(TASK), "--layout", layout, "--list"]) == 2
-    assert _one_line(capsys).startswith(says)
+    assert one_line().startswith(says)
 
 
 @pytest.mark.podman

@@ -14,7 +14,7 @@ from clawrl.bench.errors import TaskLoadError
 from clawrl.bench.task import WorkspaceSource
 from clawrl.bench.tasks.files import read_text
 
-__all__ = ["dockerfile_workspace"]
+__all__ = ["dockerfile_task_fields", "dockerfile_workspace"]
 
 
 def _dockerfile_lines(text: str) -> list[str]:
@@ -147,3 +147,24 @@ def dockerfile_workspace(
                 "image build"
             )
     return parsed, workdir, sources, notes
+
+
+def dockerfile_task_fields(root: Path, dockerfile: Path, context: Path) -> dict[str, Any]:
+    """The :class:`~clawrl.bench.Task` fields a Dockerfile gives (see
+    :func:`dockerfile_workspace`): ``workspace_path``, ``workspace_sources``, ``image``,
+    ``setup_commands``, ``dockerfile`` (``None`` when there is none), ``env`` and
+    ``notes``.
+
+    Raises:
+        TaskLoadError: see :func:`dockerfile_workspace`.
+    """
+    parsed, workdir, sources, notes = dockerfile_workspace(root, dockerfile, context)
+    return {
+        "workspace_path": str(workdir),
+        "workspace_sources": tuple(sources),
+        "image": parsed["image"],
+        "setup_commands": tuple(parsed["runs"]),
+        "dockerfile": dockerfile if dockerfile.is_file() else None,
+        "env": parsed["env"],
+        "notes": tuple(notes),
+    }

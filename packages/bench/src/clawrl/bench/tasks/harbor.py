@@ -27,7 +27,7 @@ from clawrl.bench.task import (
     VerifierSpec,
 )
 from clawrl.bench.tasks.base import TaskLayout, make_task
-from clawrl.bench.tasks.dockerfile import dockerfile_workspace
+from clawrl.bench.tasks.dockerfile import dockerfile_task_fields
 from clawrl.bench.tasks.files import read_instruction, read_toml, solution_spec, toml_table
 from clawrl.bench.verdict_reports import runner_env, runner_files
 from clawrl.sandbox import SandboxSpecError, parse_size
@@ -127,7 +127,7 @@ def load_harbor(root: Path) -> Task:
     if not (root / "tests" / "test.sh").is_file():
         raise TaskLoadError(root, "Harbor layout: tests/test.sh is missing")
     dockerfile = root / "environment" / "Dockerfile"
-    parsed, workdir, sources, notes = dockerfile_workspace(root, dockerfile, root / "environment")
+    from_dockerfile = dockerfile_task_fields(root, dockerfile, root / "environment")
     timeouts = {
         k: v
         for k, v in {
@@ -154,8 +154,6 @@ def load_harbor(root: Path) -> Task:
         difficulty=difficulty,
         layout=Layout.HARBOR,
         root=root,
-        workspace_path=str(workdir),
-        workspace_sources=tuple(sources),
         timeouts=Timeouts(**timeouts),
         limits=TaskLimits(**limits),
         network=allow_internet,
@@ -173,12 +171,8 @@ def load_harbor(root: Path) -> Task:
             trusted_runner=True,
         ),
         solution=solution_spec(root, ("bash", f"{SOLUTION_MOUNT}/solve.sh")),
-        image=parsed["image"],
-        setup_commands=tuple(parsed["runs"]),
-        dockerfile=dockerfile if dockerfile.is_file() else None,
-        env=parsed["env"],
-        notes=tuple(notes),
         metadata=metadata,
+        **from_dockerfile,
     )
 
 

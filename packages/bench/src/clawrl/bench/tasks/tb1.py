@@ -57,7 +57,7 @@ from clawrl.bench.task import (
     VerifierSpec,
 )
 from clawrl.bench.tasks.base import TaskLayout, make_task
-from clawrl.bench.tasks.dockerfile import dockerfile_workspace
+from clawrl.bench.tasks.dockerfile import dockerfile_task_fields
 from clawrl.bench.tasks.files import read_text
 from clawrl.bench.verdict_reports import runner_env, runner_files
 
@@ -249,7 +249,8 @@ def load_tb1(root: Path) -> Task:
     if not (root / "run-tests.sh").is_file():
         raise TaskLoadError(root, "Terminal-Bench 1 layout: run-tests.sh is missing")
     dockerfile, context, compose_env, network, cpus = _compose(root)
-    parsed, workdir, sources, notes = dockerfile_workspace(root, dockerfile, context)
+    from_dockerfile = dockerfile_task_fields(root, dockerfile, context)
+    from_dockerfile["env"] = {**from_dockerfile["env"], **compose_env}
     timeouts = {
         k: v
         for k, v in {
@@ -275,8 +276,6 @@ def load_tb1(root: Path) -> Task:
         difficulty=difficulty,
         layout=Layout.TB1,
         root=root,
-        workspace_path=str(workdir),
-        workspace_sources=tuple(sources),
         timeouts=Timeouts(**timeouts),
         limits=TaskLimits(cpus=cpus),
         network=network,
@@ -289,13 +288,9 @@ def load_tb1(root: Path) -> Task:
             trusted_runner=True,
         ),
         solution=solution,
-        image=parsed["image"],
-        setup_commands=tuple(parsed["runs"]),
-        dockerfile=dockerfile if dockerfile.is_file() else None,
         build_context=context,
-        env={**parsed["env"], **compose_env},
-        notes=tuple(notes),
         metadata=metadata,
+        **from_dockerfile,
     )
 
 

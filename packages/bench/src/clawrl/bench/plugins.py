@@ -39,10 +39,15 @@ class PluginRegistry(Generic[T]):
     ) -> None:
         self.kind, self.base, self.group = kind, base, group
         self.factories, self.error = factories, error
+        self._scanned: tuple[tuple[str, ...], dict[str, EntryPoint]] | None = None
 
     def entry_points(self) -> dict[str, EntryPoint]:
-        """The installed entry points of the group, by name."""
-        return {ep.name: ep for ep in entry_points(group=self.group)}
+        """The installed entry points of the group, by name (scanned again when
+        ``sys.path`` changes: a scan takes milliseconds, and loaders ask once a task)."""
+        key = tuple(sys.path)
+        if self._scanned is None or self._scanned[0] != key:
+            self._scanned = (key, {ep.name: ep for ep in entry_points(group=self.group)})
+        return self._scanned[1]
 
     def names(self) -> list[str]:
         """The registered names and the installed entry points (import paths are accepted

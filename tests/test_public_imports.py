@@ -20,6 +20,7 @@ PACKAGES = {
 #: stand-ins a package offers its users' tests, named as such)
 PUBLIC_SUBPACKAGES = {
     "clawrl.bench.harness",
+    "clawrl.bench.tasks",
     "clawrl.rl_core.train",
     "clawrl.proxy.testing",
     "clawrl.ise_synth.testing",

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 from clawrl.bench import RolloutRunner, RolloutSpec, Task, load_agentbench_os
-from clawrl.bench.agentbench_os import grade_in_sandbox, run_setup
 from clawrl.bench.harness import get_harness
 from clawrl.bench.task_env import TaskEnvironments
+from clawrl.bench.tasks.agentbench_os import grade_in_sandbox, run_setup
 from clawrl.bench.verify import VerifierResult, VerifierStatus
 from clawrl.sandbox import Sandbox, kill_all_but
 

@@ -18,9 +18,9 @@ from clawrl.bench import (
     load_suite,
     run_rollouts,
 )
-from clawrl.bench.agentbench_os import agent_answer, grade_in_sandbox, run_setup
 from clawrl.bench.harness.base import HarnessAdapter, HarnessContext, HarnessLaunch, WireAPI
 from clawrl.bench.task_env import TaskEnvironments
+from clawrl.bench.tasks.agentbench_os import agent_answer, grade_in_sandbox, run_setup
 from clawrl.bench.verify import VerifierStatus
 from clawrl.sandbox import Sandbox, SandboxSpec, kill_all_but
 

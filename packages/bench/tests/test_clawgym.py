@@ -18,14 +18,14 @@ from clawrl.bench import (
     plan_rollouts,
     verify,
 )
-from clawrl.bench.clawgym import (
+from clawrl.bench.executors import ExecResult, ExecSpec
+from clawrl.bench.tasks.clawgym import (
     checker_subscores,
     clawgym_dockerfile,
     last_json_value,
     scan_imports,
     with_clawgym_image,
 )
-from clawrl.bench.executors import ExecResult, ExecSpec
 from clawrl.bench.verify import VerifierStatus, prepare_workspace
 from hypothesis import given, settings
 from hypothesis import strategies as st

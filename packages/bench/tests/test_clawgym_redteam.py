@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from clawrl.bench.clawgym import checker_subscores, last_json_value
+from clawrl.bench.tasks.clawgym import checker_subscores, last_json_value
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ def test_version() -> None:
 def test_task_image_and_agentbench_internals_stay_in_their_modules() -> None:
     """The root lists the task-image and AgentBench entry points, not their helpers
     (a smaller public surface); the helpers stay importable from their modules."""
-    import clawrl.bench.agentbench_os as agentbench_os
     import clawrl.bench.base_images as base_images
+    import clawrl.bench.tasks.agentbench_os as agentbench_os
     import clawrl.bench.verifier_diagnosis as verifier_diagnosis
 
     public = set(clawrl.bench.__all__)

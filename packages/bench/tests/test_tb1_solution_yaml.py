@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from clawrl.bench import RolloutStatus, TaskLoadError, load_task, run_rollouts
-from clawrl.bench.loaders_tb1 import solution_yaml_script
+from clawrl.bench.tasks.tb1 import solution_yaml_script
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tb1_solution_yaml"
 

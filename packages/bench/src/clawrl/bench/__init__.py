@@ -21,15 +21,14 @@ import clawrl.bench.config_file as _config_file
 import clawrl.bench.errors as _errors
 import clawrl.bench.executors as _executors
 import clawrl.bench.jsonl as _jsonl
-import clawrl.bench.learnable as _learnable
-import clawrl.bench.loaders as _loaders
 import clawrl.bench.metrics as _metrics
 import clawrl.bench.runner as _runner
 import clawrl.bench.sandbox_executor as _sandbox_executor
 import clawrl.bench.task as _task
+import clawrl.bench.tasks.learnable as _learnable
+import clawrl.bench.tasks.loading as _loaders
 import clawrl.bench.verify as _verify
 import clawrl.bench.workspace_diff as _workspace_diff
-from clawrl.bench.agentbench_os import load_agentbench_os
 from clawrl.bench.base_images import BASE_RECIPES, BaseRecipe
 from clawrl.bench.chores import *  # noqa: F403
 from clawrl.bench.config import BenchConfig, SandboxHostConfig, select_tasks
@@ -37,14 +36,15 @@ from clawrl.bench.config_file import *  # noqa: F403
 from clawrl.bench.errors import *  # noqa: F403
 from clawrl.bench.executors import *  # noqa: F403
 from clawrl.bench.jsonl import *  # noqa: F403
-from clawrl.bench.learnable import *  # noqa: F403
-from clawrl.bench.loaders import *  # noqa: F403
 from clawrl.bench.metrics import *  # noqa: F403
 from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS, SessionHook
 from clawrl.bench.runner import *  # noqa: F403
 from clawrl.bench.sandbox_executor import *  # noqa: F403
 from clawrl.bench.task import *  # noqa: F403
 from clawrl.bench.task_image import TaskImage, TaskImageError, build_task_image
+from clawrl.bench.tasks.agentbench_os import load_agentbench_os
+from clawrl.bench.tasks.learnable import *  # noqa: F403
+from clawrl.bench.tasks.loading import *  # noqa: F403
 from clawrl.bench.verify import *  # noqa: F403
 from clawrl.bench.workspace_diff import *  # noqa: F403
 

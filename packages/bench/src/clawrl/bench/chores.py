@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from clawrl.bench.loaders import load_task
 from clawrl.bench.task import Task
+from clawrl.bench.tasks.loading import load_task
 
 __all__ = [
     "CHORE_TEMPLATES",

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clawrl.bench.chores import CHORE_TEMPLATES, generate_chore_tasks
-from clawrl.bench.loaders import TaskLoadError
+from clawrl.bench.errors import TaskLoadError
 
 __all__ = ["main"]
 

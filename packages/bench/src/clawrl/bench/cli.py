@@ -70,8 +70,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", type=Path, help="TOML file (every key optional)")
     p.add_argument("--suite", dest="suites", nargs="+", help="'builtin' or suite directories")
-    p.add_argument("--task", dest="tasks", nargs="+", help="task directories (any layout)")
+    p.add_argument(
+        "--task", dest="tasks", nargs="+", help="task directories (any layout) or dataset files"
+    )
     p.add_argument("--task-id", dest="task_ids", nargs="+", help="keep only these task ids")
+    p.add_argument(
+        "--layout",
+        help="layout of the --suite/--task directories (default: detected): a name or an "
+        "import path 'module:Class'",
+    )
     p.add_argument(
         "--slice",
         help="auto (default: built-in 'default', an external suite all its tasks), default "
@@ -518,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             table.add_column(col)
         for t in tasks:
             table.add_row(
-                t.id, t.layout.value, t.category_label or "", t.difficulty or "", t.workspace_path
+                t.id, str(t.layout), t.category_label or "", t.difficulty or "", t.workspace_path
             )
         console.print(table)
         return 0

@@ -4,9 +4,14 @@ command-line options override it; the resolved configuration is saved with the r
 Example ``bench.toml`` (all keys optional; these are the defaults)::
 
     suites = ["builtin"]          # "builtin" or suite directories (each task a sub-directory)
-    tasks = []                    # single task directories (any layout); given without
+    tasks = []                    # single task directories (any layout) or suite files (a
+                                  # dataset's .jsonl/.json/.parquet); given without
                                   # suites, only these tasks run
     task_ids = []                 # keep only these ids ([] = the slice below)
+    layout = ""                   # "" = detect each task's layout; else the layout of the
+                                  # suite and task directories: a name (builtin, harbor,
+                                  # terminal-bench-1, clawgym, agentbench-os, an installed
+                                  # plug-in's) or an import path "module:Class"
     slice = "auto"                # "auto": the built-in suite's "default" slice, every task
                                   # of an external suite; "default": one easy task per
                                   # category; "all"; N (an integer: N tasks per suite) or a
@@ -64,9 +69,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from clawrl.bench.errors import BenchError
-from clawrl.bench.loaders import load_builtin_suite, load_suite, load_task
 from clawrl.bench.rollout_types import DEFAULT_MAX_TURNS
 from clawrl.bench.task import CATEGORIES, DIFFICULTIES, Task
+from clawrl.bench.tasks.loading import load_builtin_suite, load_suite, load_task
+from clawrl.bench.tasks.registry import get_layout
 from clawrl.sandbox import SandboxHost, SandboxSpecError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -120,6 +126,7 @@ class BenchConfig(BaseModel):
     suites: list[str] = Field(default_factory=lambda: ["builtin"])
     tasks: list[str] = Field(default_factory=list)
     task_ids: list[str] = Field(default_factory=list)
+    layout: str = ""
     slice: str = "auto"
     slice_seed: int = 0
     harnesses: list[str] = Field(default_factory=lambda: ["reference", "oracle"])
@@ -283,16 +290,19 @@ def select_tasks(cfg: BenchConfig) -> list[Task]:
 
     Raises:
         TaskLoadError: a task directory cannot be loaded.
+        UnknownLayoutError: ``layout`` names no task layout.
         ConfigError: a requested task id is not found, or nothing is selected.
     """
+    layout = get_layout(cfg.layout) if cfg.layout else None
     selected: list[Task] = []
     for suite in cfg.suites:
         builtin = suite == "builtin"
-        loaded = load_builtin_suite() if builtin else load_suite(Path(suite))
+        loaded = load_builtin_suite() if builtin else load_suite(Path(suite), layout)
         if not cfg.task_ids:
             loaded = slice_suite(loaded, cfg, builtin=builtin, suite=suite)
         selected += loaded
-    selected += [load_task(Path(p)) for p in cfg.tasks]
+    for p in map(Path, cfg.tasks):  # a file: a suite file (a dataset, an AgentBench file)
+        selected += load_suite(p, layout) if p.is_file() else [load_task(p, layout)]
     if cfg.task_ids:
         by_id = {t.id: t for t in selected}
         missing = [i for i in cfg.task_ids if i not in by_id]

@@ -41,7 +41,6 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, TypedDict, Unpack
 
-from clawrl.bench.agentbench_os import agent_answer, grade_in_sandbox, run_setup
 from clawrl.bench.executors import Executor
 from clawrl.bench.harness import (
     HARNESS_LOG_DIR,
@@ -73,6 +72,7 @@ from clawrl.bench.sandbox_executor import SandboxExecutor
 from clawrl.bench.task import Task
 from clawrl.bench.task_env import TaskEnvironments
 from clawrl.bench.task_image import TaskImage, TaskImageError
+from clawrl.bench.tasks import layout_of
 from clawrl.bench.timeouts import timeout_scale
 from clawrl.bench.verify import (
     VerifierResult,
@@ -524,7 +524,8 @@ class RolloutRunner:
         timing["agent_timeout"] = timeout
         launch = h.launch(self._context(task, session, timeout))
         await sb.put_files({f"{HARNESS_LOG_DIR}/.keep": b"", **dict(launch.files)})
-        setup = await run_setup(task, sb, init=not built)
+        layout = layout_of(task)  # the task's own setup and grading, if its layout has any
+        setup = await layout.prepare(task, sb, built=built)
         if setup.error is not None:  # the task's own init / example failed: not the agent's
             return {**_refused(setup.error, None), "status": RolloutStatus.ENV_ERROR}
         t0 = time.time()
@@ -546,10 +547,7 @@ class RolloutRunner:
                 raise
             return _refused(f"cannot stop the agent's processes: {exc}", res)
         logs = await _collect_logs(sb, launch.log_paths, opts.log_cap_bytes)
-        graded = None  # AgentBench: the answer is graded in the agent's own sandbox,
-        if task.grader is not None:  # against the example's output from before the agent
-            answer = await agent_answer(sb, logs)
-            graded = await grade_in_sandbox(task, sb, answer, expected=setup.expected)
+        graded = await layout.grade(task, sb, logs, setup)  # None: the verifier scores
         state = None  # the verifier sees the agent's whole container: its state, now
         if task.verifier.verify_on_snapshot:
             t_state = time.time()

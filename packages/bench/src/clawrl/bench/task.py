@@ -1,4 +1,5 @@
-"""The task model shared by every task layout (built-in, Harbor, ClawGym).
+"""The task model shared by every task layout (the five of :mod:`clawrl.bench.tasks`:
+built-in, Harbor, Terminal-Bench 1, ClawGym, AgentBench OS; and those of plug-ins).
 
 A :class:`Task` says everything the rollout runner needs to know about a task directory,
 independent of the layout it was loaded from:
@@ -21,7 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "ANSWER_PATH",
@@ -68,7 +69,8 @@ ANSWER_PATH = "/run/clawrl/answer"
 
 
 class Layout(StrEnum):
-    """The on-disk layout a task was loaded from."""
+    """The built-in layouts a task may be loaded from (:mod:`clawrl.bench.tasks`); a layout
+    brought by a plug-in is named by a plain string."""
 
     BUILTIN = "builtin"
     HARBOR = "harbor"
@@ -130,7 +132,7 @@ class VerifierSpec(_Frozen):
         env: extra environment variables (in-sandbox paths).
         subscores_file: a file the verifier writes into :data:`REWARD_MOUNT` holding its
             checker's JSON (ClawGym: ``checker.json``), mapped to sub-scores by
-            :func:`clawrl.bench.clawgym.checker_subscores`; with the ``"stdout"`` channel it
+            :func:`clawrl.bench.tasks.clawgym.checker_subscores`; with the ``"stdout"`` channel it
             replaces the JSON printed on stdout. ``None``: none.
         executes_workspace_code: whether the verifier runs code from the workspace (the
             agent's module, script or program) rather than only reading its files. Such a
@@ -184,7 +186,7 @@ class Script(_Frozen):
 
 class AnswerGrader(_Frozen):
     """AgentBench OS grading of the agent's final answer, run in the agent's own sandbox
-    after every agent process is killed (:mod:`clawrl.bench.agentbench_os`).
+    after every agent process is killed (:mod:`clawrl.bench.tasks.agentbench_os`).
 
     Attributes:
         match_answer: exact match with the (stripped, if ``strip``) answer.
@@ -214,7 +216,8 @@ class Task(_Frozen):
         category: one of :data:`CATEGORIES` for built-in tasks; free text (or ``None``)
             for imported layouts.
         difficulty: ``easy`` | ``medium`` | ``hard`` for built-in tasks; free text or ``None``.
-        layout: the layout the task was read from.
+        layout: the layout the task was read from: a :class:`Layout` for the built-in
+            ones, else the name of the plug-in layout (:func:`clawrl.bench.tasks.get_layout`).
         root: host path of the task directory.
         workspace_path: in-sandbox absolute path of the agent's workspace (built-in:
             ``/workspace``; Harbor: the Dockerfile's last ``WORKDIR``, default ``/app``;
@@ -249,7 +252,7 @@ class Task(_Frozen):
     instruction: str = Field(min_length=1)
     category: str | None = None
     difficulty: str | None = None
-    layout: Layout
+    layout: Layout | str
     root: Path
     workspace_path: str = "/workspace"
     workspace_sources: tuple[WorkspaceSource, ...] = ()
@@ -269,6 +272,12 @@ class Task(_Frozen):
     env: dict[str, str] = Field(default_factory=dict)
     notes: tuple[str, ...] = ()
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("layout", mode="before")
+    @classmethod
+    def _builtin_layout(cls, value: Any) -> Any:
+        """A built-in layout's name as its :class:`Layout` member."""
+        return Layout(value) if value in Layout._value2member_map_ else value
 
     @property
     def verifier_executes_workspace_code(self) -> bool:

@@ -21,7 +21,7 @@ The signs are chosen so that the agent's own failures are not mistaken for them:
   pytest``) lacks its module; and ``ModuleNotFoundError: No module named '<mod>'`` for the
   test runners' own modules only (:data:`RUNNER_MODULES`: a missing ``'solution'`` module
   is the agent's failure); and a ``ModuleNotFoundError`` for a known third-party package
-  (the ClawGym image's tables, :data:`clawrl.bench.clawgym.DEBIAN_PACKAGES` / ``PIP_PACKAGES``)
+  (the ClawGym image's tables, :data:`clawrl.bench.tasks.clawgym.DEBIAN_PACKAGES` / ``PIP_PACKAGES``)
   raised by an import in a trusted file under the mount path (the checker itself imports
   ``yaml`` and the image lacks it; a module the agent was to write is never such a name);
 * name resolution failures (``Could not resolve host``, ``Temporary failure in name
@@ -96,7 +96,7 @@ def cannot_run_reason(stdout: str, stderr: str, mount_path: str) -> str | None:
 
 
 def _known_packages() -> frozenset[str]:
-    from clawrl.bench.clawgym import DEBIAN_PACKAGES, PIP_PACKAGES
+    from clawrl.bench.tasks.clawgym import DEBIAN_PACKAGES, PIP_PACKAGES
 
     return frozenset(DEBIAN_PACKAGES) | frozenset(PIP_PACKAGES)
 

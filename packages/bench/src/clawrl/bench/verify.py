@@ -69,7 +69,6 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from clawrl.bench.clawgym import checker_subscores, last_json_value
 from clawrl.bench.errors import ExecutorError, HostVerificationError
 from clawrl.bench.executors import (
     ExecResult,
@@ -80,6 +79,7 @@ from clawrl.bench.executors import (
     make_private,
 )
 from clawrl.bench.task import REWARD_MOUNT, Task
+from clawrl.bench.tasks import layout_of
 from clawrl.bench.verdict_reports import ctrf_tests, runner_outcome, shadowing_entries
 from clawrl.bench.verifier_diagnosis import cannot_run_reason, exit_reason
 from clawrl.sandbox import (
@@ -125,7 +125,7 @@ class VerifierResult(BaseModel):
         subscores: named partial scores, each in [0, 1] (may be empty for a bare
             ``reward.txt``).
         subscores_note: what of a checker's JSON was not taken as a sub-score and why
-            (ClawGym checkers, :func:`clawrl.bench.clawgym.checker_subscores`); ``""``: all.
+            (ClawGym checkers, :func:`clawrl.bench.tasks.clawgym.checker_subscores`); ``""``: all.
         status: see :class:`VerifierStatus`.
         reason: why the status is not ``ok`` (empty when it is).
         exit_code: the verifier's exit status (``None`` if it did not finish).
@@ -308,7 +308,7 @@ def verify(
                 f"verifier {exit_reason(result.exit_code)}{why}; its reward is not trusted",
             )
         if task.verifier.reward_channel == "stdout":
-            verdict = _from_stdout(result, reward_dir, task.verifier.subscores_file)
+            verdict = _from_stdout(task, result, reward_dir)
         elif task.verifier.reward_channel == "pytest":
             verdict = _from_pytest(result, reward_dir)
         else:
@@ -723,12 +723,12 @@ def _from_pytest(result: ExecResult, reward_dir: Path) -> VerifierResult:
     return _ok(result, outcome.reward, dict(outcome.tests))
 
 
-def _from_stdout(
-    result: ExecResult, reward_dir: Path, subscores_file: str | None
-) -> VerifierResult:
+def _from_stdout(task: Task, result: ExecResult, reward_dir: Path) -> VerifierResult:
     """ClawGym: the last stdout line is the reward; the sub-scores come from the checker's
     JSON in ``subscores_file`` when it was written, else from the last JSON document printed
-    before the reward, mapped leniently (:func:`~clawrl.bench.clawgym.checker_subscores`)."""
+    before the reward, mapped by the task's layout (:meth:`TaskLayout.subscores
+    <clawrl.bench.tasks.TaskLayout.subscores>`)."""
+    subscores_file = task.verifier.subscores_file
     lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
     if not lines:
         return _failure(
@@ -747,7 +747,7 @@ def _from_stdout(
     notes: list[str] = []
     if text.strip():
         try:
-            subs, notes = checker_subscores(last_json_value(text))
+            subs, notes = layout_of(task).subscores(text)
         except ValueError as exc:
             notes = [f"{source}: {exc}"]
     note = "; ".join(notes[:5]) + (f"; and {len(notes) - 5} more" if len(notes) > 5 else "")

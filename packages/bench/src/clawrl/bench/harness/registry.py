@@ -16,11 +16,7 @@ takes the name it was asked by.
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from collections.abc import Callable
-from importlib.metadata import EntryPoint, entry_points
 
 from clawrl.bench.errors import BenchError
 from clawrl.bench.harness.base import HarnessAdapter
@@ -29,6 +25,7 @@ from clawrl.bench.harness.node import NODE_HARNESS_FACTORIES
 from clawrl.bench.harness.noop import NoopHarness
 from clawrl.bench.harness.oracle import OracleHarness
 from clawrl.bench.harness.reference import ReferenceHarness
+from clawrl.bench.plugins import PluginRegistry
 
 __all__ = [
     "HARNESS_ENTRY_POINT_GROUP",
@@ -57,14 +54,15 @@ class UnknownHarnessError(BenchError, ValueError):
     ``module:attribute`` path, or an object there that does not make an adapter."""
 
 
-def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=HARNESS_ENTRY_POINT_GROUP)}
+_HARNESSES = PluginRegistry(
+    "harness", HarnessAdapter, HARNESS_ENTRY_POINT_GROUP, _REGISTRY, UnknownHarnessError
+)
 
 
 def harness_names() -> list[str]:
     """Names :func:`get_harness` knows: the built-in and registered ones and the installed
     entry points (import paths are accepted too but not listed)."""
-    return sorted({*_REGISTRY, *_entry_points()})
+    return _HARNESSES.names()
 
 
 def register_harness(name: str, factory: HarnessFactory, *, replace: bool = False) -> None:
@@ -73,50 +71,7 @@ def register_harness(name: str, factory: HarnessFactory, *, replace: bool = Fals
     Raises:
         ValueError: ``name`` is taken (and not ``replace``), or contains ``:``.
     """
-    if ":" in name:
-        raise ValueError(f"harness name {name!r}: ':' is for import paths")
-    if name in _REGISTRY and not replace:
-        raise ValueError(f"harness {name!r} is already registered")
-    _REGISTRY[name] = factory
-
-
-def _load_path(spec: str) -> object:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise UnknownHarnessError(f"harness {spec!r}: an import path is 'module:attribute'")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as `python -m` does: modules in the current folder
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UnknownHarnessError(f"harness {spec!r}: cannot import {module_name}: {exc}") from exc
-    obj: object = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise UnknownHarnessError(f"harness {spec!r}: {module_name} has no {attr}") from None
-    return obj
-
-
-def _adapter(spec: str, obj: object) -> HarnessAdapter:
-    if not isinstance(obj, HarnessAdapter):
-        if not callable(obj):
-            raise UnknownHarnessError(
-                f"harness {spec!r} is a {type(obj).__name__}, not a HarnessAdapter subclass"
-            )
-        try:
-            made = obj()
-        except Exception as exc:
-            raise UnknownHarnessError(f"harness {spec!r}: constructing it failed: {exc}") from exc
-        if not isinstance(made, HarnessAdapter):
-            raise UnknownHarnessError(
-                f"harness {spec!r} made a {type(made).__name__}, not a HarnessAdapter"
-            )
-        obj = made
-    if not obj.name:
-        obj.name = spec
-    return obj
+    _HARNESSES.register(name, factory, replace=replace)
 
 
 def get_harness(name: str | HarnessAdapter) -> HarnessAdapter:
@@ -130,20 +85,4 @@ def get_harness(name: str | HarnessAdapter) -> HarnessAdapter:
     """
     if isinstance(name, HarnessAdapter):
         return name
-    if name in _REGISTRY:
-        return _REGISTRY[name]()
-    eps = _entry_points()
-    if name in eps:
-        try:
-            obj = eps[name].load()
-        except Exception as exc:
-            raise UnknownHarnessError(
-                f"harness {name!r}: loading entry point {eps[name].value} failed: {exc}"
-            ) from exc
-        return _adapter(name, obj)
-    if ":" in name:
-        return _adapter(name, _load_path(name))
-    raise UnknownHarnessError(
-        f"unknown harness {name!r}; known: {', '.join(harness_names())} "
-        "(or an import path 'module:Class')"
-    )
+    return _HARNESSES.get(name)

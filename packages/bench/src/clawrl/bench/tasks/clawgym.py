@@ -1,4 +1,9 @@
-"""ClawGym-Bench specifics: the suite's Python image and its checkers' JSON sub-scores.
+"""The ClawGym-Bench layout: its loader, the suite's Python image and its checkers' JSON
+sub-scores.
+
+**The layout.** ``data_entry.json`` (``task_id``, ``user_query``, ``input_mount_dir``),
+``input_files/``, ``reward/check.py`` and ``reward/reward.sh`` (prints the reward as its last
+line); optional ``solution/solve.sh`` (our extension).
 
 **The ClawGym image.** ClawGym tasks assume a Python environment with the packages their
 files import (a checker imports ``yaml``, a prompt says ``python -m pytest``, an input
@@ -41,21 +46,34 @@ import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from clawrl.bench.errors import TaskLoadError
 from clawrl.bench.staging import stage_files
-from clawrl.bench.task import REWARD_MOUNT, Layout, Task
+from clawrl.bench.task import (
+    REWARD_MOUNT,
+    SOLUTION_MOUNT,
+    UNPRIVILEGED_USER,
+    Layout,
+    Task,
+    VerifierSpec,
+    WorkspaceSource,
+)
+from clawrl.bench.tasks.base import TaskLayout, make_task
+from clawrl.bench.tasks.files import read_text, solution_spec
 
 __all__ = [
     "CHECKER_JSON",
     "DEBIAN_PACKAGES",
     "PIP_PACKAGES",
     "VERIFY_SCRIPT",
+    "ClawGymLayout",
     "ImportScan",
     "checker_subscores",
     "clawgym_dockerfile",
     "last_json_value",
+    "load_clawgym",
     "scan_imports",
     "with_clawgym_image",
 ]
@@ -367,3 +385,77 @@ def checker_subscores(data: Any) -> tuple[dict[str, float], list[str]]:
         if key != "reward":
             _walk(str(key), value, subs, skipped, 1 if isinstance(value, dict | list) else 0)
     return subs, skipped
+
+
+# ------------------------------------------------------------------- the loader
+
+
+def load_clawgym(root: Path) -> Task:
+    try:
+        entry = json.loads(read_text(root, "data_entry.json"))
+    except json.JSONDecodeError as exc:
+        raise TaskLoadError(root, f"data_entry.json is not valid JSON: {exc}") from exc
+    if not isinstance(entry, dict):
+        raise TaskLoadError(root, "data_entry.json must hold a JSON object")
+    for key in ("task_id", "user_query", "input_mount_dir"):
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            raise TaskLoadError(root, f"data_entry.json: `{key}` must be a non-empty string")
+    mount = PurePosixPath(entry["input_mount_dir"])
+    if not mount.is_absolute() or ".." in mount.parts:
+        raise TaskLoadError(root, "data_entry.json: `input_mount_dir` must be an absolute path")
+    reward = root / "reward"
+    if not (reward / "reward.sh").is_file():
+        raise TaskLoadError(root, "ClawGym layout: reward/reward.sh is missing")
+    inputs = root / "input_files"
+    sources = (WorkspaceSource(src=inputs, dest="."),) if inputs.is_dir() else ()
+    metadata = {k: v for k, v in entry.items() if k not in ("task_id", "user_query")}
+    raw_meta = entry.get("metadata")
+    nested: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+    category = entry.get("category", nested.get("category"))
+    difficulty = entry.get("difficulty", nested.get("difficulty"))
+    return make_task(
+        id=entry["task_id"],
+        instruction=entry["user_query"].strip(),
+        category=category,
+        difficulty=difficulty,
+        layout=Layout.CLAWGYM,
+        root=root,
+        workspace_path=str(mount),
+        workspace_sources=sources,
+        verifier=VerifierSpec(
+            files_dir=reward,
+            mount_path=str(mount / "reward"),
+            command=(
+                "bash",
+                "-c",
+                VERIFY_SCRIPT,
+                "clawgym-verify",
+                str(mount / "reward"),
+                str(mount),
+            ),
+            reward_channel="stdout",
+            subscores_file=CHECKER_JSON,
+            user=UNPRIVILEGED_USER,
+        ),
+        solution=solution_spec(root, ("bash", f"{SOLUTION_MOUNT}/solve.sh")),
+        metadata=metadata,
+    )
+
+
+class ClawGymLayout(TaskLayout):
+    """ClawGym-Bench: a ``data_entry.json``; one ClawGym image for the suite's tasks, and
+    the checker's JSON as sub-scores."""
+
+    name = Layout.CLAWGYM.value
+
+    def detect(self, path: Path) -> bool:
+        return (path / "data_entry.json").is_file()
+
+    def load(self, path: Path) -> Task:
+        return load_clawgym(path)
+
+    def finish(self, tasks: list[Task]) -> list[Task]:
+        return with_clawgym_image(tasks)
+
+    def subscores(self, text: str) -> tuple[dict[str, float], list[str]]:
+        return checker_subscores(last_json_value(text))

@@ -33,8 +33,8 @@ import random
 from pathlib import Path
 from typing import Literal
 
-from clawrl.bench.loaders import load_task
 from clawrl.bench.task import Task
+from clawrl.bench.tasks.loading import load_task
 
 __all__ = [
     "LEARNABLE_WORDS",

@@ -69,7 +69,7 @@ import fnmatch
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -85,6 +85,7 @@ from clawrl.bench.task import (
     Task,
     VerifierSpec,
 )
+from clawrl.bench.tasks.base import SetupResult, TaskLayout, make_task
 from clawrl.bench.verify import VerifierResult, VerifierStatus
 from clawrl.sandbox import (
     ExecResult,
@@ -101,6 +102,7 @@ __all__ = [
     "GIT_OVERRIDES",
     "GIT_PROGRAM_KEYS",
     "PROTECTED_PATHS",
+    "AgentBenchOSLayout",
     "SetupResult",
     "agent_answer",
     "grade_in_sandbox",
@@ -328,7 +330,7 @@ def _entry_task(entry: Any, index: int, path: Path, script_dir: Path) -> Task:
             files[f"solution/example.{ext}"] = grader.example.code
     staged = _stage(files)
     labels = entry.get("labels")
-    return Task(
+    return make_task(
         id=f"{path.stem}-{index:05d}",
         instruction=_INSTRUCTION.format(description=entry["description"].strip()),
         category=str(labels[0]) if isinstance(labels, list) and labels else None,
@@ -406,19 +408,6 @@ def _argv(script: Script, params: list[str]) -> list[str]:
     if script.language == "python":
         return ["/usr/bin/env", "python3", "-I", "-c", script.code, *params]
     return ["/bin/bash", "--noprofile", "--norc", "-c", script.code, "--", *params]
-
-
-@dataclass(frozen=True)
-class SetupResult:
-    """What :func:`run_setup` did: why it failed (``None``: it did not), the sessions of
-    the task's own processes (``start``) that must survive the agent phase, and the
-    expected answer (the ``example``'s output, before the agent: ``None`` when the task has
-    no ``null`` check) that :func:`grade_in_sandbox` compares the answer with. Held by the
-    caller, on the host: the agent never sees nor changes it."""
-
-    error: str | None = None
-    sessions: tuple[PinnedSession, ...] = ()
-    expected: str | None = None
 
 
 def needs_expected(task: Task) -> bool:
@@ -744,3 +733,35 @@ async def grade_in_sandbox(
             return _result(False, f"check {i} exited {res.exit_code} (answer {params[0][:200]!r})")
         params.append(res.stdout.decode("utf-8", "replace"))
     return _result(True, "")
+
+
+class AgentBenchOSLayout(TaskLayout):
+    """AgentBench OS interaction: a suite directory of ``.json`` files of entries, set up
+    by init and start scripts, graded on the agent's answer in its own sandbox."""
+
+    name = Layout.AGENTBENCH_OS.value
+
+    def detect(self, path: Path) -> bool:
+        return False  # its tasks are entries of suite files, not directories
+
+    def load(self, path: Path) -> Task:
+        raise TaskLoadError(path, "an AgentBench OS task is an entry of a suite's .json file")
+
+    def detect_suite(self, path: Path) -> bool:
+        if path.is_file():
+            return is_agentbench_file(path)
+        return any(is_agentbench_file(p) for p in path.iterdir())
+
+    def load_suite(self, path: Path) -> list[Task]:
+        return load_agentbench_os(path)
+
+    async def prepare(self, task: Task, sandbox: Sandbox, *, built: bool) -> SetupResult:
+        return await run_setup(task, sandbox, init=not built)
+
+    async def grade(
+        self, task: Task, sandbox: Sandbox, logs: Mapping[str, str], setup: SetupResult
+    ) -> VerifierResult | None:
+        if task.grader is None:
+            return None
+        answer = await agent_answer(sandbox, dict(logs))
+        return await grade_in_sandbox(task, sandbox, answer, expected=setup.expected)

@@ -44,7 +44,6 @@ from typing import Any
 
 import yaml
 from clawrl.bench.errors import TaskLoadError
-from clawrl.bench.loaders import _dockerfile_workspace, _read_text
 from clawrl.bench.staging import stage_files
 from clawrl.bench.task import (
     REWARD_MOUNT,
@@ -57,9 +56,12 @@ from clawrl.bench.task import (
     Timeouts,
     VerifierSpec,
 )
+from clawrl.bench.tasks.base import TaskLayout, make_task
+from clawrl.bench.tasks.dockerfile import dockerfile_task_fields
+from clawrl.bench.tasks.files import read_text
 from clawrl.bench.verdict_reports import runner_env, runner_files
 
-__all__ = ["TB1_SHARED_SCRIPTS", "load_tb1", "solution_yaml_script"]
+__all__ = ["TB1_SHARED_SCRIPTS", "TB1Layout", "load_tb1", "solution_yaml_script"]
 
 #: clawrl's stand-ins for TB1's shared test scripts (see the module docstring).
 TB1_SHARED_SCRIPTS: dict[str, str] = {
@@ -79,7 +81,7 @@ _STAGE_VERSION = "3"
 
 def _yaml(root: Path, name: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(_read_text(root, name))
+        data = yaml.safe_load(read_text(root, name))
     except yaml.YAMLError as exc:
         raise TaskLoadError(root, f"{name} is not valid YAML: {exc}") from exc
     if data is None:
@@ -173,7 +175,7 @@ def _solution_commands(root: Path) -> list[dict[str, Any]]:
     """The validated entries of ``solution.yaml`` (TB1's ``TerminalCommand`` fields; other
     keys are ignored, as TB1's model does)."""
     try:
-        data = yaml.safe_load(_read_text(root, "solution.yaml"))
+        data = yaml.safe_load(read_text(root, "solution.yaml"))
     except yaml.YAMLError as exc:
         raise TaskLoadError(root, f"solution.yaml is not valid YAML: {exc}") from exc
     if not isinstance(data, list) or not data:
@@ -217,7 +219,7 @@ def _stage(root: Path) -> Path:
     """A cached directory holding ``tests/`` (the task's tests, ``run-tests.sh`` and any
     missing shared script) and ``solution/solution.sh``; named by a digest of them."""
     tests = root / "tests"
-    run_tests = _read_text(root, "run-tests.sh")
+    run_tests = read_text(root, "run-tests.sh")
     files: dict[str, bytes] = {"tests/run-tests.sh": run_tests.encode()}
     if tests.is_dir():
         for path in sorted(tests.rglob("*")):
@@ -247,7 +249,8 @@ def load_tb1(root: Path) -> Task:
     if not (root / "run-tests.sh").is_file():
         raise TaskLoadError(root, "Terminal-Bench 1 layout: run-tests.sh is missing")
     dockerfile, context, compose_env, network, cpus = _compose(root)
-    parsed, workdir, sources, notes = _dockerfile_workspace(root, dockerfile, context)
+    from_dockerfile = dockerfile_task_fields(root, dockerfile, context)
+    from_dockerfile["env"] = {**from_dockerfile["env"], **compose_env}
     timeouts = {
         k: v
         for k, v in {
@@ -266,15 +269,13 @@ def load_tb1(root: Path) -> Task:
         )
     category, difficulty = data.get("category"), data.get("difficulty")
     metadata = {k: v for k, v in data.items() if k not in ("instruction", "descriptions")}
-    return Task(
+    return make_task(
         id=root.name,
         instruction=_instruction(root, data),
-        category=category if isinstance(category, str) else None,
-        difficulty=difficulty if isinstance(difficulty, str) else None,
+        category=category,
+        difficulty=difficulty,
         layout=Layout.TB1,
         root=root,
-        workspace_path=str(workdir),
-        workspace_sources=tuple(sources),
         timeouts=Timeouts(**timeouts),
         limits=TaskLimits(cpus=cpus),
         network=network,
@@ -288,11 +289,19 @@ def load_tb1(root: Path) -> Task:
             verify_on_snapshot=True,
         ),
         solution=solution,
-        image=parsed["image"],
-        setup_commands=tuple(parsed["runs"]),
-        dockerfile=dockerfile if dockerfile.is_file() else None,
         build_context=context,
-        env={**parsed["env"], **compose_env},
-        notes=tuple(notes),
         metadata=metadata,
+        **from_dockerfile,
     )
+
+
+class TB1Layout(TaskLayout):
+    """Terminal-Bench 1: a ``task.yaml``."""
+
+    name = Layout.TB1.value
+
+    def detect(self, path: Path) -> bool:
+        return (path / "task.yaml").is_file()
+
+    def load(self, path: Path) -> Task:
+        return load_tb1(path)

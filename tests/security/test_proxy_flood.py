@@ -284,3 +284,38 @@ def test_a_session_holding_calls_open_gets_429_and_others_are_served() -> None:
         assert "limit reached: calls_per_session" in p.log.read_text()
     finally:
         p.stop()
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_the_workers_front_caps_connections_per_sandbox() -> None:
+    """``proxy serve --workers 2``: the front relays to workers that see only its own
+    connections, so the cap per sandbox must be the front's. One sandbox opens 100
+    connections with a half-sent request through its forwarder and holds them 4 s (below
+    the workers' 10 s head timeout): the front closes every one past 64 at once, and logs
+    it. Revert: the ``guard`` of ``ModelFront`` in ``_serve_fronts`` -> none is closed and
+    nothing is logged."""
+    proxy = ProxyProcess(["--workers", "2"])
+    try:
+        attacker = proxy.session()
+
+        async def flood() -> str:
+            spec = SandboxSpec(model_socket=proxy.socket, limits=Limits(wall_clock_s=120))
+            sb = await Sandbox.create(spec)
+            try:
+                await sb.put_file("/tmp/flood.py", FLOOD)
+                r = await sb.exec(
+                    ["python3", "/tmp/flood.py", attacker.session_id, attacker.api_key, "100", "4"],
+                    timeout=60,
+                )
+                return r.stdout.decode() + r.stderr.decode()[-300:]
+            finally:
+                await sb.destroy()
+
+        out = asyncio.run(flood())
+        log = proxy.log.read_text()
+        closed = [int(line.split()[1]) for line in out.splitlines() if line.startswith("closed ")]
+        assert closed and closed[0] >= 100 - 64, (out, log[-2000:])
+        assert "limit reached: connections_per_peer" in log, log[-2000:]
+    finally:
+        proxy.stop()

@@ -29,6 +29,7 @@ __all__ = [
     "REPORT_DIR",
     "RUNNER_DIR",
     "SHADOWING_NAMES",
+    "TEST_UID",
     "RunnerOutcome",
     "ctrf_tests",
     "junit_tests",
@@ -45,6 +46,10 @@ REPORT_DIR = "clawrl-pytest"
 RUNNER_DIR = ".clawrl"
 #: Names that would stand in for the runner's modules, or run at interpreter start-up.
 SHADOWING_NAMES = ("pytest", "_pytest", "pluggy", "sitecustomize", "usercustomize")
+#: The user (and group) the runner starts pytest as in a verifier sandbox, where the
+#: verifier runs as root: one no image should use for anything else, since every process
+#: of it is killed when a pytest run ends.
+TEST_UID = 64999
 _MAX_REPORT = 16 << 20
 #: A failed test whose recorded exception is one of these could not reach its host (name
 #: resolution or no route): the verifier's network, not the agent's work, failed.

@@ -80,7 +80,12 @@ from clawrl.bench.executors import (
 )
 from clawrl.bench.task import REWARD_MOUNT, Task
 from clawrl.bench.tasks import layout_of
-from clawrl.bench.verdict_reports import ctrf_tests, runner_outcome, shadowing_entries
+from clawrl.bench.verdict_reports import (
+    TEST_UID,
+    ctrf_tests,
+    runner_outcome,
+    shadowing_entries,
+)
 from clawrl.bench.verifier_diagnosis import cannot_run_reason, exit_reason
 from clawrl.sandbox import (
     Sandbox,
@@ -267,15 +272,28 @@ def verify(
             return tamper
         reward_dir = scratch / "reward"
         reward_dir.mkdir(mode=0o755)
+        env = dict(task.verifier.env)
+        if task.verifier.trusted_runner and not isinstance(runner, LocalExecutor):
+            # in a sandbox, the runner starts pytest as this unprivileged user and hands
+            # it the workspace (on the host, trusted code runs as the caller)
+            env["CLAWRL_TEST_UID"] = str(TEST_UID)
+            env["CLAWRL_WORKSPACE"] = task.workspace_path
         spec = ExecSpec(
             argv=task.verifier.command,
             cwd=task.workspace_path,
             mounts=(
                 Mount(ws, task.workspace_path, read_only=False, persist=False),
-                Mount(trusted, task.verifier.mount_path, read_only=True, private=True),
+                # pytest, run unprivileged by the trusted runner, reads the tests: root's
+                # to write, everyone's to read (agent code ran as root there before)
+                Mount(
+                    trusted,
+                    task.verifier.mount_path,
+                    read_only=True,
+                    private=not task.verifier.trusted_runner,
+                ),
                 Mount(reward_dir, REWARD_MOUNT, read_only=False),
             ),
-            env=dict(task.verifier.env),
+            env=env,
             timeout_s=task.timeouts.verifier_s,
             user=task.verifier.user,
             state=state,

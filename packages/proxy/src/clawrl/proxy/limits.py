@@ -151,6 +151,17 @@ class ConnectionGuard:
             return self._h11_class()
         return self._httptools_class(HttpToolsProtocol)
 
+    def admit(self, transport: asyncio.BaseTransport) -> tuple[bool, str | None]:
+        """For a server of its own (the ``--workers`` front): count a new connection.
+        ``(False, None)``: its sandbox is over :attr:`max_connections_per_peer` (the
+        connection is aborted, the event logged); else ``(True, peer)``, to hand to
+        :meth:`release` when the connection ends."""
+        return self._connect(transport)
+
+    def release(self, peer: str | None) -> None:
+        """A connection counted by :meth:`admit` ended."""
+        self._lost(peer)
+
     # -- shared by both protocols ------------------------------------------------------------
 
     def _connect(self, transport: asyncio.BaseTransport) -> tuple[bool, str | None]:

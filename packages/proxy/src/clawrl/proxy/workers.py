@@ -62,6 +62,7 @@ from clawrl.proxy.errors import (
     anthropic_error_body,
     openai_error_body,
 )
+from clawrl.proxy.limits import ConnectionGuard, raise_nofile_limit
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -354,9 +355,15 @@ class ModelFront:
     protocol upgrades (``Upgrade: h2c``, websockets) get 400.
     """
 
-    def __init__(self, worker_sockets: Sequence[str], reuse_s: float = 30.0):
+    def __init__(
+        self,
+        worker_sockets: Sequence[str],
+        reuse_s: float = 30.0,
+        guard: ConnectionGuard | None = None,
+    ):
         self.sockets = list(worker_sockets)
         self.reuse_s = reuse_s
+        self.guard = guard
 
     def worker_of(self, url: bytes | bytearray) -> int:
         if url.startswith(b"/s/"):
@@ -364,7 +371,23 @@ class ModelFront:
         return 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Serve one client connection."""
+        """Serve one client connection; with a ``guard``, a sandbox over its cap of open
+        connections (:attr:`ConnectionGuard.max_connections_per_peer`) has the new one
+        closed at once (the workers see only the front's connections, never the
+        sandbox's)."""
+        if self.guard is None:
+            await self._serve(reader, writer)
+            return
+        ok, peer = self.guard.admit(writer.transport)
+        if not ok:
+            writer.close()
+            return
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self.guard.release(peer)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         router = _RequestRouter()
         parser = httptools.HttpRequestParser(router)
         conn = _Connection(writer)
@@ -659,7 +682,11 @@ async def _serve_fronts(workers: WorkerSet, args: Any, log_level: str) -> int:
     """Serve both fronts until SIGINT/SIGTERM (0) or until a worker exits (1)."""
     import uvicorn
 
-    model = ModelFront([workers.model_socket(k) for k in range(workers.n)])
+    old, new = raise_nofile_limit()
+    if new != old:
+        log.info("open-file limit of the front raised from %d to %d", old, new)
+    guard = ConnectionGuard(max_connections_per_peer=args.max_connections_per_sandbox)
+    model = ModelFront([workers.model_socket(k) for k in range(workers.n)], guard=guard)
     admin = AdminFront([workers.admin_socket(k) for k in range(workers.n)])
     servers = []
     for sock in _listeners(args.socket, args.port, args.host, 0o666):

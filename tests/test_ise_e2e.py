@@ -80,14 +80,19 @@ async def test_scripted_pipeline_writes_20_trajectories_with_real_tool_calls(
         )
     assert run.completed == 20 and run.discarded == 0
     assert again.skipped == 20 and again.completed == 1
-    trajs = list(read_jsonl(run.trajectories_path))
+    # template intents have no checks: never a verified success, whatever the (scripted)
+    # simulator says — kept apart in failed.jsonl, labelled, not in the SFT input
+    assert list(read_jsonl(run.trajectories_path)) == []
+    assert run.failed == 20 and again.failed == 1
+    assert run.failed_path is not None
+    trajs = list(read_jsonl(run.failed_path))
     assert len(trajs) == 21
     # the output loads with the `datasets` library (one schema across all lines)
     from datasets import load_dataset
 
     ds = load_dataset(
         "json",
-        data_files=str(run.trajectories_path),
+        data_files=str(run.failed_path),
         split="train",
         cache_dir=str(tmp_path / "hf-cache"),
     )
@@ -105,7 +110,8 @@ async def test_scripted_pipeline_writes_20_trajectories_with_real_tool_calls(
         assert tools[2]["content"].startswith("# Context\n")
         assert any(m["content"].startswith("exit code 0") for m in tools)
         assert t["stats"]["failed_tool_calls"] == 1 and t["stats"]["recovered_failures"] == 1
-        assert t["outcome"]["success"] is True
+        assert t["outcome"]["success"] is False and t["outcome"]["label"] == "unverified"
+        assert t["outcome"]["simulator_success"] is True
         # the workspace persisted across user turns: the final check saw every step file
         last = t["outcome"]["turns"][-1]
         assert f"step{len(queries) - 1}.md" in tools[-1]["content"]
@@ -113,7 +119,8 @@ async def test_scripted_pipeline_writes_20_trajectories_with_real_tool_calls(
         assert last["end_reason"] == "final_answer"
         assert any("reasoning_content" in m for m in t["messages"] if m["role"] == "assistant")
     report = again.report
-    assert report["trajectories"]["complete"] == 21
+    assert report["trajectories"]["complete"] == 21 and report["trajectories"]["success"] == 0
+    assert report["trajectories"]["by_label"] == {"unverified": 21}
     assert report["failed_tool_calls"] == 21 and report["failed_followed_by_recovery"] == 21
     assert report["user_turns"]["max"] >= report["user_turns"]["median"] >= 2
     assert report["distinct_tools_all"] == ["bash", "read_file", "write_file"]
@@ -156,7 +163,7 @@ async def test_embedded_model_as_agent_and_llm_simulator(tmp_path: Path) -> None
     assert run.completed + run.discarded == 2
     discarded = list(read_jsonl(run.discarded_path))
     reasons = Counter(d["reason"] for d in discarded)
-    assert set(reasons) <= {"simulator_drift", "turn_limit"}, discarded
+    assert set(reasons) <= {"simulator_drift", "simulator_invalid", "turn_limit"}, discarded
     for d in discarded:  # the agent ran turn 1 in its sandbox before the simulator failed
         assert d["stats"]["user_turns"] >= 1
     # both really generated through the proxy: call records of 2 agent + 2 simulator sessions
@@ -166,7 +173,7 @@ async def test_embedded_model_as_agent_and_llm_simulator(tmp_path: Path) -> None
     assert kinds == {"agent": 2, "simulator": 2}, kinds
     # the simulator really generated (through the proxy) and its bad answers were counted
     assert report["drift"]["generations"] >= 2
-    assert report["drift"]["drifted"] >= 1
+    assert report["drift"]["drifted"] + report["drift"]["invalid"] >= 1
 
 
 @pytest.mark.slow
@@ -199,11 +206,14 @@ async def test_checkable_intents_are_verified_in_the_sandbox(tmp_path: Path) -> 
             concurrency=2, agent_hook=script,
         )  # fmt: skip
         multi = await synthesize(
-            intents[:1], ScriptedUserSimulator(max_queries=2), endpoint, tmp_path / "mt",
+            intents[:2], ScriptedUserSimulator(max_queries=2), endpoint, tmp_path / "mt",
             SessionConfig(agent_max_turns=3, memory_mb=256), agent_hook=script,
         )  # fmt: skip
-    assert single.completed == 3 and single.discarded == 0
-    by_id = {t["intent"]["id"]: t for t in read_jsonl(single.trajectories_path)}
+    assert single.completed == 3 and single.discarded == 0 and single.failed == 1
+    kept = list(read_jsonl(single.trajectories_path))
+    assert {t["intent"]["id"] for t in kept} == solve  # the SFT input: verified only
+    assert single.failed_path is not None
+    by_id = {t["intent"]["id"]: t for t in [*kept, *read_jsonl(single.failed_path)]}
     for intent in intents:
         t = by_id[intent.id]
         validate_trajectory(t)
@@ -218,16 +228,31 @@ async def test_checkable_intents_are_verified_in_the_sandbox(tmp_path: Path) -> 
             assert t["outcome"]["verified"] == 0.0 and t["outcome"]["success"] is False
             assert v["passed"] < v["checks"] and v["failed"]
         assert t["stats"]["simulator_generations"] == 0
+        assert t["outcome"]["simulator_success"] is None  # no simulator in the ablation
     (mt,) = list(read_jsonl(multi.trajectories_path))
     assert sum(m["role"] == "user" for m in mt["messages"]) == 2
     assert mt["outcome"]["verified"] == 1.0  # solved in the first user turn, kept after
+    assert mt["outcome"]["success"] is True and mt["intent"]["id"] == intents[0].id
+    # the agent that did nothing: the scripted simulator says success, the checks say no —
+    # it is written to failed.jsonl only, labelled, and the disagreement is reported
+    assert multi.failed_path is not None
+    (mf,) = list(read_jsonl(multi.failed_path))
+    assert mf["intent"]["id"] == intents[1].id and mf["outcome"]["label"] == "failed"
+    assert mf["outcome"]["simulator_success"] is True and mf["outcome"]["success"] is False
+    assert multi.report["agreement"] == {
+        "sessions": 2,
+        "agree": 1,
+        "rate": 0.5,
+        "simulator_success_checks_failed": 1,
+        "simulator_failure_checks_passed": 0,
+    }
     from datasets import load_dataset
 
-    ds = load_dataset(
-        "json", data_files=str(single.trajectories_path), split="train",
-        cache_dir=str(tmp_path / "hf"),
-    )  # fmt: skip
-    assert (
-        ds.num_rows == 3
-        and sorted(ds["outcome"], key=lambda o: o["verified"])[0]["verified"] == 0.0
-    )
+    # each file loads on its own (one schema per file)
+    rows = {}
+    for name, path in (("kept", single.trajectories_path), ("failed", single.failed_path)):
+        ds = load_dataset(
+            "json", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf" / name)
+        )
+        rows[name] = [o["verified"] for o in ds["outcome"]]
+    assert rows == {"kept": [1.0, 1.0], "failed": [0.0]}

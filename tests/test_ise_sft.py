@@ -69,8 +69,11 @@ async def test_ise_trajectories_train_with_rl_core_sft(tmp_path: Path) -> None:
             SessionConfig(agent_max_turns=10, memory_mb=256),
             concurrency=2,
             agent_hook=script,
+            # template intents have no checks, so no session is a verified success: this
+            # test of the SFT mechanics asks for the unverified ones as targets explicitly
+            failed_as_targets=True,
         )
-    assert run.completed == 2
+    assert run.completed == 2 and run.failed == 2
 
     trajectories = read_trajectories(run.trajectories_path)
     assert len(trajectories) == 2

@@ -32,7 +32,7 @@ def _intent() -> IntentRecord:
 
 
 def _json(**kw: Any) -> str:
-    base = {"completed": False, "next_query": "", "reason": "r", "success": False}
+    base = {"completed": False, "query": "", "reason": "r", "is_success": False}
     base.update(kw)
     return json.dumps(base)
 
@@ -101,17 +101,19 @@ def test_user_voice_is_not_drift(text: str) -> None:
 
 
 def test_parse_reply_accepts_the_json_answer_and_rejects_the_rest() -> None:
-    r = parse_reply("<think>hmm</think>\n```json\n" + _json(next_query=" next ") + "\n```")
-    assert (r.completed, r.next_query, r.reason, r.success) == (False, "next", "r", False)
-    done = parse_reply(_json(completed=True, success=True, next_query=None))
-    assert done.completed and done.success and done.next_query == ""
+    r = parse_reply("<think>hmm</think>\n```json\n" + _json(query=" next ") + "\n```")
+    assert (r.completed, r.query, r.reason, r.is_success) == (False, "next", "r", False)
+    done = parse_reply(_json(completed=True, is_success=True, query=None))
+    assert done.completed and done.is_success and done.query == ""
     for bad in [
         "Sure! Next I'd like a chart.",
         "[1, 2]",
         _json(completed="yes"),
-        _json(next_query=""),
-        _json(next_query="x", success="true"),
-        "Here: " + _json(next_query="x"),
+        _json(query=""),
+        _json(query="x", is_success="true"),
+        # the old contract's keys are not the contract
+        json.dumps({"completed": False, "next_query": "x", "reason": "", "success": False}),
+        "Here: " + _json(query="x"),
     ]:
         with pytest.raises(SimulatorError):
             parse_reply(bad)
@@ -156,9 +158,9 @@ class _ScriptedChat:
 async def test_assistant_voice_is_regenerated_and_counted() -> None:
     chat = _ScriptedChat(
         [
-            _json(next_query="I have created the file output/report.md as you asked."),
+            _json(query="I have created the file output/report.md as you asked."),
             "Sure, here is what I did.",  # not JSON
-            _json(next_query="Great — can you also add a total row?"),
+            _json(query="Great — can you also add a total row?"),
         ]
     )
     sim = LLMUserSimulator(chat, "sim", max_regenerations=3)
@@ -168,8 +170,8 @@ async def test_assistant_voice_is_regenerated_and_counted() -> None:
         )
     ]
     turn = await sim.respond(_intent(), history)
-    assert turn.reply.next_query == "Great — can you also add a total row?"
-    assert (turn.generations, turn.drifted) == (3, 2)
+    assert turn.reply.query == "Great — can you also add a total row?"
+    assert (turn.generations, turn.drifted, turn.invalid) == (3, 1, 1)
     assert turn.drift_reasons[0] == "assistant-report" and turn.drift_reasons[1].startswith(
         "invalid"
     )
@@ -179,7 +181,7 @@ async def test_assistant_voice_is_regenerated_and_counted() -> None:
 
 
 async def test_persistent_drift_raises_with_counts() -> None:
-    chat = _ScriptedChat([_json(next_query="As an AI, I will now run the script.")] * 3)
+    chat = _ScriptedChat([_json(query="As an AI, I will now run the script.")] * 3)
     sim = LLMUserSimulator(chat, "sim", max_regenerations=2)
     with pytest.raises(SimulatorDriftError) as info:
         await sim.respond(_intent(), [AgentTurn("q", "a")])
@@ -189,10 +191,10 @@ async def test_persistent_drift_raises_with_counts() -> None:
 
 async def test_opening_turn_may_not_complete() -> None:
     chat = _ScriptedChat(
-        [_json(completed=True, success=True), _json(next_query="Hi, first step: list the files.")]
+        [_json(completed=True, is_success=True), _json(query="Hi, first step: list the files.")]
     )
     turn = await LLMUserSimulator(chat, "sim").respond(_intent(), [])
-    assert turn.reply.next_query.startswith("Hi") and turn.drifted == 1
+    assert turn.reply.query.startswith("Hi") and (turn.drifted, turn.invalid) == (0, 1)
 
 
 def test_prompt_holds_persona_intent_and_principles() -> None:
@@ -220,7 +222,112 @@ async def test_scripted_simulator_asks_one_step_per_task_then_completes() -> Non
     history: list[AgentTurn] = []
     for q in queries:
         turn = await sim.respond(intent, history)
-        assert not turn.reply.completed and turn.reply.next_query == q
+        assert not turn.reply.completed and turn.reply.query == q
         history.append(AgentTurn(q, "ok"))
     final = await sim.respond(intent, history)
-    assert final.reply.completed and final.reply.success and final.drifted == 0
+    assert final.reply.completed and final.reply.is_success and final.drifted == 0
+
+
+async def test_bad_json_is_retried_then_the_session_is_discarded_and_counted() -> None:
+    """A non-JSON / off-contract answer is regenerated; a good one after it is used (the bad
+    one counted as invalid, not as role drift); K + 1 bad answers discard the session as
+    ``simulator_invalid``, and the count reaches the session's stats and the report."""
+    from clawrl.ise_synth import SessionConfig, synthesis_report
+    from clawrl.ise_synth.execute import _SessionEnd, _SessionRun
+
+    retry = _ScriptedChat(["{oops", _json(query="Now count the lines of notes.txt, please.")])
+    turn = await LLMUserSimulator(retry, "sim").respond(_intent(), [AgentTurn("q", "a")])
+    assert (turn.generations, turn.invalid, turn.drifted) == (2, 1, 0)
+    assert turn.reply.query.startswith("Now count")
+
+    bad = [
+        "Sure! Next I'd like a chart.",
+        '{"completed": "no", "query": "x", "reason": "", "is_success": false}',
+        '```json\n{"completed": false, "query": \n```',
+    ]
+    sim = LLMUserSimulator(_ScriptedChat(bad), "sim", max_regenerations=2)
+    with pytest.raises(SimulatorDriftError) as info:
+        await sim.respond(_intent(), [AgentTurn("q", "a")])
+    assert (info.value.generations, info.value.invalid, info.value.drifted) == (3, 3, 0)
+
+    # the session: discarded with its own reason, the invalid generations in its stats
+    run = _SessionRun(
+        _intent(),
+        LLMUserSimulator(_ScriptedChat(bad), "sim", max_regenerations=2),
+        None,  # type: ignore[arg-type]  # next_query never touches the endpoint
+        SessionConfig(opening="intent"),
+        "t",
+    )
+    assert await run.next_query() == run.intent.intent  # turn 1: the intent, no simulator
+    run.history.append(AgentTurn(run.intent.intent, "done"))
+    with pytest.raises(_SessionEnd) as end:
+        await run.next_query()
+    assert end.value.reason == "simulator_invalid"
+    result = run.result(end.value.reason, end.value.detail)
+    assert result.trajectory is None
+    assert (result.stats["simulator_invalid"], result.stats["simulator_drifted"]) == (3, 0)
+    report = synthesis_report([], [result.discard_record()])
+    assert report["trajectories"]["discarded_by_reason"] == {"simulator_invalid": 1}
+    assert (report["drift"]["invalid"], report["drift"]["drifted"]) == (3, 0)
+    assert report["drift"]["rate"] == 0.0 and report["drift"]["rejected_rate"] == 1.0
+
+
+async def test_the_simulator_is_told_the_tool_calls_and_their_results() -> None:
+    """What the agent did — its tool calls and their (clipped) results, read from the agent's
+    transcript of the turn — is in the next simulator prompt, bounded in length."""
+    import time
+
+    from clawrl.ise_synth import SessionConfig
+    from clawrl.ise_synth.execute import _SessionRun
+    from clawrl.ise_synth.simulator import REPLY_CHARS, TOOL_SUMMARY_CHARS
+
+    def call(i: int, name: str, args: str) -> dict[str, Any]:
+        return {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": args}}
+
+    calls = [call(0, "bash", '{"command": "wc -l data/notes.txt"}')]
+    calls += [call(i, "read_file", f'{{"path": "f{i}.txt"}}') for i in range(1, 60)]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "old query"},
+        {"role": "assistant", "content": "old answer"},
+        {"role": "user", "content": "count the lines"},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c0", "content": "exit code 0\n42 data/notes.txt"},
+        *[{"role": "tool", "tool_call_id": f"c{i}", "content": "x" * 5000} for i in range(1, 60)],
+        {"role": "assistant", "content": "There are 42 lines. " + "y" * 9000},
+    ]
+    chat = _ScriptedChat([_json(query="Thanks. Please double-check the count.")])
+    run = _SessionRun(
+        _intent(),
+        LLMUserSimulator(chat, "sim"),
+        None,  # type: ignore[arg-type]
+        SessionConfig(),
+        "t",
+    )
+    run.transcript = {"messages": messages, "tool_calls": []}
+    run.record_turn("count the lines", {"before": {}, "after": {"n.txt": [3, "h"]}}, time.time())
+    summary = run.history[-1].tool_summary
+    assert "wc -l data/notes.txt" in summary and "42 data/notes.txt" in summary
+    assert "old" not in summary and "more calls" in summary  # this turn's calls, bounded
+    assert len(summary) <= TOOL_SUMMARY_CHARS + 40
+    await run.next_query()
+    prompt = chat.requests[0]["messages"][1]["content"]
+    assert "bash" in prompt and "42 data/notes.txt" in prompt and "added n.txt" in prompt
+    assert len(prompt) < REPLY_CHARS + TOOL_SUMMARY_CHARS + 1000
+
+
+async def test_completion_waits_for_a_request_to_check_the_work() -> None:
+    """The simulator may end the session only after it asked the agent to check its work: an
+    earlier ``completed`` is rejected (counted invalid) and regenerated."""
+    early = _json(completed=True, is_success=True)
+    ask = _json(query="Looks good — could you double-check the totals before we finish?")
+    chat = _ScriptedChat([early, ask])
+    turn = await LLMUserSimulator(chat, "sim").respond(_intent(), [AgentTurn("sum it", "42")])
+    assert not turn.reply.completed and turn.invalid == 1
+    assert "check its work" in turn.drift_reasons[0]
+    done = await LLMUserSimulator(_ScriptedChat([early]), "sim").respond(
+        _intent(), [AgentTurn("sum it", "42"), AgentTurn("please verify the total", "ok")]
+    )
+    assert done.reply.completed and done.reply.is_success
+    system = simulator_messages(_intent(), [], 20)[0]["content"]
+    assert '"is_success"' in system and '"query"' in system and "check its own work" in system

@@ -15,6 +15,7 @@ from clawrl.ise_synth import (
     TemplateRenderer,
     TrajectoryError,
     build_trajectory,
+    call_shaped_text,
     load_taxonomy,
     read_jsonl,
     synthesis_report,
@@ -95,7 +96,9 @@ def test_build_trajectory_has_the_design_shape() -> None:
     assert (s["user_turns"], s["assistant_turns"], s["dialogue_turns"]) == (2, 3, 6)
     assert (s["tool_calls"], s["failed_tool_calls"], s["recovered_failures"]) == (2, 1, 1)
     assert s["drift_rate"] == pytest.approx(1 / 3)
-    assert t["outcome"]["success"] is True and t["outcome"]["session_id"] == "s1"
+    # no checks ran: never a success, whatever the simulator said (it said yes)
+    assert t["outcome"]["success"] is False and t["outcome"]["label"] == "unverified"
+    assert t["outcome"]["simulator_success"] is True and t["outcome"]["session_id"] == "s1"
     orjson.loads(orjson.dumps(t))  # JSON-serialisable
 
 
@@ -166,12 +169,20 @@ def test_report_matches_the_papers_statistics() -> None:
         "complete": 2,
         "discarded": 1,
         "discarded_by_reason": {"turn_limit": 1},
-        "success": 2,
+        "success": 0,
+        "by_label": {"unverified": 2},
     }
+    assert r["agreement"]["sessions"] == 0 and r["agreement"]["rate"] is None
     assert r["user_turns"] == {"mean": 2.0, "median": 2.0, "max": 2.0, "total": 4.0}
     assert r["dialogue_turns"]["total"] == 12 and r["tool_calls"]["total"] == 4
     assert (r["failed_tool_calls"], r["failed_followed_by_recovery"]) == (2, 2)
-    assert r["drift"] == {"generations": 26, "drifted": 2, "rate": pytest.approx(2 / 26)}
+    assert r["drift"] == {
+        "generations": 26,
+        "drifted": 2,
+        "invalid": 0,
+        "rate": pytest.approx(2 / 26),
+        "rejected_rate": pytest.approx(2 / 26),
+    }
     assert r["distinct_tools_all"] == ["bash"]
 
 
@@ -205,3 +216,139 @@ def test_simulate_cli_usage_errors(tmp_path: Path) -> None:
     for agent, simulator in [("scripted", "llm"), ("proxy", "scripted")]:
         argv = ["simulate", "--intents", str(intents), "-o", out]
         assert main([*argv, "--agent", agent, "--simulator", simulator]) == 2, (agent, simulator)
+
+
+def _verified(reward: float, sim_success: bool, transcript: dict[str, Any] | None = None) -> Any:
+    checks = 2
+    verification = {
+        "reward": reward,
+        "passed": checks if reward >= 1 else 0,
+        "checks": checks,
+        "failed": [] if reward >= 1 else ["equals out.txt", "absent tmp.txt"],
+    }
+    return build_trajectory(
+        _intent(),
+        transcript or _transcript(),
+        [{"name": "bash", "ok": True, "tool_call_id": "c1"}],
+        [{"query": "q1"}, {"query": "q2"}],
+        SimulatorReply(True, "", "looks done to me", sim_success),
+        {"simulator_generations": 2},
+        verification=verification,
+    )
+
+
+@pytest.mark.parametrize("sim_success", [True, False])
+@pytest.mark.parametrize("reward", [0.0, 0.5, 1.0])
+def test_the_checks_decide_success_whatever_the_simulator_says(
+    reward: float, sim_success: bool
+) -> None:
+    t = _verified(reward, sim_success)
+    o = t["outcome"]
+    assert o["success"] is (reward == 1.0)
+    assert o["label"] == ("success" if reward == 1.0 else "failed")
+    assert o["simulator_success"] is sim_success and o["verified"] == reward
+
+
+async def test_a_trajectory_whose_checks_fail_is_never_written_as_a_success(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """synthesize() writes a completed session whose checks failed to failed.jsonl, never to
+    trajectories.jsonl (the SFT input), even when the simulator calls it a success; with
+    ``failed_as_targets`` it goes to both, still labelled a failure. The sessions here are
+    stand-ins (run_session replaced: no sandbox), the files and the report are real."""
+    import clawrl.ise_synth.pipeline as pipeline
+    from clawrl.ise_synth import SessionResult, synthesize
+    from clawrl.ise_synth.testing import ScriptedUserSimulator
+
+    intents = [_intent()]
+    verdicts = {"fail": _verified(0.0, True), "pass": _verified(1.0, False)}
+
+    async def fake_session(intent: IntentRecord, *a: Any, **kw: Any) -> SessionResult:
+        t = verdicts[current]
+        return SessionResult(intent.id, t, stats=t["stats"])
+
+    monkeypatch.setattr(pipeline, "run_session", fake_session)
+    sim = ScriptedUserSimulator()
+    current = "fail"
+    run = await synthesize(intents, sim, None, tmp_path / "a")  # type: ignore[arg-type]
+    assert list(read_jsonl(run.trajectories_path)) == []
+    (failed,) = list(read_jsonl(tmp_path / "a" / "failed.jsonl"))
+    assert failed["outcome"]["success"] is False and failed["outcome"]["label"] == "failed"
+    assert run.failed == 1 and run.report["trajectories"]["success"] == 0
+    ag = run.report["agreement"]
+    assert (ag["sessions"], ag["agree"], ag["simulator_success_checks_failed"]) == (1, 0, 1)
+    # resumable: the failed session is done
+    again = await synthesize(intents, sim, None, tmp_path / "a")  # type: ignore[arg-type]
+    assert again.skipped == 1 and again.completed == 0
+
+    run = await synthesize(
+        intents,
+        sim,
+        None,
+        tmp_path / "b",
+        failed_as_targets=True,  # type: ignore[arg-type]
+    )
+    (kept,) = list(read_jsonl(run.trajectories_path))
+    assert kept["outcome"]["success"] is False and run.report["trajectories"]["complete"] == 1
+
+    current = "pass"
+    run = await synthesize(intents, sim, None, tmp_path / "c")  # type: ignore[arg-type]
+    (ok,) = list(read_jsonl(run.trajectories_path))
+    assert ok["outcome"]["success"] is True and ok["outcome"]["simulator_success"] is False
+    assert not (tmp_path / "c" / "failed.jsonl").exists()
+    assert run.report["agreement"]["simulator_failure_checks_passed"] == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "bash", "arguments": {"command": "wc -l notes.txt"}}',
+        'I will run it now:\n```json\n{"name": "write_file", "arguments": {"path": "a"}}\n```',
+        '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>',
+        '{"arguments": {"path": "notes.txt"}, "name": "read_file"}',
+        'Call: {"function": "bash", "parameters": {"command": "ls"}}',
+    ],
+)
+def test_call_shaped_text_that_never_ran_is_not_a_success(text: str) -> None:
+    """An assistant message that holds a call the parser refused (it never executed) makes the
+    trajectory no success, even with every check passing; the calls it holds are counted."""
+    tr = _transcript()
+    tr["tools"] = [
+        {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+        for n in ("bash", "read_file", "write_file")
+    ]
+    tr["messages"][4]["content"] = text
+    t = _verified(1.0, True, tr)
+    assert t["stats"]["unexecuted_calls"] == 1
+    assert t["outcome"]["success"] is False and t["outcome"]["label"] == "unexecuted_call"
+    # the calls in the trajectory are the executed ones only (the text stays text)
+    calls = [c for m in t["messages"] for c in m.get("tool_calls", [])]
+    assert [c["id"] for c in calls] == ["c1"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Done: notes.txt has 42 lines.",
+        'The config now reads {"name": "prod", "port": 80}.',
+        'I set "name": "bash" in the list of shells.',
+        '{"name": "unknown_tool", "arguments": {}}',  # not one of the offered tools
+    ],
+)
+def test_ordinary_text_is_not_call_shaped(text: str) -> None:
+    assert call_shaped_text(text, ["bash", "read_file", "write_file"]) is False
+
+
+def test_a_call_missing_from_the_executed_log_is_not_a_success() -> None:
+    """A tool call in the messages that the harness's log of executed calls lacks is counted
+    as unexecuted: the trajectory is no success."""
+    t = build_trajectory(
+        _intent(),
+        _transcript(),
+        [{"name": "bash", "ok": True, "tool_call_id": "other"}],
+        [{"query": "q1"}],
+        SimulatorReply(True, "", "done", True),
+        {},
+        verification={"reward": 1.0, "passed": 1, "checks": 1, "failed": []},
+    )
+    assert t["stats"]["unexecuted_calls"] == 1 and t["outcome"]["success"] is False

@@ -46,8 +46,9 @@ from clawrl.ise_synth.execute import (
 )
 from clawrl.ise_synth.intents import IntentStats, dedup_intents, generate_intents
 from clawrl.ise_synth.pipeline import ProxySimulatorFactory, SynthesisRun, synthesize
-from clawrl.ise_synth.records import IntentRecord, read_intents, write_intents
+from clawrl.ise_synth.records import IntentRecord, load_intents, read_intents, write_intents
 from clawrl.ise_synth.render import LLMRenderer, TemplateRenderer, llm_messages
+from clawrl.ise_synth.rl import SimulatedUserHarness
 from clawrl.ise_synth.sampling import DomainSelection, IntentSampler, IntentSpec
 from clawrl.ise_synth.simulator import (
     AgentTurn,
@@ -58,6 +59,7 @@ from clawrl.ise_synth.simulator import (
     detect_drift,
     parse_reply,
     simulator_messages,
+    summarise_tool_calls,
 )
 from clawrl.ise_synth.taxonomy import (
     Complexity,
@@ -71,8 +73,10 @@ from clawrl.ise_synth.trajectory import (
     TrajectoryError,
     append_jsonl,
     build_trajectory,
+    call_shaped_text,
     read_jsonl,
     report_table,
+    simulator_agreement,
     synthesis_report,
     tool_call_stats,
     validate_trajectory,
@@ -106,6 +110,7 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "SessionConfig",
     "SessionResult",
+    "SimulatedUserHarness",
     "SimulatorDriftError",
     "SimulatorError",
     "SimulatorReply",
@@ -121,6 +126,7 @@ __all__ = [
     "__version__",
     "append_jsonl",
     "build_trajectory",
+    "call_shaped_text",
     "check_program",
     "dedup_exact",
     "dedup_intents",
@@ -134,6 +140,7 @@ __all__ = [
     "is_checkable",
     "llm_messages",
     "load_embedder",
+    "load_intents",
     "load_taxonomy",
     "normalize_text",
     "parse_reply",
@@ -141,7 +148,9 @@ __all__ = [
     "read_jsonl",
     "report_table",
     "run_session",
+    "simulator_agreement",
     "simulator_messages",
+    "summarise_tool_calls",
     "synthesis_report",
     "synthesize",
     "tool_call_stats",

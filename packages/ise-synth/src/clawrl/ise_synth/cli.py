@@ -58,7 +58,7 @@ from clawrl.ise_synth.execute import (
 )
 from clawrl.ise_synth.intents import dedup_intents, generate_intents
 from clawrl.ise_synth.pipeline import ProxySimulatorFactory, SynthesisRun, synthesize
-from clawrl.ise_synth.records import IntentRecord, read_intents, write_intents
+from clawrl.ise_synth.records import IntentRecord, load_intents, read_intents, write_intents
 from clawrl.ise_synth.render import LLMRenderer, TemplateRenderer
 from clawrl.ise_synth.sampling import IntentSampler
 from clawrl.ise_synth.simulator import LLMUserSimulator, ScriptedUserSimulator, UserSimulator
@@ -117,7 +117,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         q = commands[name] = sub.add_parser(name, help=help_)
         _config_flags(q)
         if name == "simulate":
-            q.add_argument("--intents", type=Path, help="intents JSONL (required)")
+            q.add_argument(
+                "--intents",
+                type=Path,
+                help="intents: JSONL, or JSON / Parquet read with `datasets` (required)",
+            )
             q.add_argument("--intent-stats", type=Path, help="stage-1 stats JSON (for the report)")
         else:
             q.add_argument("-n", "--num", type=int, default=20, help="intents to generate")
@@ -173,6 +177,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         q.add_argument("--sim-api-key", default=None)
         q.add_argument("--sim-max-tokens", type=int, default=512)
         q.add_argument("--max-regenerations", type=int, default=3, help="K: drift regenerations")
+        q.add_argument(
+            "--failed-as-targets",
+            action="store_true",
+            help="also write completed sessions whose checks failed to trajectories.jsonl "
+            "(labelled outcome.success=false); by default only failed.jsonl holds them",
+        )
         q.add_argument(
             "--opening",
             choices=["simulator", "intent"],
@@ -353,6 +363,7 @@ async def _simulate_async(
                     agent_hook=hook,
                     intent_stats=intent_stats,
                     on_session=on_session,
+                    failed_as_targets=args.failed_as_targets,
                 )
             finally:
                 if factory is not None:
@@ -436,9 +447,7 @@ def _model_dir(name: str) -> Path:
 
 
 def _export_tasks(args: argparse.Namespace, console: Console) -> int:
-    if not args.intents.exists():
-        raise IseSynthError(f"no intents file {args.intents}")
-    intents = list(read_intents(args.intents))
+    intents = load_intents(args.intents)
     try:
         dirs = export_bench_suite(intents, args.out, agent_timeout_s=args.agent_timeout)
     except ValueError as exc:
@@ -464,9 +473,7 @@ def _simulate(
             "--concurrency and --max-user-turns must be >= 1, --max-regenerations >= 0"
         )
     if intents is None:
-        if not args.intents.exists():
-            raise IseSynthError(f"no intents file {args.intents}")
-        intents = list(read_intents(args.intents))
+        intents = load_intents(args.intents)
         if args.intent_stats:
             intent_stats = json.loads(args.intent_stats.read_text())
         else:
@@ -477,8 +484,10 @@ def _simulate(
     run = asyncio.run(_simulate_async(args, intents, intent_stats, console))
     console.print(report_table(run.report))
     console.print(
-        f"{run.completed} complete, {run.discarded} discarded this run ({run.skipped} done "
-        f"before); wrote {run.trajectories_path}, {run.discarded_path}, {run.report_path}"
+        f"{run.completed} complete ({run.completed - run.failed} verified successes, "
+        f"{run.failed} kept apart in {run.failed_path}), {run.discarded} discarded this run "
+        f"({run.skipped} done before); wrote {run.trajectories_path}, {run.discarded_path}, "
+        f"{run.report_path}"
     )
     return 0
 
@@ -511,12 +520,15 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
 def _stats(args: argparse.Namespace, console: Console) -> int:
     traj = args.out / "trajectories.jsonl"
-    if not traj.exists():
+    if not traj.exists() and not (args.out / "failed.jsonl").exists():
         raise IseSynthError(f"no {traj}")
     stats_path = args.intent_stats or args.out / "intents.stats.json"
     intent_stats = json.loads(stats_path.read_text()) if stats_path.exists() else None
     report = synthesis_report(
-        read_jsonl(traj), read_jsonl(args.out / "discarded.jsonl"), intent_stats
+        read_jsonl(traj),
+        read_jsonl(args.out / "discarded.jsonl"),
+        intent_stats,
+        failed=read_jsonl(args.out / "failed.jsonl"),
     )
     (args.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     console.print(report_table(report))

@@ -38,15 +38,30 @@ class SimulatorDriftError(SimulatorError):
     """The simulator produced no valid user turn within its regeneration budget.
 
     Attributes:
-        generations: generations made; drifted: how many of them were rejected;
-        reasons: the rejection reason of each (drift tags or ``invalid: …``).
+        generations: generations made; drifted: how many of them left the user role (drift
+        tags); invalid: how many did not parse as the JSON contract (``invalid: …``);
+        reasons: the rejection reason of each, in order.
     """
 
-    def __init__(self, message: str, *, generations: int, drifted: int, reasons: list[str]) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        generations: int,
+        drifted: int,
+        reasons: list[str],
+        invalid: int = 0,
+    ) -> None:
         super().__init__(message)
         self.generations = generations
         self.drifted = drifted
+        self.invalid = invalid
         self.reasons = reasons
+
+    @property
+    def all_invalid(self) -> bool:
+        """Every rejected generation was invalid JSON (no role drift)."""
+        return self.drifted == 0 and self.invalid > 0
 
 
 class ExecutionError(IseSynthError):

@@ -15,9 +15,10 @@ user turns), one proxy session for the agent. Per user turn:
    summarised. Steps 2–3 are one ``exec`` into the sandbox per user turn.
 
 A session that the simulator ends with ``completed`` becomes a trajectory
-(:mod:`clawrl.ise_synth.trajectory`); one that reaches the user-turn cap without completing,
-whose simulator cannot produce a valid turn, or whose agent fails, is *discarded* with a
-reason and counted.
+(:mod:`clawrl.ise_synth.trajectory`) — a *success* only when the intent's execution checks
+pass in the sandbox, whatever the simulator said; one that reaches the user-turn cap without
+completing, whose simulator cannot produce a valid turn, or whose agent fails, is *discarded*
+with a reason and counted.
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ from clawrl.bench.harness import REFERENCE_AGENT_MOUNT, ReferenceHarness, refere
 from clawrl.ise_synth.checkable import check_program, is_checkable
 from clawrl.ise_synth.errors import SimulatorDriftError, SimulatorError
 from clawrl.ise_synth.records import IntentRecord
-from clawrl.ise_synth.simulator import AgentTurn, SimulatorReply, SimulatorTurn, UserSimulator
+from clawrl.ise_synth.simulator import (
+    AgentTurn,
+    SimulatorReply,
+    SimulatorTurn,
+    UserSimulator,
+    summarise_tool_calls,
+)
 from clawrl.ise_synth.trajectory import build_trajectory, tool_call_stats
 from clawrl.proxy import ModelEndpoint, ProxyError, SessionInfo
 from clawrl.sandbox import Limits, Sandbox, SandboxError, SandboxSpec
@@ -223,7 +230,7 @@ class _SessionRun:
         self.intent, self.simulator, self.endpoint = intent, simulator, endpoint
         self.config, self.run_id = config, run_id
         self.t0 = time.time()
-        self.sim_generations = self.sim_drifted = 0
+        self.sim_generations = self.sim_drifted = self.sim_invalid = 0
         self.drift_reasons: list[str] = []
         self.history: list[AgentTurn] = []
         self.turn_records: list[dict[str, Any]] = []
@@ -243,6 +250,7 @@ class _SessionRun:
             "simulator": self.simulator.name,
             "simulator_generations": self.sim_generations,
             "simulator_drifted": self.sim_drifted,
+            "simulator_invalid": self.sim_invalid,
             "drift_reasons": self.drift_reasons,
             "wall_s": round(time.time() - self.t0, 3),
             **tool_call_stats(self.tool_log),
@@ -258,6 +266,7 @@ class _SessionRun:
                 stats,
                 session_id=self.sid,
                 verification=self.verification,
+                simulated=not self.config.single_turn,
             )
             return SessionResult(self.intent.id, trajectory, stats=trajectory["stats"])
         return SessionResult(self.intent.id, None, reason, detail, stats)
@@ -342,12 +351,15 @@ class _SessionRun:
         except SimulatorDriftError as exc:
             self.sim_generations += exc.generations
             self.sim_drifted += exc.drifted
+            self.sim_invalid += exc.invalid
             self.drift_reasons.extend(exc.reasons)
-            raise _SessionEnd("simulator_drift", str(exc)) from exc
+            reason = "simulator_invalid" if exc.all_invalid else "simulator_drift"
+            raise _SessionEnd(reason, str(exc)) from exc
         except SimulatorError as exc:
             raise _SessionEnd("simulator_error", str(exc)) from exc
         self.sim_generations += turn.generations
         self.sim_drifted += turn.drifted
+        self.sim_invalid += turn.invalid
         self.drift_reasons.extend(turn.drift_reasons)
         if turn.reply.completed:
             if not self.history:
@@ -356,7 +368,7 @@ class _SessionRun:
             return None
         if len(self.history) >= self.config.max_user_turns:
             raise _SessionEnd("turn_limit", f"not completed after {len(self.history)} user turns")
-        return turn.reply.next_query
+        return turn.reply.query
 
     async def agent_turn(self, sb: Sandbox, query: str) -> None:
         """Run the reference agent on ``query`` in the sandbox and record the turn.
@@ -399,16 +411,19 @@ class _SessionRun:
         for call in transcript.get("tool_calls", []):
             self.tool_log.append({**call, "user_turn": len(self.history)})
         changes = workspace_changes(out["before"], out["after"])
+        messages = transcript["messages"]
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        this_turn = messages[last_user + 1 :]
         final = next(
             (
                 str(m.get("content") or "")
-                for m in reversed(transcript["messages"])
+                for m in reversed(this_turn)
                 if m.get("role") == "assistant"
             ),
             "",
         )
         summary = changes if self.config.workspace_summary else ""
-        self.history.append(AgentTurn(query, final, summary))
+        self.history.append(AgentTurn(query, final, summary, summarise_tool_calls(this_turn)))
         self.turn_records.append(
             {
                 "query": query,

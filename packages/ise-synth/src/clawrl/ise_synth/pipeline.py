@@ -1,10 +1,15 @@
 """Stages 2–3 over an intent pool: bounded-concurrency, resumable synthesis runs.
 
 :func:`synthesize` runs one session per intent (:func:`~clawrl.ise_synth.run_session`) with at
-most ``concurrency`` sandboxes alive, appends every completed trajectory to
-``<out>/trajectories.jsonl`` and every discarded session to ``<out>/discarded.jsonl`` as soon
-as it ends, and skips intents already present in either file (the resume point), then writes
-``<out>/report.json`` (:func:`~clawrl.ise_synth.synthesis_report`).
+most ``concurrency`` sandboxes alive and appends each session as soon as it ends: a verified
+success (its intent's execution checks passed — ``outcome.success``) to
+``<out>/trajectories.jsonl``, a completed session that is not one (``outcome.label``
+``failed``, ``unverified`` or ``unexecuted_call``) to ``<out>/failed.jsonl`` — kept apart, never
+an SFT target unless the recipe asks (``failed_as_targets``: then they go to
+``trajectories.jsonl`` too, still labelled) — and every discarded session to
+``<out>/discarded.jsonl``. Intents already present in any of them are skipped (the resume
+point); then it writes ``<out>/report.json`` (:func:`~clawrl.ise_synth.synthesis_report`,
+with the simulator-vs-checks agreement).
 """
 
 from __future__ import annotations
@@ -78,7 +83,8 @@ class ProxySimulatorFactory:
 @dataclass
 class SynthesisRun:
     """Paths and counts of a :func:`synthesize` call (``skipped``: intents found done in the
-    output files; ``completed`` / ``discarded``: sessions of this call)."""
+    output files; ``completed`` / ``discarded``: sessions of this call; ``failed``: those of
+    the completed ones that are not verified successes, written to ``failed_path``)."""
 
     trajectories_path: Path
     discarded_path: Path
@@ -87,6 +93,8 @@ class SynthesisRun:
     skipped: int
     completed: int
     discarded: int
+    failed_path: Path | None = None
+    failed: int = 0
 
 
 async def synthesize(
@@ -102,9 +110,12 @@ async def synthesize(
     intent_stats: dict[str, Any] | None = None,
     on_session: Callable[[SessionResult], None] | None = None,
     image: str | None = None,
+    failed_as_targets: bool = False,
 ) -> SynthesisRun:
     """Run stages 2–3 for ``intents`` (see the module docstring). ``simulator`` is one
-    simulator shared by all sessions or a factory building one per session.
+    simulator shared by all sessions or a factory building one per session;
+    ``failed_as_targets`` writes completed sessions whose checks did not pass to
+    ``trajectories.jsonl`` as well as ``failed.jsonl`` (labelled ``outcome.success = false``).
 
     Raises:
         ValueError: ``concurrency`` < 1.
@@ -114,15 +125,17 @@ async def synthesize(
     out_dir.mkdir(parents=True, exist_ok=True)
     traj_path = out_dir / "trajectories.jsonl"
     disc_path = out_dir / "discarded.jsonl"
-    for p in (traj_path, disc_path):  # drop a half-written last line before appending
+    failed_path = out_dir / "failed.jsonl"
+    for p in (traj_path, disc_path, failed_path):  # drop a half-written last line before appending
         if p.exists() and p.stat().st_size and not p.read_bytes().endswith(b"\n"):
             data = p.read_bytes()
             p.write_bytes(data[: data.rfind(b"\n") + 1])
     done = {t["intent"]["id"] for t in read_jsonl(traj_path)}
+    done |= {t["intent"]["id"] for t in read_jsonl(failed_path)}
     done |= {d["intent_id"] for d in read_jsonl(disc_path)}
     todo = [i for i in intents if i.id not in done]
     gate = asyncio.Semaphore(concurrency)
-    counts = {"completed": 0, "discarded": 0}
+    counts = {"completed": 0, "discarded": 0, "failed": 0}
 
     async def one(intent: IntentRecord) -> None:
         async with gate:
@@ -141,8 +154,14 @@ async def synthesize(
                 image=image,
             )
         if result.trajectory is not None:
-            append_jsonl(traj_path, result.trajectory)
             counts["completed"] += 1
+            if result.trajectory["outcome"]["success"] is True:
+                append_jsonl(traj_path, result.trajectory)
+            else:
+                counts["failed"] += 1
+                append_jsonl(failed_path, result.trajectory)
+                if failed_as_targets:
+                    append_jsonl(traj_path, result.trajectory)
         else:
             append_jsonl(disc_path, result.discard_record())
             counts["discarded"] += 1
@@ -150,7 +169,9 @@ async def synthesize(
             on_session(result)
 
     await asyncio.gather(*(one(i) for i in todo))
-    report = synthesis_report(read_jsonl(traj_path), read_jsonl(disc_path), intent_stats)
+    report = synthesis_report(
+        read_jsonl(traj_path), read_jsonl(disc_path), intent_stats, failed=read_jsonl(failed_path)
+    )
     report_path = out_dir / "report.json"
     report_path.write_text(json.dumps(report, indent=1) + "\n")
     return SynthesisRun(
@@ -161,4 +182,6 @@ async def synthesize(
         len(intents) - len(todo),
         counts["completed"],
         counts["discarded"],
+        failed_path,
+        counts["failed"],
     )

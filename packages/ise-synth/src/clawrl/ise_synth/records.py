@@ -20,7 +20,7 @@ from clawrl.bench import iter_json_objects
 from clawrl.ise_synth.errors import IseSynthError
 from clawrl.ise_synth.sampling import IntentSpec
 
-__all__ = ["IntentRecord", "read_intents", "write_intents"]
+__all__ = ["IntentRecord", "load_intents", "read_intents", "write_intents"]
 
 
 @dataclass
@@ -124,3 +124,56 @@ def read_intents(path: Path) -> Iterator[IntentRecord]:
     other malformed line raises IseSynthError naming the line."""
     for obj in iter_json_objects(path, IseSynthError):
         yield IntentRecord.from_dict(obj)
+
+
+def _drop_nulls(value: Any) -> Any:
+    """``value`` without the null fields a columnar format adds to nested objects (Arrow
+    gives every object of a list the union of their keys, the missing ones null)."""
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
+
+
+def load_intents(path: Path) -> list[IntentRecord]:
+    """Intent records from ``path``: a JSON Lines file (``.jsonl``, :func:`read_intents`), or
+    a JSON (``.json``: JSON Lines or one array of records) or Parquet (``.parquet``) file read
+    with the Hugging Face ``datasets`` library (the ``hf`` extra), one record per row.
+
+    Raises:
+        IseSynthError: the file is missing or unreadable, a row is not a valid record, or
+            ``datasets`` is not installed.
+    """
+    if not path.exists():
+        raise IseSynthError(f"no intents file {path}")
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".parquet"):
+        return list(read_intents(path))
+    try:
+        import datasets
+    except ImportError as exc:
+        raise IseSynthError(
+            f"reading {path.name} needs the datasets library: install clawrl-ise-synth[hf]"
+        ) from exc
+    import tempfile
+
+    datasets.disable_progress_bars()
+    with tempfile.TemporaryDirectory(prefix="clawrl-intents-") as cache:
+        try:
+            ds = datasets.load_dataset(
+                "parquet" if suffix == ".parquet" else "json",
+                data_files=str(path),
+                split="train",
+                cache_dir=cache,
+            )
+        except Exception as exc:  # datasets / pyarrow raise many unrelated types
+            raise IseSynthError(f"cannot read intents from {path}: {exc}") from exc
+        rows = [_drop_nulls(dict(row)) for row in ds]
+    out = []
+    for i, row in enumerate(rows):
+        try:
+            out.append(IntentRecord.from_dict(row))
+        except IseSynthError as exc:
+            raise IseSynthError(f"{path}: row {i}: {exc}") from exc
+    return out

@@ -3,19 +3,22 @@
 A user simulator plays the human user of an ISE session: it holds the persona and the hidden
 intent, and after each agent turn it answers one JSON object
 
-    {"completed": bool, "next_query": str, "reason": str, "success": bool}
+    {"completed": bool, "query": str, "reason": str, "is_success": bool}
 
-``completed`` ends the session (``success`` says whether the intent was met); otherwise
-``next_query`` is the next user message. Principles (ISE, arXiv 2606.11520): *perspective lock*
+``completed`` ends the session (``is_success`` is the simulator's own opinion of whether the
+intent was met — recorded and compared with the execution checks, never the verdict);
+otherwise ``query`` is the next user message. Principles (ISE, arXiv 2606.11520): *perspective lock*
 (it always speaks as the user, never as the assistant), *register matching* (the persona's
 communication style), *incremental advancement* (one small step per turn) and *responsive
-conditioning* (it reacts to what the agent really did — its final reply and a summary of the
-workspace changes — points out errors and asks for a final check).
+conditioning* (it reacts to what the agent really did — its final reply, its tool calls and
+their results, summarised, and the workspace changes — points out errors and asks the agent to
+check its work before it ends the session).
 
 Perspective lock is enforced: :func:`detect_drift` flags assistant-voice or tool-call-like
-output (and :func:`parse_reply` non-JSON output); :class:`LLMUserSimulator` regenerates such
-an answer up to ``max_regenerations`` times and counts every drifted generation, so the
-session's drift rate = drifted generations / generations.
+output and :func:`parse_reply` validates the JSON contract; :class:`LLMUserSimulator`
+regenerates a rejected answer up to ``max_regenerations`` times and counts each rejection as
+*drifted* (left the user role) or *invalid* (not the JSON contract), so a session's drift rate
+= drifted generations / generations.
 
 :class:`ScriptedUserSimulator` is a *test simulator* (named as such): it asks a fixed list of
 queries derived from the intent, then declares the session complete.
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,6 +46,7 @@ __all__ = [
     "parse_reply",
     "scripted_queries",
     "simulator_messages",
+    "summarise_tool_calls",
 ]
 
 
@@ -51,38 +55,42 @@ class SimulatorReply:
     """One parsed simulator answer (the JSON object of the module docstring)."""
 
     completed: bool
-    next_query: str
+    query: str
     reason: str = ""
-    success: bool = False
+    is_success: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "completed": self.completed,
-            "next_query": self.next_query,
+            "query": self.query,
             "reason": self.reason,
-            "success": self.success,
+            "is_success": self.is_success,
         }
 
 
 @dataclass(frozen=True)
 class AgentTurn:
     """What the simulator sees of one exchange: the user query it sent, the agent's final
-    reply, and optionally a summary of the workspace changes that turn made."""
+    reply, and optionally a summary of the workspace changes that turn made and of the tool
+    calls the agent executed with their results (:func:`summarise_tool_calls`)."""
 
     query: str
     reply: str
     workspace_changes: str = ""
+    tool_summary: str = ""
 
 
 @dataclass
 class SimulatorTurn:
-    """A simulator decision plus its bookkeeping: ``generations`` made (≥ 1), ``drifted``
-    among them (each with its reason in ``drift_reasons``)."""
+    """A simulator decision plus its bookkeeping: ``generations`` made (≥ 1), ``drifted`` (left
+    the user role) and ``invalid`` (not the JSON contract) among them, each rejection's reason
+    in ``drift_reasons``."""
 
     reply: SimulatorReply
     generations: int = 1
     drifted: int = 0
     drift_reasons: list[str] = field(default_factory=list)
+    invalid: int = 0
 
 
 class UserSimulator(Protocol):
@@ -143,7 +151,10 @@ _ROLE_INVERSION = [
     (re.compile(r"\b(?:welcome to|ask me (?:for|about|anything))\b", re.I), "role-inversion"),
     (re.compile(r"\bthe (?:agent|assistant) (?:will|should|took|did|has)\b", re.I), "narration"),
     (re.compile(r"\b(?:start|begin) the conversation\b", re.I), "narration"),
-    (re.compile(r"^\s*\W*(?:next_query|completed)\W*\s*$", re.I), "template-leak"),
+    (
+        re.compile(r"^\s*\W*(?:next_query|query|completed|is_success)\W*\s*$", re.I),
+        "template-leak",
+    ),
     # our own turn instruction echoed back as the user's message (simulator_messages)
     (
         re.compile(
@@ -190,8 +201,8 @@ _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
 
 def parse_reply(text: str) -> SimulatorReply:
-    """Parse a simulator answer: one JSON object with ``completed`` (bool), ``next_query``
-    (str; required non-empty when not completed), ``reason`` (str) and ``success`` (bool).
+    """Parse a simulator answer: one JSON object with ``completed`` (bool), ``query``
+    (str; required non-empty when not completed), ``reason`` (str) and ``is_success`` (bool).
     ``<think>`` blocks and a surrounding ```json fence are stripped; a JSON object embedded in
     surrounding prose is *not* accepted (that is drift).
 
@@ -208,19 +219,73 @@ def parse_reply(text: str) -> SimulatorReply:
         raise SimulatorError(f"not JSON: {exc.msg}") from exc
     if not isinstance(obj, dict):
         raise SimulatorError("not a JSON object")
-    completed, query = obj.get("completed"), obj.get("next_query", "")
-    reason, success = obj.get("reason", ""), obj.get("success", False)
+    completed, query = obj.get("completed"), obj.get("query", "")
+    reason, success = obj.get("reason", ""), obj.get("is_success", False)
     if not isinstance(completed, bool):
         raise SimulatorError("'completed' must be a boolean")
     if query is None:
         query = ""
     if not isinstance(query, str) or not isinstance(reason, str):
-        raise SimulatorError("'next_query' and 'reason' must be strings")
+        raise SimulatorError("'query' and 'reason' must be strings")
     if not isinstance(success, bool):
-        raise SimulatorError("'success' must be a boolean")
+        raise SimulatorError("'is_success' must be a boolean")
     if not completed and not query.strip():
-        raise SimulatorError("'next_query' is empty but the session is not completed")
+        raise SimulatorError("'query' is empty but the session is not completed")
     return SimulatorReply(completed, query.strip(), reason.strip(), success)
+
+
+#: Bounds of what the simulator is shown of one agent turn (characters).
+REPLY_CHARS = 1500
+TOOL_SUMMARY_CHARS = 1200
+_CALL_ARGS_CHARS = 100
+_CALL_RESULT_CHARS = 160
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def summarise_tool_calls(
+    messages: Sequence[Mapping[str, Any]], limit: int = TOOL_SUMMARY_CHARS
+) -> str:
+    """The tool calls in ``messages`` (OpenAI chat messages of one agent turn) with their
+    results, one line each — ``bash {"command": "ls"} -> exit code 0 …`` — arguments and
+    results clipped, at most ``limit`` characters in all (the calls that did not fit are
+    counted: ``(+3 more calls)``); ``""`` when the turn made no call."""
+    results = {
+        str(m.get("tool_call_id", "")): str(m.get("content") or "")
+        for m in messages
+        if m.get("role") == "tool"
+    }
+    lines: list[str] = []
+    calls = [
+        c for m in messages if m.get("role") == "assistant" for c in (m.get("tool_calls") or [])
+    ]
+    used = 0
+    for k, call in enumerate(calls):
+        fn = call.get("function") or {}
+        args = fn.get("arguments")
+        args_text = args if isinstance(args, str) else json.dumps(args)
+        result = results.get(str(call.get("id", "")), "(no result)")
+        line = (
+            f"{fn.get('name')} {_clip(args_text, _CALL_ARGS_CHARS)} -> "
+            f"{_clip(result, _CALL_RESULT_CHARS)}"
+        )
+        if used + len(line) + 1 > limit:
+            lines.append(f"(+{len(calls) - k} more calls)")
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return "\n".join(lines)
+
+
+#: A user message that asks the agent to check its work (the simulator must send one before
+#: it ends a session).
+CHECK_REQUEST = re.compile(
+    r"\b(?:double[- ]?check|re-?check|check|verify|confirm|make sure|test|look again)\w*\b",
+    re.I,
+)
 
 
 # ----------------------------------------------------------------------------- LLM
@@ -239,15 +304,17 @@ Rules:
 Never speak as the assistant, never say what "you (the assistant) did" in the assistant's voice, \
 never write tool calls, commands in code blocks, or role prefixes.
 2. Register matching: write the way this persona writes ({communication_style}).
-3. Incremental advancement: one small, concrete step per message; do not ask for everything \
-at once.
-4. Responsive conditioning: react to what the agent actually did (its reply and the workspace \
-changes); point out errors or missing pieces; before finishing, ask for a final check.
-5. When the goal is fully met (or clearly cannot be met), end the session.
+3. Incremental advancement: start with ONE small first step; then one small, concrete step \
+per message; do not ask for everything at once.
+4. Responsive conditioning: react to what the agent actually did (its reply, the tool calls it \
+ran and their results, and the workspace changes); point out errors or missing pieces.
+5. Before you end the session, ask the agent to check its own work (re-read the files, re-run \
+the numbers). End the session only after that check, when the goal is fully met or clearly \
+cannot be met.
 
 Answer with ONE JSON object and nothing else:
-{{"completed": <true|false>, "next_query": "<your next message, empty if completed>", \
-"reason": "<why, one sentence>", "success": <true if the goal was met>}}"""
+{{"completed": <true|false>, "query": "<your next message, empty if completed>", \
+"reason": "<why, one sentence>", "is_success": <true if the goal was met>}}"""
 
 
 def simulator_messages(
@@ -278,7 +345,11 @@ def simulator_messages(
     lines = []
     for i, turn in enumerate(history, 1):
         lines.append(f"[turn {i}] YOU wrote: {turn.query}")
-        lines.append(f"[turn {i}] AGENT replied: {turn.reply or '(no reply)'}")
+        if turn.tool_summary:
+            lines.append(f"[turn {i}] AGENT ran these tools (results clipped):")
+            lines.extend("    " + ln for ln in turn.tool_summary.splitlines())
+        reply = _clip(turn.reply, REPLY_CHARS) if turn.reply else "(no reply)"
+        lines.append(f"[turn {i}] AGENT replied: {reply}")
         if turn.workspace_changes:
             lines.append(f"[turn {i}] workspace changes: {turn.workspace_changes}")
     left = max_turns - len(history)
@@ -299,10 +370,13 @@ class LLMUserSimulator:
         max_regenerations: extra generations after a drifted / non-JSON answer (K).
         max_user_turns: the session's user-turn cap (told to the model).
         temperature, max_tokens: sampling of each generation.
+        require_check: reject ``completed`` until one of the user's earlier queries asked the
+            agent to check its work (:data:`CHECK_REQUEST`).
 
-    Every generation is checked by :func:`parse_reply` and :func:`detect_drift` (on the
-    ``next_query``); a failing one counts as drifted and is regenerated. After K + 1 failed
-    generations :meth:`respond` raises :class:`SimulatorDriftError` carrying the counts.
+    Every generation is validated by :func:`parse_reply` (the JSON contract; a failure counts
+    as *invalid*) and :func:`detect_drift` on the ``query`` (a failure counts as *drifted*);
+    a rejected generation is regenerated. After K + 1 rejected generations :meth:`respond`
+    raises :class:`SimulatorDriftError` carrying the counts (the session is discarded).
     """
 
     name = "llm"
@@ -316,6 +390,7 @@ class LLMUserSimulator:
         max_user_turns: int = 20,
         temperature: float = 0.7,
         max_tokens: int | None = 512,
+        require_check: bool = True,
     ) -> None:
         if max_regenerations < 0:
             raise ValueError("max_regenerations must be >= 0")
@@ -325,6 +400,7 @@ class LLMUserSimulator:
         self.max_user_turns = max_user_turns
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.require_check = require_check
 
     async def _generate(self, messages: list[dict[str, str]]) -> str:
         import openai
@@ -347,6 +423,7 @@ class LLMUserSimulator:
     async def respond(self, intent: IntentRecord, history: Sequence[AgentTurn]) -> SimulatorTurn:
         messages = simulator_messages(intent, history, self.max_user_turns)
         reasons: list[str] = []
+        checked = any(CHECK_REQUEST.search(t.query) for t in history)
         for attempt in range(self.max_regenerations + 1):
             text = await self._generate(messages)
             try:
@@ -357,17 +434,29 @@ class LLMUserSimulator:
             if not history and reply.completed:
                 reasons.append("invalid: completed before the first query")
                 continue
-            drift = detect_drift(reply.next_query) if not reply.completed else None
+            if reply.completed and self.require_check and not checked:
+                reasons.append("invalid: completed before asking the agent to check its work")
+                continue
+            drift = detect_drift(reply.query) if not reply.completed else None
             if drift is not None:
                 reasons.append(drift)
                 continue
-            return SimulatorTurn(reply, attempt + 1, len(reasons), reasons)
+            drifted, invalid = _counts(reasons)
+            return SimulatorTurn(reply, attempt + 1, drifted, reasons, invalid)
+        drifted, invalid = _counts(reasons)
         raise SimulatorDriftError(
             f"no valid user turn after {self.max_regenerations + 1} generations: {reasons[-1]}",
             generations=self.max_regenerations + 1,
-            drifted=len(reasons),
+            drifted=drifted,
+            invalid=invalid,
             reasons=reasons,
         )
+
+
+def _counts(reasons: Sequence[str]) -> tuple[int, int]:
+    """(drifted, invalid) among rejection reasons."""
+    invalid = sum(r.startswith("invalid") for r in reasons)
+    return len(reasons) - invalid, invalid
 
 
 # ----------------------------------------------------------------------------- scripted
@@ -398,15 +487,20 @@ def scripted_queries(intent: IntentRecord, max_queries: int | None = None) -> li
 class ScriptedUserSimulator:
     """A *test simulator* (named as such): the fixed queries of :func:`scripted_queries` (or
     ``queries``), one per turn, ignoring the agent's replies; then ``completed`` with
-    ``success`` = True. Never drifts. For end-to-end tests and pipeline dry runs."""
+    ``is_success`` (default True, whatever the agent did). Never drifts. For end-to-end tests and pipeline dry runs."""
 
     name = "scripted"
 
     def __init__(
-        self, queries: Sequence[str] | None = None, *, max_queries: int | None = None
+        self,
+        queries: Sequence[str] | None = None,
+        *,
+        max_queries: int | None = None,
+        is_success: bool = True,
     ) -> None:
         self.queries = list(queries) if queries is not None else None
         self.max_queries = max_queries
+        self.is_success = is_success
 
     def queries_for(self, intent: IntentRecord) -> list[str]:
         """The queries this simulator asks for ``intent``, in order."""
@@ -419,4 +513,4 @@ class ScriptedUserSimulator:
         k = len(history)
         if k < len(queries):
             return SimulatorTurn(SimulatorReply(False, queries[k], "scripted step"))
-        return SimulatorTurn(SimulatorReply(True, "", "scripted queries done", True))
+        return SimulatorTurn(SimulatorReply(True, "", "scripted queries done", self.is_success))

@@ -14,11 +14,15 @@ A trajectory is one JSON object per line (docs/architecture.md, "Trajectory"):
   ``failed_tool_calls``, ``recovered_failures`` (failed calls followed later in the session by
   a successful call of the same tool), ``distinct_tools``, ``tools_used``,
   ``simulator_generations``, ``simulator_drifted``, ``drift_rate``, ``wall_s``;
-- ``outcome``: ``completed`` (always true here), ``success`` and ``reason`` (the simulator's
-  verdict; for a single-turn session, whether its checks passed), ``verified`` (a checkable
-  intent's execution check, 1.0 / 0.0, else null) with ``verification`` (checks passed,
-  failures), ``session_id``, and per user turn the query, the agent's reply, the workspace
-  changes, the agent's end reason and counts.
+- ``outcome``: ``completed`` (always true here); ``success``: the verdict — true only when
+  the intent's execution checks all passed in the sandbox and no assistant message holds a
+  call-shaped text that never executed; ``label`` (``success``, ``failed`` — checks failed,
+  ``unverified`` — the intent has no checks or they were not run, ``unexecuted_call``);
+  ``simulator_success`` (the simulator's own ``is_success``, recorded beside the verdict; null
+  for a single-turn session, which has no simulator) and ``reason`` (the simulator's);
+  ``verified`` (1.0 / 0.0, else null) with ``verification`` (checks passed, failures);
+  ``session_id``; and per user turn the query, the agent's reply, the workspace changes, the
+  agent's end reason and counts.
 
 :func:`validate_trajectory` checks this shape with the types kept uniform across lines (so a
 columnar loader such as ``datasets.load_dataset("json", ...)`` infers one schema).
@@ -26,6 +30,7 @@ columnar loader such as ``datasets.load_dataset("json", ...)`` infers one schema
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -42,7 +47,9 @@ __all__ = [
     "TrajectoryError",
     "append_jsonl",
     "build_trajectory",
+    "call_shaped_text",
     "read_jsonl",
+    "simulator_agreement",
     "synthesis_report",
     "tool_call_stats",
     "validate_trajectory",
@@ -74,6 +81,24 @@ def tool_call_stats(tool_log: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "distinct_tools": len(names),
         "tools_used": names,
     }
+
+
+_CALL_MARKUP = re.compile(r"</?(?:tool_call|function_call|tool_use)>")
+_CALL_KEY = re.compile(r"\"(?:name|function|tool)\"\s*:\s*\"([A-Za-z0-9_.-]+)\"")
+_ARGS_KEY = re.compile(r"\"(?:arguments|parameters|args|input)\"\s*:\s*[{\"]")
+
+
+def call_shaped_text(text: str, tool_names: Iterable[str] = ()) -> bool:
+    """Whether ``text`` (an assistant message's content) holds a tool call written as text —
+    ``<tool_call>`` / ``<function_call>`` markup, or a JSON object naming a tool (one of
+    ``tool_names`` when given) with its arguments — that the harness's parser did not turn
+    into a call, so it never executed."""
+    if _CALL_MARKUP.search(text):
+        return True
+    if not _ARGS_KEY.search(text):
+        return False
+    names = set(tool_names)
+    return any(not names or m.group(1) in names for m in _CALL_KEY.finditer(text))
 
 
 def _message(m: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,36 +138,67 @@ def build_trajectory(
     *,
     session_id: str = "",
     verification: Mapping[str, Any] | None = None,
+    simulated: bool = True,
 ) -> dict[str, Any]:
     """The trajectory of a completed session from the agent's last transcript (the whole
     conversation), the executed tool calls, the per-turn records and the simulator's final
-    verdict; ``verification``: a checkable intent's check result (``reward``, ``passed``,
-    ``checks``, ``failed``), else ``None`` (``outcome.verified`` is then null). A single-turn
-    session's ``success`` is its verification. Raises :class:`TrajectoryError` when the result
-    is malformed."""
+    answer; ``verification``: a checkable intent's check result (``reward``, ``passed``,
+    ``checks``, ``failed``), else ``None`` (``outcome.verified`` is then null).
+
+    ``outcome.success`` is decided by the checks alone: true iff ``verification`` passed
+    every check and no assistant message holds call-shaped text that never executed
+    (:func:`call_shaped_text`; ``stats.unexecuted_calls`` counts them, together with any call
+    in the messages that is missing from ``tool_log``, the calls the harness executed). The
+    simulator's ``is_success`` is kept as ``outcome.simulator_success`` (null when not
+    ``simulated``: the single-turn ablation has no simulator). Raises
+    :class:`TrajectoryError` when the result is malformed."""
     messages = [_message(m) for m in transcript.get("messages") or []]
     full = dict(stats)
     full.update(tool_call_stats(tool_log))
+    tools = list(transcript.get("tools") or [])
+    names = [str((t.get("function") or {}).get("name")) for t in tools if isinstance(t, dict)]
+    executed = {str(c["tool_call_id"]) for c in tool_log if c.get("tool_call_id")}
+    shaped = sum(
+        m["role"] == "assistant" and call_shaped_text(m["content"], names) for m in messages
+    )
+    missing = (
+        sum(
+            str(c["id"]) not in executed
+            for m in messages
+            if m["role"] == "assistant"
+            for c in m.get("tool_calls", [])
+        )
+        if executed
+        else 0
+    )
+    full["unexecuted_calls"] = shaped + missing
     full["user_turns"] = sum(m["role"] == "user" for m in messages)
     full["assistant_turns"] = sum(m["role"] == "assistant" for m in messages)
     full["dialogue_turns"] = sum(m["role"] != "system" for m in messages)
     gens = int(full.get("simulator_generations", 0))
     full["drift_rate"] = (int(full.get("simulator_drifted", 0)) / gens) if gens else 0.0
     full["drift_reasons"] = [str(r) for r in full.get("drift_reasons", [])]
+    passed = verification is not None and float(verification["reward"]) >= 1.0
+    if verification is None:
+        label = "unverified"
+    elif not passed:
+        label = "failed"
+    elif full["unexecuted_calls"]:
+        label = "unexecuted_call"
+    else:
+        label = "success"
     traj = {
         "id": f"ise-{intent.id}",
         "messages": messages,
-        "tools": list(transcript.get("tools") or []),
+        "tools": tools,
         "intent": intent.to_dict(),
         "persona": dict(intent.persona),
         "stats": full,
         "outcome": {
             "completed": True,
-            "success": (
-                bool(verification and verification["reward"] >= 1.0)
-                if reply.reason == "single-turn session"
-                else reply.success
-            ),
+            "success": label == "success",
+            "label": label,
+            "simulator_success": reply.is_success if simulated else None,
             "reason": reply.reason,
             "verified": None if verification is None else float(verification["reward"]),
             "verification": dict(verification) if verification is not None else None,
@@ -239,29 +295,64 @@ def _dist(values: Sequence[float]) -> dict[str, float]:
     }
 
 
+def simulator_agreement(trajectories: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """How often the simulator's own ``is_success`` agrees with the execution checks' verdict,
+    over the completed sessions that have both (a simulator verdict and checks that ran):
+    ``sessions``, ``agree``, ``rate`` (null when no session has both),
+    ``simulator_success_checks_failed`` (the simulator's false positives) and
+    ``simulator_failure_checks_passed``."""
+    n = agree = false_pos = false_neg = 0
+    for t in trajectories:
+        o = t.get("outcome") or {}
+        sim = o.get("simulator_success")
+        if sim is None or o.get("verified") is None:
+            continue
+        n += 1
+        ok = bool(o.get("success"))
+        agree += bool(sim) == ok
+        false_pos += bool(sim) and not ok
+        false_neg += ok and not bool(sim)
+    return {
+        "sessions": n,
+        "agree": agree,
+        "rate": round(agree / n, 4) if n else None,
+        "simulator_success_checks_failed": false_pos,
+        "simulator_failure_checks_passed": false_neg,
+    }
+
+
 def synthesis_report(
     trajectories: Iterable[Mapping[str, Any]],
     discarded: Iterable[Mapping[str, Any]] = (),
     intent_stats: Mapping[str, Any] | None = None,
+    failed: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The paper's statistics of a synthesis run.
 
-    Returns a dict: ``intents`` (``generated``, ``unique``, ``vendi``, ``embedding`` from the
-    stage-1 stats file, when given), ``trajectories`` (``complete``, ``discarded``,
-    ``discarded_by_reason``, ``success``), per-trajectory distributions (mean / median / max /
-    total) of ``user_turns``, ``dialogue_turns``, ``tool_calls``, ``distinct_tools``;
-    ``failed_tool_calls``, ``failed_followed_by_recovery`` and their ratio; ``distinct_tools_all``
-    (over the run); ``drift`` (drifted / all simulator generations, over complete and discarded
-    sessions).
+    ``trajectories``: the kept ones (``trajectories.jsonl``); ``failed``: completed sessions
+    kept apart because their checks did not pass (``failed.jsonl``); a trajectory in both is
+    counted once. Returns a dict: ``intents`` (``generated``, ``unique``, ``vendi``,
+    ``embedding`` from the stage-1 stats file, when given), ``trajectories`` (``complete``:
+    completed sessions, ``discarded``, ``discarded_by_reason``, ``success``: verified by the
+    checks, ``by_label``), ``agreement`` (:func:`simulator_agreement`), per-trajectory
+    distributions (mean / median / max / total) of ``user_turns``, ``dialogue_turns``,
+    ``tool_calls``, ``distinct_tools``; ``failed_tool_calls``, ``failed_followed_by_recovery``
+    and their ratio; ``unexecuted_calls``; ``distinct_tools_all`` (over the run); ``drift``
+    (generations, ``drifted``: left the user role, ``invalid``: not the JSON contract, and
+    ``rate`` = drifted / generations, ``rejected_rate`` = (drifted + invalid) / generations,
+    over complete and discarded sessions).
     """
     trajs = list(trajectories)
+    kept = {str(t.get("id")) for t in trajs}
+    trajs += [t for t in failed if str(t.get("id")) not in kept]
     disc = list(discarded)
     st = [t["stats"] for t in trajs]
-    failed = sum(int(s.get("failed_tool_calls", 0)) for s in st)
+    failed_calls = sum(int(s.get("failed_tool_calls", 0)) for s in st)
     recovered = sum(int(s.get("recovered_failures", 0)) for s in st)
     all_stats = st + [d.get("stats") or {} for d in disc]
     gens = sum(int(s.get("simulator_generations", 0)) for s in all_stats)
     drifted = sum(int(s.get("simulator_drifted", 0)) for s in all_stats)
+    invalid = sum(int(s.get("simulator_invalid", 0)) for s in all_stats)
     report: dict[str, Any] = {}
     if intent_stats:
         report["intents"] = {
@@ -275,17 +366,22 @@ def synthesis_report(
         "discarded": len(disc),
         "discarded_by_reason": dict(Counter(str(d.get("reason")) for d in disc)),
         "success": sum(bool(t["outcome"].get("success")) for t in trajs),
+        "by_label": dict(Counter(str(t["outcome"].get("label", "unlabelled")) for t in trajs)),
     }
+    report["agreement"] = simulator_agreement(trajs)
     for key in ("user_turns", "dialogue_turns", "tool_calls", "distinct_tools"):
         report[key] = _dist([float(s.get(key, 0)) for s in st])
-    report["failed_tool_calls"] = failed
+    report["failed_tool_calls"] = failed_calls
     report["failed_followed_by_recovery"] = recovered
-    report["recovery_rate"] = round(recovered / failed, 4) if failed else None
+    report["recovery_rate"] = round(recovered / failed_calls, 4) if failed_calls else None
+    report["unexecuted_calls"] = sum(int(s.get("unexecuted_calls", 0)) for s in st)
     report["distinct_tools_all"] = sorted({n for s in st for n in s.get("tools_used", [])})
     report["drift"] = {
         "generations": gens,
         "drifted": drifted,
+        "invalid": invalid,
         "rate": (drifted / gens) if gens else 0.0,
+        "rejected_rate": ((drifted + invalid) / gens) if gens else 0.0,
     }
     return report
 
@@ -306,6 +402,18 @@ def report_table(report: Mapping[str, Any]) -> Any:
         table.add_row("Vendi Score", f"{vendi:.2f} ({intents.get('embedding')})" if vendi else "—")
     tr = report["trajectories"]
     table.add_row("trajectories complete / discarded", f"{tr['complete']} / {tr['discarded']}")
+    table.add_row("verified successes (checks passed)", str(tr["success"]))
+    if tr.get("by_label"):
+        table.add_row(
+            "  complete by label", ", ".join(f"{k} {v}" for k, v in tr["by_label"].items())
+        )
+    ag = report.get("agreement") or {}
+    if ag.get("sessions"):
+        table.add_row(
+            "simulator vs checks agreement",
+            f"{100 * ag['rate']:.1f} % ({ag['agree']} / {ag['sessions']}; "
+            f"{ag['simulator_success_checks_failed']} false successes)",
+        )
     if tr["discarded_by_reason"]:
         table.add_row(
             "  discarded by reason",
@@ -330,4 +438,7 @@ def report_table(report: Mapping[str, Any]) -> Any:
     table.add_row(
         "role drift rate", f"{100 * d['rate']:.2f} % ({d['drifted']} / {d['generations']})"
     )
+    table.add_row("invalid simulator JSON", f"{d.get('invalid', 0)} / {d['generations']}")
+    if report.get("unexecuted_calls"):
+        table.add_row("call-shaped text never executed", str(report["unexecuted_calls"]))
     return table

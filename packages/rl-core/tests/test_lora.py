@@ -317,3 +317,34 @@ def test_lora_config_keys_and_one_line_errors(
     err = capsys.readouterr().err.strip()
     assert err == "train: config error: [algo] lora.r: must be an integer >= 1, got 0"
     assert not out.exists()
+
+
+async def test_embedded_backend_loads_the_merged_weights() -> None:
+    """The loop's in-process weight sync: the embedded backend takes the merged weights
+    (the LoRA model's own state dict, with ``base_layer`` / ``lora_`` keys, it refuses) and
+    then holds exactly peft's merged model."""
+    from clawrl.proxy import EmbeddedBackend
+    from clawrl.rl_core.train import TrainConfig
+    from clawrl.rl_core.train.ranks import load_policy
+
+    cfg = TrainConfig(algo=AlgoConfig.from_flat({"lora": {"r": 2, "alpha": 4}}))
+    model_dir = cfg.model.build()
+    policy = load_policy(model_dir)
+    trainer = Trainer(policy, cfg.trainer_config())
+    with torch.no_grad():
+        for _, p in lora_parameters(policy):
+            p.normal_(0, 0.1)
+    backend = EmbeddedBackend(model_dir)
+    try:
+        with pytest.raises(Exception, match=r"base_layer|lora_") as refused:
+            await backend.load_state_dict(policy.state_dict(), 1)
+        assert type(refused.value).__name__ == "WeightLoadError"
+        await backend.load_state_dict(merged_state_dict(policy), 2)
+        assert backend.policy_version == 2
+        served = backend._model.state_dict()  # the backend's own copy
+    finally:
+        await backend.close()
+    want = copy.deepcopy(trainer.peft_model).merge_and_unload().state_dict()  # type: ignore[union-attr]
+    assert served.keys() == want.keys()
+    for k in want:
+        torch.testing.assert_close(served[k], want[k], rtol=1e-6, atol=1e-7)

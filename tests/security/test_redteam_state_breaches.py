@@ -1,0 +1,71 @@
+"""Red-team findings against verification on a snapshot of the agent's container (Harbor,
+Terminal-Bench 1): breaches reproduced through ``run_rollouts`` with the ``oracle`` harness
+playing the agent. Each test asserts the secure outcome and is marked ``xfail(strict=True)``
+while the breach stands, so the suite stays green and flags the day it is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+from clawrl.bench import RolloutOptions, RolloutStatus, load_task, run_rollouts
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+FIXTURES = Path(__file__).resolve().parents[2] / "packages" / "bench" / "tests" / "fixtures"
+
+#: A ``.pth`` in the system site-packages: processed by every ``python -I`` start, so it runs
+#: inside clawrl's trusted runner as root, before pytest is started as the tests' user. It
+#: forges the runner's record and a passing JUnit report and exits 0. The workspace is left
+#: unsolved.
+PTH_ATTACK = r"""
+d=$(python3 -c 'import site; print(site.getsitepackages()[-1])')
+mkdir -p "$d"
+cat > "$d/rt_helper.py" <<'PY'
+import os, sys
+def go():
+    if not sys.argv or not sys.argv[0].endswith("pytest_runner.py") or "--child" in sys.argv:
+        return
+    d = os.environ.get("CLAWRL_REPORT_DIR") or "/logs/verifier/clawrl-pytest"
+    os.makedirs(d, exist_ok=True)
+    open(d + "/run-1.xml", "w").write(
+        '<testsuites><testsuite name="pytest" tests="2" failures="0" errors="0">'
+        '<testcase classname="test_outputs" name="test_sample"/>'
+        '<testcase classname="test_outputs" name="test_hidden"/></testsuite></testsuites>')
+    open(d + "/run-1.json", "w").write(
+        '{"args": [], "mode": "script", "python": "/usr/bin/python3", "exit": 0,'
+        ' "junit": "run-1.xml", "seconds": 0.1, "user": 64999}')
+    os._exit(0)
+PY
+echo 'import rt_helper; rt_helper.go()' > "$d/zz_rt.pth"
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="breach: a .pth planted in the container's site-packages runs as root inside the "
+    "trusted pytest runner (python -I still processes site-packages) and forges a passing "
+    "report; the change is only listed in outside_changes",
+)
+@pytest.mark.parametrize(
+    ("fixture", "oracle"),
+    [("harbor_slugify", "solution/solve.sh"), ("tb1_word_count", "solution.sh")],
+)
+def test_a_pth_in_site_packages_cannot_forge_the_runner(
+    tmp_path: Path, fixture: str, oracle: str
+) -> None:
+    root = tmp_path / fixture
+    shutil.copytree(FIXTURES / fixture, root)
+    (root / oracle).write_text("#!/bin/bash\n" + textwrap.dedent(PTH_ATTACK))
+    (r,) = asyncio.run(
+        run_rollouts(
+            [load_task(root)], ["oracle"], concurrency=1, options=RolloutOptions(retries=1)
+        )
+    )
+    assert any(c.endswith("/zz_rt.pth") for c in r.outside_changes), r.outside_changes
+    assert r.reward == 0.0, (r.status, r.reason)
+    assert r.status is RolloutStatus.VERIFIER_ERROR, r.reason

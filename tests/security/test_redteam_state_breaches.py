@@ -69,3 +69,31 @@ def test_a_pth_in_site_packages_cannot_forge_the_runner(
     assert any(c.endswith("/zz_rt.pth") for c in r.outside_changes), r.outside_changes
     assert r.reward == 0.0, (r.status, r.reason)
     assert r.status is RolloutStatus.VERIFIER_ERROR, r.reason
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="breach: a mode or owner change of a directory the image has is restored into the "
+    "verifier's sandbox but never listed in outside_changes (snapshot kind '')",
+)
+def test_a_changed_image_directory_is_listed(tmp_path: Path) -> None:
+    """The agent opens ``/usr/local/bin`` to everyone and gives ``/usr/share`` to the tests'
+    uid: the verifier sees both (its test script prints them), the review list must too."""
+    root = tmp_path / "task"
+    for d in ("environment", "tests", "solution"):
+        (root / d).mkdir(parents=True)
+    (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    (root / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n"
+        "echo \"saw $(stat -c '%a' /usr/local/bin) $(stat -c '%u' /usr/share)\"\n"
+        "echo 0 > /logs/verifier/reward.txt\n"
+    )
+    (root / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\nchmod 777 /usr/local/bin /usr/share && chown 64999:64999 /usr/share\n"
+    )
+    (root / "instruction.md").write_text("Do nothing.\n")
+    (root / "task.toml").write_text('version = "1.0"\n[environment]\nallow_internet = false\n')
+    (r,) = asyncio.run(run_rollouts([load_task(root)], ["oracle"], concurrency=1))
+    assert r.verifier is not None and "saw 777 64999" in r.verifier.stdout, r.verifier
+    changed = " ".join(r.outside_changes)
+    assert "/usr/local/bin" in changed and "/usr/share" in changed, r.outside_changes

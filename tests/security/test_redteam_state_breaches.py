@@ -97,3 +97,26 @@ def test_a_changed_image_directory_is_listed(tmp_path: Path) -> None:
     assert r.verifier is not None and "saw 777 64999" in r.verifier.stdout, r.verifier
     changed = " ".join(r.outside_changes)
     assert "/usr/local/bin" in changed and "/usr/share" in changed, r.outside_changes
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RecursionError,
+    reason="breach: a directory chain about 1,000 deep outside the workspace crashes "
+    "run_rollouts (snapshot._walk uses os.walk, recursive on Python 3.11)",
+)
+def test_a_deep_directory_outside_the_workspace_is_a_scored_failure(tmp_path: Path) -> None:
+    """The agent leaves ``/opt/d99/d99/...`` 1,100 deep (made with relative ``mkdir``/``cd``):
+    the rollout must end as a scored failure, never crash the batch."""
+    root = tmp_path / "task"
+    for d in ("environment", "tests", "solution"):
+        (root / d).mkdir(parents=True)
+    (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    (root / "tests" / "test.sh").write_text("#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n")
+    (root / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\ncd /opt && for i in $(seq 1 1100); do mkdir d99 && cd d99 || break; done\n"
+    )
+    (root / "instruction.md").write_text("Do nothing.\n")
+    (root / "task.toml").write_text('version = "1.0"\n[environment]\nallow_internet = false\n')
+    (r,) = asyncio.run(run_rollouts([load_task(root)], ["oracle"], concurrency=1))
+    assert r.reward == 0.0 and r.counts, (r.status, r.reason)

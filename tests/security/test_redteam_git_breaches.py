@@ -2,9 +2,9 @@
 ``GIT_OVERRIDES`` does not pin, and that ``GIT_PROGRAM_KEYS`` does not refuse, make a check's
 ``git log`` / ``git status`` report a state the agent did not reach. Same pattern as
 ``test_agentbench_attacks.py``: the agent's commands run as root in the runner's own sandbox,
-then the runner's end of the agent phase and the grading. Each breach asserts the secure
-outcome (reward 0) and is ``xfail(strict=True)`` while it stands; the honest and the idle
-agent pin the tasks (1 and 0).
+then the runner's end of the agent phase and the grading. Each attack asserts the secure
+outcome (reward 0); the honest and the idle agent pin the tasks (1 and 0). Revert tried:
+without the mailmap, stat and fileMode entries of ``GIT_OVERRIDES`` each attack scores 1.
 """
 
 from __future__ import annotations
@@ -91,11 +91,6 @@ def test_the_tasks_tell_honest_from_idle(tasks: list[Task]) -> None:
     assert asyncio.run(go()) == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="breach: mailmap (mailmap.file in .git/config, or a .mailmap in the work tree) "
-    "rewrites the author git log prints; log.mailmap is not pinned",
-)
 @pytest.mark.parametrize(
     "cmd",
     [
@@ -108,17 +103,9 @@ def test_mailmap_cannot_fake_the_author(tasks: list[Task], cmd: str) -> None:
     assert asyncio.run(_grade(tasks[AUTHOR], [cmd])) == 0.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="breach: core.trustctime=false + core.checkStat=minimal and the old mtime hide a "
-    "changed file from git status; neither key is pinned",
-)
 def test_stat_settings_cannot_hide_a_change(tasks: list[Task]) -> None:
     assert asyncio.run(_grade(tasks[CONTENT], [_STAT])) == 0.0
 
 
-@pytest.mark.xfail(
-    strict=True, reason="breach: core.fileMode=false hides a mode change from git status"
-)
 def test_filemode_cannot_hide_a_mode_change(tasks: list[Task]) -> None:
     assert asyncio.run(_grade(tasks[MODE], ["git -C /root/repo config core.fileMode false"])) == 0.0

@@ -1,7 +1,9 @@
 """Red-team findings against verification on a snapshot of the agent's container (Harbor,
-Terminal-Bench 1): breaches reproduced through ``run_rollouts`` with the ``oracle`` harness
-playing the agent. Each test asserts the secure outcome and is marked ``xfail(strict=True)``
-while the breach stands, so the suite stays green and flags the day it is closed.
+Terminal-Bench 1): attacks that once worked, run through ``run_rollouts`` with the ``oracle`` harness playing
+the agent; each asserts the secure outcome. Reverts tried: without the Python rule of the
+state's tamper check (``verify._python_planted``) the ``.pth`` forges 1.0; with the recursive
+``os.walk`` the deep tree raises RecursionError out of ``run_rollouts``; with directories
+never listed, ``outside_changes`` is empty.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from clawrl.bench import RolloutOptions, RolloutStatus, load_task, run_rollouts
+from clawrl.bench import RolloutOptions, RolloutStatus, Task, load_task, run_rollouts
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -45,12 +47,6 @@ echo 'import rt_helper; rt_helper.go()' > "$d/zz_rt.pth"
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="breach: a .pth planted in the container's site-packages runs as root inside the "
-    "trusted pytest runner (python -I still processes site-packages) and forges a passing "
-    "report; the change is only listed in outside_changes",
-)
 @pytest.mark.parametrize(
     ("fixture", "oracle"),
     [("harbor_slugify", "solution/solve.sh"), ("tb1_word_count", "solution.sh")],
@@ -71,40 +67,40 @@ def test_a_pth_in_site_packages_cannot_forge_the_runner(
     assert r.status is RolloutStatus.VERIFIER_ERROR, r.reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="breach: a mode or owner change of a directory the image has is restored into the "
-    "verifier's sandbox but never listed in outside_changes (snapshot kind '')",
-)
-def test_a_changed_image_directory_is_listed(tmp_path: Path) -> None:
-    """The agent opens ``/usr/local/bin`` to everyone and gives ``/usr/share`` to the tests'
-    uid: the verifier sees both (its test script prints them), the review list must too."""
+def _dir_task(tmp_path: Path, solve: str) -> Task:
     root = tmp_path / "task"
     for d in ("environment", "tests", "solution"):
         (root / d).mkdir(parents=True)
     (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
     (root / "tests" / "test.sh").write_text(
         "#!/bin/bash\n"
-        "echo \"saw $(stat -c '%a' /usr/local/bin) $(stat -c '%u' /usr/share)\"\n"
+        "echo \"saw $(stat -c '%a' /usr/share) $(stat -c '%u' /usr/share)\"\n"
         "echo 0 > /logs/verifier/reward.txt\n"
     )
-    (root / "solution" / "solve.sh").write_text(
-        "#!/bin/bash\nchmod 777 /usr/local/bin /usr/share && chown 64999:64999 /usr/share\n"
-    )
+    (root / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solve + "\n")
     (root / "instruction.md").write_text("Do nothing.\n")
     (root / "task.toml").write_text('version = "1.0"\n[environment]\nallow_internet = false\n')
-    (r,) = asyncio.run(run_rollouts([load_task(root)], ["oracle"], concurrency=1))
+    return load_task(root)
+
+
+def test_a_changed_image_directory_is_listed(tmp_path: Path) -> None:
+    """The agent gives ``/usr/share`` to the tests' uid and opens it to everyone: the
+    verifier sees it (its test script prints it), and the review list shows it too."""
+    task = _dir_task(tmp_path, "chmod 777 /usr/share && chown 64999:64999 /usr/share")
+    (r,) = asyncio.run(run_rollouts([task], ["oracle"], concurrency=1))
     assert r.verifier is not None and "saw 777 64999" in r.verifier.stdout, r.verifier
-    changed = " ".join(r.outside_changes)
-    assert "/usr/local/bin" in changed and "/usr/share" in changed, r.outside_changes
+    assert ("C /usr/share") in r.outside_changes, r.outside_changes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="breach: a directory chain about 1,000 deep outside the workspace crashes "
-    "run_rollouts (snapshot._walk uses os.walk, recursive on Python 3.11)",
-)
+def test_an_opened_path_directory_is_tampering(tmp_path: Path) -> None:
+    """``/usr/local/bin`` opened to everyone: a later process of the tests' uid could plant
+    a program there that root's verifier script runs by name — refused before it runs."""
+    task = _dir_task(tmp_path, "chmod 777 /usr/local/bin")
+    (r,) = asyncio.run(run_rollouts([task], ["oracle"], concurrency=1))
+    assert r.status is RolloutStatus.VERIFIER_ERROR and r.reward == 0.0, r.reason
+    assert "tampering" in r.reason and "/usr/local/bin" in r.reason, r.reason
+
+
 def test_a_deep_directory_outside_the_workspace_is_a_scored_failure(tmp_path: Path) -> None:
     """The agent leaves ``/opt/d99/d99/...`` 1,100 deep (made with relative ``mkdir``/``cd``):
     the rollout must end as a scored failure, never crash the batch."""

@@ -63,6 +63,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import shutil
 from collections.abc import Iterable
 from enum import StrEnum
@@ -391,15 +392,47 @@ _PATH_DIRS = frozenset(
 _LOADER_FILES = frozenset({"/etc/ld.so.preload"})
 
 
+#: Python packages of the trusted runner: the agent's own copy would run as the verifier.
+_RUNNER_PACKAGES = ("pytest", "_pytest", "py.py", "pluggy", "iniconfig", "exceptiongroup")
+_PYTHON_NAME = re.compile(r"python[0-9.]*(?:-config)?|pytest|py\.test")
+_SITE_DIRS = frozenset({"site-packages", "dist-packages"})
+
+
+def _python_planted(p: PurePosixPath) -> bool:
+    """Whether ``p`` (a path the agent's container added, changed or deleted) is part of
+    the Python the trusted runner starts as root: an interpreter or ``pytest`` script in a
+    ``PATH`` directory; a ``*.pth``, ``sitecustomize`` or ``usercustomize`` anywhere in a
+    Python library tree; a file of the standard library (a ``lib/python3*`` tree outside
+    its site directories); or the runner's packages (pytest, pluggy and theirs) inside one."""
+    if str(p.parent) in _PATH_DIRS and _PYTHON_NAME.fullmatch(p.name):
+        return True
+    parts = p.parts
+    lib = next((i for i, part in enumerate(parts) if part.startswith("python3")), None)
+    if lib is None or lib == 0 or parts[lib - 1] != "lib":
+        return False
+    if p.suffix == ".pth" or p.stem in ("sitecustomize", "usercustomize"):
+        return True
+    site = next((i for i in range(lib + 1, len(parts)) if parts[i] in _SITE_DIRS), None)
+    if site is None:  # the standard library itself
+        return True
+    top = parts[site + 1] if len(parts) > site + 1 else ""
+    return top.startswith(_RUNNER_PACKAGES)
+
+
 def _planted(state: SandboxState) -> VerifierResult | None:
     """Tampering: the agent's container state adds, changes or deletes a program the
     verifier's sandbox runs by name (:data:`SUPERVISOR_PROGRAMS`, in any ``PATH``
-    directory, so a new ``/usr/local/bin/bash`` counts) or ``/etc/ld.so.preload``."""
+    directory, so a new ``/usr/local/bin/bash`` counts), a ``PATH`` directory itself (its
+    mode or owner), ``/etc/ld.so.preload``, or a part
+    of the Python the trusted pytest runner starts (:func:`_python_planted`)."""
     found = []
     for _kind, path in state.changes:
         p = PurePosixPath(path)
-        if str(p) in _LOADER_FILES or (
-            str(p.parent) in _PATH_DIRS and p.name in SUPERVISOR_PROGRAMS
+        if (
+            str(p) in _LOADER_FILES
+            or (str(p.parent) in _PATH_DIRS and p.name in SUPERVISOR_PROGRAMS)
+            or str(p) in _PATH_DIRS  # a PATH directory's mode or owner: others may plant
+            or _python_planted(p)
         ):
             found.append(path)
     if not found:
@@ -564,7 +597,8 @@ async def agent_state(
     listed — and ``ignore`` (the harness's own files) is neither restored nor listed.
 
     Raises:
-        SandboxCopyLimitError: the changed files hold more than ``max_bytes``.
+        SandboxCopyLimitError: the changed files hold more than ``max_bytes``, or more
+            entries or levels than :func:`~clawrl.sandbox.snapshot_state` walks.
         SandboxError: the sandbox's changes cannot be read.
     """
     return await snapshot_state(

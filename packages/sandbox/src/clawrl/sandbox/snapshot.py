@@ -130,14 +130,41 @@ def _same_as_image(full: str, rel: str, lowers: list[str]) -> bool:
     return False
 
 
-def _walk(top: str) -> list[tuple[str, str]]:
+#: Directory levels below a walked top that a snapshot follows (deeper: a limit error).
+MAX_DEPTH = 256
+
+
+def _walk(top: str, budget: list[int]) -> list[tuple[str, str]]:
     """``(host path, path relative to top)`` of every entry below ``top``, parents first,
-    never following a symlink."""
+    never following a symlink; iterative (no recursion limit to reach). ``budget``: a
+    one-element list of entries still allowed, shared by the walks of one snapshot.
+
+    Raises:
+        SandboxCopyLimitError: more entries than the budget, or a tree deeper than
+            :data:`MAX_DEPTH`.
+    """
     out: list[tuple[str, str]] = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        for name in sorted([*dirnames, *filenames]):
+    stack: list[tuple[str, int]] = [(top, 0)]
+    while stack:
+        dirpath, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise SandboxCopyLimitError(
+                "max_depth", f"a directory tree deeper than {MAX_DEPTH} levels"
+            )
+        try:
+            names = sorted(os.listdir(dirpath))
+        except OSError:
+            continue
+        budget[0] -= len(names)
+        if budget[0] < 0:
+            raise SandboxCopyLimitError("max_files", "more changed entries than the limit")
+        subdirs = []
+        for name in names:
             full = os.path.join(dirpath, name)
             out.append((full, os.path.relpath(full, top)))
+            if os.path.isdir(full) and not os.path.islink(full):
+                subdirs.append((full, depth + 1))
+        stack.extend(reversed(subdirs))
     return out
 
 
@@ -150,7 +177,9 @@ def _snapshot(
     ignore: Sequence[str],
     archive: Path,
     max_bytes: int,
+    max_entries: int,
 ) -> SandboxState:
+    budget = [max_entries]
     deleted: list[str] = []
     changes: list[tuple[str, str]] = []
     writer = _Writer(archive, max_bytes)
@@ -169,7 +198,7 @@ def _snapshot(
 
     try:
         if upper is not None:
-            for full, rel in _walk(upper):
+            for full, rel in _walk(upper, budget):
                 inside = "/" + rel
                 if _covered(inside, ignore, ancestors=False):
                     continue
@@ -189,7 +218,12 @@ def _snapshot(
                         deleted.append(inside)  # removed and made again: image's entries gone
                 if (inside, os.path.islink(full) and os.readlink(full)) == _RUNTIME_LINK:
                     continue  # made by the container runtime in every sandbox
-                kind = "A" if not in_lower else "" if stat.S_ISDIR(st.st_mode) else "C"
+                if not in_lower:
+                    kind = "A"
+                elif stat.S_ISDIR(st.st_mode):  # listed when its mode or owner changed
+                    kind = "" if _same_as_image(full, rel, lowers) else "C"
+                else:
+                    kind = "C"
                 keep(full, inside, kind)
         for place in places:
             if _covered(place, ignore, ancestors=False) or _covered(place, exclude, False):
@@ -197,7 +231,7 @@ def _snapshot(
             top = root_dir + place
             if os.path.islink(top) or not os.path.isdir(top):
                 continue
-            for full, rel in _walk(top):
+            for full, rel in _walk(top, budget):
                 inside = f"{place}/{rel}"
                 if _covered(inside, ignore, ancestors=False):
                     continue
@@ -224,6 +258,7 @@ async def snapshot_state(
     exclude: Sequence[str] = (),
     ignore: Sequence[str] = (),
     max_bytes: int = 1 << 30,
+    max_entries: int = 100_000,
 ) -> SandboxState:
     """Record what ``sb`` changed against its image into the host file ``archive`` (see
     the module docstring). ``places``: tmpfs directories whose whole contents count as
@@ -231,10 +266,11 @@ async def snapshot_state(
     restored, nor their ancestors (listed in :attr:`SandboxState.changes` all the same:
     what an agent planted there is for the record); ``ignore``: in-sandbox paths neither
     restored nor listed (the caller's own files); ``max_bytes``: bound on the file
-    content recorded.
+    content recorded; ``max_entries``: bound on the entries walked.
 
     Raises:
-        SandboxCopyLimitError: the changed files hold more than ``max_bytes``.
+        SandboxCopyLimitError: the changed files hold more than ``max_bytes``, more than
+            ``max_entries`` entries, or a tree deeper than :data:`MAX_DEPTH`.
         SandboxGoneError: the sandbox is gone.
         SandboxError: the root's changes cannot be read (see
             :func:`~clawrl.sandbox.root_changes`).
@@ -251,7 +287,7 @@ async def snapshot_state(
         upper, lowers = await asyncio.to_thread(overlay_dirs, sb)
     try:
         return await asyncio.to_thread(
-            _snapshot, root_dir, upper, lowers, pl, ex, ig, Path(archive), max_bytes
+            _snapshot, root_dir, upper, lowers, pl, ex, ig, Path(archive), max_bytes, max_entries
         )
     except OSError as exc:
         raise SandboxError(f"cannot snapshot {sb.name}: {exc}") from exc

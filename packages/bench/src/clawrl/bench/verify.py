@@ -398,25 +398,41 @@ _PYTHON_NAME = re.compile(r"python[0-9.]*(?:-config)?|pytest|py\.test")
 _SITE_DIRS = frozenset({"site-packages", "dist-packages"})
 
 
-def _python_planted(p: PurePosixPath) -> bool:
-    """Whether ``p`` (a path the agent's container added, changed or deleted) is part of
-    the Python the trusted runner starts as root: an interpreter or ``pytest`` script in a
-    ``PATH`` directory; a ``*.pth``, ``sitecustomize`` or ``usercustomize`` anywhere in a
-    Python library tree; a file of the standard library (a ``lib/python3*`` tree outside
-    its site directories); or the runner's packages (pytest, pluggy and theirs) inside one."""
+#: Parts of the standard library that Debian and Ubuntu ship as packages of their own
+#: (``python3-venv``, ``python3-tk``, ...): an agent may install them.
+_STDLIB_PACKAGES = frozenset(
+    {"ensurepip", "venv", "distutils", "tkinter", "lib2to3", "idlelib", "turtledemo", "test"}
+)
+
+
+def _python_planted(kind: str, p: PurePosixPath) -> bool:
+    """Whether ``p`` (``kind``: ``A`` added, ``C`` changed, ``D`` deleted by the agent's
+    container) is part of the Python the trusted runner starts as root: an interpreter or
+    ``pytest`` script in a ``PATH`` directory; a ``*.pth``, ``sitecustomize`` or
+    ``usercustomize`` anywhere in a Python library tree; the runner's packages (pytest,
+    pluggy and theirs) in one; or a changed or deleted file of the standard library (a
+    ``lib/python3*`` tree outside its site directories; added files too, except under
+    ``lib-dynload`` and the parts distributions package apart). Bytecode caches are never
+    restored into the verifier's sandbox (:func:`~clawrl.sandbox.snapshot_state`)."""
     if str(p.parent) in _PATH_DIRS and _PYTHON_NAME.fullmatch(p.name):
         return True
     parts = p.parts
     lib = next((i for i, part in enumerate(parts) if part.startswith("python3")), None)
-    if lib is None or lib == 0 or parts[lib - 1] != "lib":
+    if lib is None or lib == 0 or parts[lib - 1] != "lib" or len(parts) <= lib + 1:
+        return False
+    if "__pycache__" in parts or p.suffix == ".pyc":
         return False
     if p.suffix == ".pth" or p.stem in ("sitecustomize", "usercustomize"):
         return True
     site = next((i for i in range(lib + 1, len(parts)) if parts[i] in _SITE_DIRS), None)
-    if site is None:  # the standard library itself
+    if site is not None:
+        return len(parts) > site + 1 and parts[site + 1].startswith(_RUNNER_PACKAGES)
+    top = parts[lib + 1]
+    name = parts[lib + 2] if top == "lib-dynload" and len(parts) > lib + 2 else top
+    if name.startswith(_RUNNER_PACKAGES):
         return True
-    top = parts[site + 1] if len(parts) > site + 1 else ""
-    return top.startswith(_RUNNER_PACKAGES)
+    packaged_apart = top == "lib-dynload" or top.split(".")[0] in _STDLIB_PACKAGES
+    return not (kind == "A" and packaged_apart)
 
 
 def _planted(state: SandboxState) -> VerifierResult | None:
@@ -426,13 +442,13 @@ def _planted(state: SandboxState) -> VerifierResult | None:
     mode or owner), ``/etc/ld.so.preload``, or a part
     of the Python the trusted pytest runner starts (:func:`_python_planted`)."""
     found = []
-    for _kind, path in state.changes:
+    for kind, path in state.changes:
         p = PurePosixPath(path)
         if (
             str(p) in _LOADER_FILES
             or (str(p.parent) in _PATH_DIRS and p.name in SUPERVISOR_PROGRAMS)
             or str(p) in _PATH_DIRS  # a PATH directory's mode or owner: others may plant
-            or _python_planted(p)
+            or _python_planted(kind, p)
         ):
             found.append(path)
     if not found:

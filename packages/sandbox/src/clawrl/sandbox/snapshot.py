@@ -13,7 +13,8 @@ bytes they are, owners numeric) and a list of deleted paths. :meth:`Sandbox.exec
 Call it after every process of the sandbox is dead (:meth:`Sandbox.kill_all`): nothing
 may change the files while they are read. Paths at or below ``exclude`` (and the
 ``exclude`` paths' ancestors, which a snapshot could otherwise replace by a symlink) are
-never restored, only listed: the caller puts fresh copies there.
+never restored, only listed: the caller puts fresh copies there. Python bytecode caches
+(`__pycache__`, `*.pyc`) are listed and never restored.
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ def _snapshot(
             return
         if kind:
             changes.append((kind, inside))
-        if not _covered(inside, exclude):
+        if not _covered(inside, exclude) and not _bytecode(inside):
             writer.add(full, inside.lstrip("/"))
 
     try:
@@ -244,6 +245,12 @@ def _snapshot(
         writer.tar.close()
     shown = tuple((kind, printable_name(path)) for kind, path in changes)
     return SandboxState(archive, tuple(deleted), shown, writer.size)
+
+
+def _bytecode(inside: str) -> bool:
+    """Python's bytecode caches: listed, never restored (a cache is made again from its
+    source, and a forged one would run in place of the source it claims to be)."""
+    return inside.endswith((".pyc", ".pyo")) or "/__pycache__" in inside
 
 
 def _plain(mode: int) -> bool:

@@ -38,7 +38,8 @@ from typing import Any
 
 from clawrl.bench.config import BenchConfig, ConfigError, load_config, select_tasks
 from clawrl.bench.errors import BenchError
-from clawrl.bench.harness import HarnessAdapter, get_harness, harness_names, oracle_completions
+from clawrl.bench.harness import HarnessAdapter, get_harness, oracle_completions
+from clawrl.bench.harness.registry import builtin_harness_names
 from clawrl.bench.report import scores_without_work, summarize, write_results
 from clawrl.bench.runner import (
     ModelEndpoint,
@@ -86,7 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--slice-seed", type=int, help="seed of a sampled --slice (default 0)")
     p.add_argument(
-        "--harness", dest="harnesses", nargs="+", help=f"of {', '.join(harness_names())}"
+        "--harness",
+        dest="harnesses",
+        nargs="+",
+        help=f"of {', '.join(builtin_harness_names())}, an installed plugin (entry point "
+        "clawrl.harnesses) or module:Class",
     )
     p.add_argument("--model", choices=["embedded", "scripted", "sglang"])
     p.add_argument("--tokenizer", choices=["byte", "qwen3"], help="default tiny model's tokenizer")

@@ -54,6 +54,8 @@ class UnknownHarnessError(BenchError, ValueError):
     ``module:attribute`` path, or an object there that does not make an adapter."""
 
 
+_BUILTIN = frozenset(_REGISTRY)
+
 _HARNESSES = PluginRegistry(
     "harness", HarnessAdapter, HARNESS_ENTRY_POINT_GROUP, _REGISTRY, UnknownHarnessError
 )
@@ -63,6 +65,11 @@ def harness_names() -> list[str]:
     """Names :func:`get_harness` knows: the built-in and registered ones and the installed
     entry points (import paths are accepted too but not listed)."""
     return _HARNESSES.names()
+
+
+def builtin_harness_names() -> list[str]:
+    """The harnesses that ship with clawrl-bench (no plug-in, nothing registered later)."""
+    return sorted(_BUILTIN)
 
 
 def register_harness(name: str, factory: HarnessFactory, *, replace: bool = False) -> None:

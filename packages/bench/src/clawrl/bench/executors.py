@@ -220,36 +220,32 @@ class LocalExecutor:
         return mapping
 
 
-def make_private(root: Path) -> None:
-    """Give the tree at ``root`` the modes of a :attr:`Mount.private` tree: directories
-    0700, files 0600, or 0700 where the owner may execute them; symlinks are left alone
-    (never followed)."""
-    root.chmod(0o700)
+def _set_tree_modes(root: Path, dir_mode: int, file_mode: int) -> None:
+    """Give every directory under ``root`` (``root`` included) ``dir_mode`` and every
+    file ``file_mode``, or ``dir_mode`` where the owner may execute it; symlinks are left
+    alone (never followed)."""
+    root.chmod(dir_mode)
     for dirpath, dirnames, filenames in os.walk(root):
         for name in [*dirnames, *filenames]:
             path = Path(dirpath) / name
             if path.is_symlink():
                 continue
             if path.is_dir():
-                path.chmod(0o700)
+                path.chmod(dir_mode)
             else:
-                path.chmod(0o700 if path.stat().st_mode & 0o100 else 0o600)
+                path.chmod(dir_mode if path.stat().st_mode & 0o100 else file_mode)
+
+
+def make_private(root: Path) -> None:
+    """Give the tree at ``root`` the modes of a :attr:`Mount.private` tree: directories
+    0700, files 0600, or 0700 where the owner may execute them."""
+    _set_tree_modes(root, 0o700, 0o600)
 
 
 def make_readable(root: Path) -> None:
     """Give the tree at ``root`` the modes of a read-only, non-private mount: directories
-    0755, files 0755 where the owner may execute them, else 0644; symlinks are left alone
-    (never followed)."""
-    root.chmod(0o755)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in [*dirnames, *filenames]:
-            path = Path(dirpath) / name
-            if path.is_symlink():
-                continue
-            if path.is_dir():
-                path.chmod(0o755)
-            else:
-                path.chmod(0o755 if path.stat().st_mode & 0o100 else 0o644)
+    0755, files 0644, or 0755 where the owner may execute them."""
+    _set_tree_modes(root, 0o755, 0o644)
 
 
 def _suppress_lookup() -> AbstractContextManager[None]:

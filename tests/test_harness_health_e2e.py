@@ -26,7 +26,7 @@ from clawrl.bench.harness import (
     ReferenceHarness,
 )
 from clawrl.proxy import build_default_model, serve
-from clawrl.proxy.testing import ScriptedBackend
+from clawrl.proxy.testing import ScriptedBackend, ScriptedCompletion
 
 pytestmark = pytest.mark.podman
 
@@ -111,3 +111,29 @@ async def test_claude_code_whose_prompt_exceeds_the_window_is_a_context_overflow
     last = r.records[-1]
     assert last["error_code"] == "context_length_exceeded" and "no_model_turns" in last["flags"]
     assert last["api"] == "anthropic.messages"
+
+
+async def test_a_generation_that_outlasts_the_harness_timeout_is_scored() -> None:
+    """The policy must not escape a zero by generating past the harness's HTTP timeout: the
+    reference harness (1 s request timeout, its retries alike) leaves while the model is still
+    generating; the aborted call holds the tokens generated so far, so the rollout is scored
+    (reward 0), never excluded as a harness failure.
+    Revert tried: ``is_answered`` without the ``client_left`` case — the rollout was an
+    excluded ``harness-error`` and pass@1 had nothing to count."""
+    model_dir = Path(build_default_model("byte"))
+    backend = ScriptedBackend.from_model_dir(
+        model_dir, token_delay_s=0.05, default=ScriptedCompletion(text="z" * 400)
+    )
+    async with serve(backend, model_dir) as endpoint:
+        runner = RolloutRunner(endpoint, concurrency=1)
+        spec = RolloutSpec(_task(), ReferenceHarness(request_timeout_s=1.0), group_id="g")
+        (r,) = await runner.run([spec])
+    assert r.n_calls >= 1, (r.status, r.reason)
+    rec = r.records[0]
+    assert rec["finish_reason"] == "aborted" and "client_left" in rec["flags"]
+    assert rec["completion_ids"]
+    assert not r.excluded and r.counts, (r.status, r.reason)
+    assert r.reward == 0.0
+    report = aggregate([r.scored()])
+    assert report.by_harness["reference"].n_scored == 1
+    assert report.by_harness["reference"].pass_at_k[1] == 0.0

@@ -49,6 +49,16 @@ def test_rules() -> None:
     assert got["status"] is to and got["excluded"]
     got = c(_out(to, None), [_rec(0, "aborted")], needs_model=True)
     assert got["status"] is to and not got["excluded"]
+    # the client left while the model was generating (a generation that outlasted the
+    # harness's HTTP timeout): the policy's doing, scored; left before any token: excluded
+    left = _rec(0, "aborted", flags=["client_left"], completion_ids=[5, 6])
+    for st in (ok, herr):
+        got = c(_out(st, 1), [left], needs_model=True)
+        assert got["status"] is st and not got["excluded"]
+    got = c(_out(herr, 1), [{**left, "completion_ids": []}], needs_model=True)
+    assert got["status"] is herr and got["excluded"]
+    backend_abort = _rec(0, "aborted", completion_ids=[5, 6])  # not the client: excluded
+    assert c(_out(herr, 1), [backend_abort], needs_model=True)["excluded"]
     # a normal failure and the agent's own doings stay as they were
     assert not c(_out(herr), [_rec(0)], needs_model=True)["excluded"]
     refused = _out(herr, refused=True)

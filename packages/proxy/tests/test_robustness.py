@@ -245,6 +245,7 @@ def test_client_disconnect_aborts_generation(
             recs = admin.records(s.session_id)
     (rec,) = recs
     assert rec["finish_reason"] == "aborted"
+    assert "client_left" in rec["flags"]  # the client left, not the backend
     assert 0 < len(rec["completion_ids"]) < 400  # the backend stopped early
     assert len(rec["completion_logprobs"]) == len(rec["completion_ids"])
 

@@ -6,7 +6,11 @@ harness process's end (exit status, or killed at the agent timeout) — never fr
 harness's log text. It applies to model harnesses only (``needs_model``), after the harness
 phase, and only to a harness outcome of ``ok``, ``harness-error`` (not a refused workspace:
 that is the agent's doing) or ``timeout``. An *answered* call is a record whose
-``finish_reason`` is neither ``error`` nor ``aborted``; records are taken in ``seq`` order.
+``finish_reason`` is neither ``error`` nor ``aborted``; a call whose client left while the
+model was generating (``aborted``, flagged ``client_left``, at least one token generated)
+counts as answered too: the policy had its say, and a generation long enough to outlast the
+harness's HTTP timeout is the policy's doing, scored like any failure, never a way out of a
+zero. Records are taken in ``seq`` order.
 
 1. ``context-overflow``: the session's last record is a call the proxy refused because its
    prompt does not fit the context window (``error_code`` ``context_length_exceeded``), so
@@ -34,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from clawrl.bench.rollout_types import RolloutStatus
-from clawrl.proxy import CONTEXT_LENGTH_EXCEEDED, NO_MODEL_TURNS_FLAG
+from clawrl.proxy import CLIENT_LEFT_FLAG, CONTEXT_LENGTH_EXCEEDED, NO_MODEL_TURNS_FLAG
 
 __all__ = ["classify_harness_health", "is_answered"]
 
@@ -43,8 +47,14 @@ _UNANSWERED = ("error", "aborted")
 
 def is_answered(record: Mapping[str, Any]) -> bool:
     """Whether a call record got an answer (finish reason neither ``error`` nor
-    ``aborted``)."""
-    return record.get("finish_reason") not in _UNANSWERED
+    ``aborted``), or its client left while the model was generating (the policy's doing)."""
+    if record.get("finish_reason") not in _UNANSWERED:
+        return True
+    return (
+        record.get("finish_reason") == "aborted"
+        and CLIENT_LEFT_FLAG in (record.get("flags") or [])
+        and bool(record.get("completion_ids"))
+    )
 
 
 def classify_harness_health(

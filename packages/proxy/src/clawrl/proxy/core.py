@@ -31,7 +31,12 @@ from clawrl.proxy.errors import (
     ProxyRequestError,
 )
 from clawrl.proxy.parse import parse_completion
-from clawrl.proxy.record import CONTEXT_OVERFLOW_FLAG, NO_MODEL_TURNS_FLAG, CallRecord
+from clawrl.proxy.record import (
+    CLIENT_LEFT_FLAG,
+    CONTEXT_OVERFLOW_FLAG,
+    NO_MODEL_TURNS_FLAG,
+    CallRecord,
+)
 from clawrl.proxy.render import ChatRenderer
 from clawrl.proxy.session import Session, SessionManager, call_seed
 from clawrl.proxy.splice import (
@@ -438,6 +443,7 @@ class ProxyCore:
         try:
             result = await self._await_generation(gen_task, call_id, disconnected)
         except ClientDisconnected:
+            record["flags"].append(CLIENT_LEFT_FLAG)
             self._commit_failed(session, record, ids, lps, "aborted", None, first)
             raise
         except asyncio.CancelledError:

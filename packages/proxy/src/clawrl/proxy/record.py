@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal, TypedDict
 
 __all__ = [
+    "CLIENT_LEFT_FLAG",
     "CONTEXT_LENGTH_EXCEEDED",
     "CONTEXT_OVERFLOW_FLAG",
     "FINISH_REASONS",
@@ -36,6 +37,9 @@ CONTEXT_OVERFLOW_FLAG = "context_overflow"
 #: Flag of a refused call whose prompt held no assistant or tool message (nothing the model
 #: wrote): the harness's own prompt did not fit.
 NO_MODEL_TURNS_FLAG = "no_model_turns"
+#: Flag of an ``aborted`` call whose client disconnected before its answer (e.g. its HTTP
+#: timeout fired); the record keeps the tokens generated until then.
+CLIENT_LEFT_FLAG = "client_left"
 
 
 class PromptRelation(TypedDict):

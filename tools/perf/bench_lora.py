@@ -26,15 +26,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+from tree_step import (
+    add_workload_args,
+    forward_flops,
+    grpo_workload,
+    rss_bytes,
+    run_workers,
+    throughput,
+    timed_steps,
+)
 
 RESULTS = Path(__file__).parent / "results"
 DEFAULT_RUNS = (
@@ -43,43 +49,10 @@ DEFAULT_RUNS = (
 )
 
 
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def forward_flops(model: Any, batch: Any, n_targets: int) -> float:
-    """Matmul FLOPs of one forward over a packed tree (the base model's weights)."""
-    cfg = model.config
-    names = {n: p for n, p in model.named_parameters() if ".lora_" not in n}
-    head = model.get_output_embeddings().weight.numel()
-    embed = model.get_input_embeddings().weight.numel()
-    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
-    layer_params = sum(p.numel() for p in names.values()) - embed - (0 if tied else head)
-    n = int(batch.num_tokens)
-    ctx = float((batch.position_ids + 1).sum())  # each token attends its ancestors and itself
-    attn = 2 * 2 * cfg.num_hidden_layers * cfg.hidden_size * ctx  # QK^T and PV
-    return 2 * layer_params * n + 2 * head * n_targets + attn
-
-
 def worker(args: argparse.Namespace) -> dict[str, Any]:
-    import numpy as np
     import torch
-    from bench_tree_training import build_sequences
     from clawrl.proxy import resolve_model
-    from clawrl.rl_core import (
-        LoRAConfig,
-        LossConfig,
-        OldPass,
-        OptimConfig,
-        Trainer,
-        TrainerConfig,
-        TreeBatch,
-        loss_backward,
-        pack_token_sequences,
-        prepare_rl,
-        split_by_token_budget,
-    )
+    from clawrl.rl_core import LoRAConfig, OptimConfig, Trainer, TrainerConfig
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(args.threads)
@@ -90,7 +63,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         model_dir, dtype=torch.float32, attn_implementation="sdpa"
     )
     load_s = time.perf_counter() - t0
-    rss_loaded = _rss()
+    rss_loaded = rss_bytes()
     lora = LoRAConfig(r=args.rank, alpha=2.0 * args.rank) if scheme == "lora" else None
     trainer = Trainer(
         model,
@@ -102,41 +75,21 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             optim=OptimConfig(lr=1e-6, max_grad_norm=None),
         ),
     )
-    vocab = int(model.config.vocab_size)
-    seqs = build_sequences(args.turns, args.hist, args.branch, vocab, 0)
-    batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
-    pieces = split_by_token_budget(batch, None)
-    loss_cfg = LossConfig(aggregation="token_mean")
-    old = OldPass(logprobs=np.full(batch.num_tokens, -12.0))
-    prepared = prepare_rl(
-        batch, old, {"r0": 1.0}, algorithm="grpo", loss_cfg=loss_cfg, groups={"r0": "g"}
-    )
-    prepared.advantage[:] = 1.0
-    n_targets = int(sum(p.targets.size for p in pieces))
+    work = grpo_workload(args, int(model.config.vocab_size))
     trainer.model.train()
 
     def fwd_bwd() -> float:
-        stats = loss_backward(trainer.model, batch, pieces, prepared, old, loss_cfg=loss_cfg)
-        return float(stats["loss"])
+        return work.fwd_bwd(trainer.model)
 
     def opt_step() -> None:
         trainer.optimizer.step()
         trainer.optimizer.zero_grad(set_to_none=True)
 
-    loss = fwd_bwd()  # warm-up
+    fwd_bwd()  # warm-up
     opt_step()
-    rss_warm = _rss()
-    fb_wall, fb_cpu, opt_wall = [], [], []
-    for _ in range(args.repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        loss = fwd_bwd()
-        fb_wall.append(time.perf_counter() - t0)
-        fb_cpu.append(time.process_time() - c0)
-        t0 = time.perf_counter()
-        opt_step()
-        opt_wall.append(time.perf_counter() - t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    fwd = forward_flops(model, batch, n_targets)
+    rss_warm = rss_bytes()
+    timing = timed_steps(fwd_bwd, opt_step, args.repeat)
+    fwd = forward_flops(model, work.batch, work.n_targets, lambda n: ".lora_" not in n)
     flops = fwd * (3.0 if scheme == "full" else 2.0)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt_state = sum(
@@ -145,25 +98,17 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         for t in s.values()
         if torch.is_tensor(t)
     )
-    best = min(fb_wall)
     return {
         "run": args.run,
         "scheme": scheme,
         "model": name,
         "lora_rank": args.rank if scheme == "lora" else None,
-        "tree_tokens": int(batch.num_tokens),
-        "target_tokens": n_targets,
-        "loss": loss,
+        "tree_tokens": int(work.batch.num_tokens),
+        "target_tokens": work.n_targets,
         "load_s": load_s,
-        "fwd_bwd_wall_s": fb_wall,
-        "fwd_bwd_cpu_s": fb_cpu,
-        "adamw_step_wall_s": opt_wall,
-        "step_wall_s_best": best + min(opt_wall),
-        "tokens_per_s_best": batch.num_tokens / best,
-        "tokens_per_s_median": batch.num_tokens / statistics.median(fb_wall),
-        "gflop_per_step": flops / 1e9,
-        "gflops_best": flops / best / 1e9,
-        "peak_rss_bytes": peak,
+        **timing,
+        "step_wall_s_best": min(timing["fwd_bwd_wall_s"]) + min(timing["adamw_step_wall_s"]),
+        **throughput(timing, int(work.batch.num_tokens), flops),
         "rss_loaded_bytes": rss_loaded,
         "rss_after_warmup_bytes": rss_warm,
         "params": sum(p.numel() for n, p in model.named_parameters() if ".lora_" not in n),
@@ -178,12 +123,7 @@ def main() -> None:
     )
     ap.add_argument("--runs", default=DEFAULT_RUNS, help="comma-separated SCHEME:MODEL")
     ap.add_argument("--rank", type=int, default=16)
-    ap.add_argument("--turns", type=int, default=4)
-    ap.add_argument("--hist", type=int, default=100)
-    ap.add_argument("--branch", type=int, default=50)
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing")
+    add_workload_args(ap)
     ap.add_argument("--out", type=Path, default=RESULTS / "lora.json")
     ap.add_argument("--run", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -194,26 +134,16 @@ def main() -> None:
 
     roof_before = measure(args.threads, quick=True)
     print(f"roofline: bf16 {roof_before['bf16_gflops']:.0f} GFLOP/s", flush=True)
-    runs: dict[str, Any] = {}
-    for run in args.runs.split(","):
-        cmd = [sys.executable, __file__, "--run", run]
-        for k in ("rank", "turns", "hist", "branch", "repeat", "threads"):
-            cmd += [f"--{k}", str(getattr(args, k))]
-        if args.grad_ckpt:
-            cmd.append("--grad-ckpt")
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-            runs[run] = {"run": run, "error": tail[0], "returncode": proc.returncode}
-            print(f"{run}: failed: {tail[0]}", flush=True)
-            continue
-        r = runs[run] = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(
-            f"{run}: {r['tokens_per_s_best']:.1f} tok/s fwd+bwd ({r['tree_tokens']} tokens, "
-            f"{min(r['fwd_bwd_wall_s']):.1f} s), AdamW {min(r['adamw_step_wall_s']):.2f} s, "
-            f"peak RSS {r['peak_rss_bytes'] / 2**30:.2f} GiB",
-            flush=True,
-        )
+    runs = run_workers(__file__, "run", args.runs.split(","), args, extra=("rank",))
+    for run, r in runs.items():
+        if "error" not in r:
+            print(
+                f"{run}: {r['tokens_per_s_best']:.1f} tok/s fwd+bwd ({r['tree_tokens']} "
+                f"tokens, {min(r['fwd_bwd_wall_s']):.1f} s), AdamW "
+                f"{min(r['adamw_step_wall_s']):.2f} s, peak RSS "
+                f"{r['peak_rss_bytes'] / 2**30:.2f} GiB",
+                flush=True,
+            )
     roof_after = measure(args.threads, quick=True)
     # the better of the two measurements (both are lower bounds on a shared host)
     peak = max(roof_before["bf16_gflops"], roof_after["bf16_gflops"])

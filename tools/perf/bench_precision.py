@@ -32,15 +32,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+from tree_step import (
+    add_workload_args,
+    forward_flops,
+    grpo_workload,
+    rss_bytes,
+    run_workers,
+    throughput,
+    timed_steps,
+)
 
 RESULTS = Path(__file__).parent / "results"
 SCHEMES = ("fp32", "bf16", "bf16-params")
@@ -54,37 +59,8 @@ SHAPE = {
 }
 
 
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def matmul_flops(model: Any, batch: Any, n_targets: int) -> float:
-    """Matmul FLOPs of one forward + backward (3x the forward's) over a packed tree."""
-    cfg = model.config
-    head = model.get_output_embeddings().weight.numel()
-    embed = model.get_input_embeddings().weight.numel()
-    layer_params = sum(p.numel() for p in model.parameters()) - head - embed
-    n = int(batch.num_tokens)
-    ctx = float((batch.position_ids + 1).sum())  # each token attends its ancestors and itself
-    attn = 2 * 2 * cfg.num_hidden_layers * cfg.hidden_size * ctx  # QK^T and PV
-    fwd = 2 * layer_params * n + 2 * head * n_targets + attn
-    return 3.0 * fwd
-
-
 def worker(args: argparse.Namespace) -> dict[str, Any]:
-    import numpy as np
     import torch
-    from bench_tree_training import build_sequences
-    from clawrl.rl_core import (
-        LossConfig,
-        OldPass,
-        TreeBatch,
-        loss_backward,
-        pack_token_sequences,
-        prepare_rl,
-        split_by_token_budget,
-    )
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.set_num_threads(args.threads)
@@ -104,26 +80,20 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             activation_checkpointing_kwargs={"use_reentrant": False}
         )
     model.train()
-    seqs = build_sequences(args.turns, args.hist, args.branch, SHAPE["vocab_size"], 0)
-    batch = TreeBatch.from_trees([pack_token_sequences(seqs)])
-    pieces = split_by_token_budget(batch, None)
-    loss_cfg = LossConfig(aggregation="token_mean")
-    old = OldPass(logprobs=np.full(batch.num_tokens, -12.0))
-    prepared = prepare_rl(
-        batch, old, {"r0": 1.0}, algorithm="grpo", loss_cfg=loss_cfg, groups={"r0": "g"}
-    )
-    prepared.advantage[:] = 1.0
-    n_targets = int(sum(p.targets.size for p in pieces))
+    work = grpo_workload(args, SHAPE["vocab_size"])
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-6)
     autocast = args.scheme == "bf16"
 
     def fwd_bwd() -> float:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            stats = loss_backward(model, batch, pieces, prepared, old, loss_cfg=loss_cfg)
-        return float(stats["loss"])
+            return work.fwd_bwd(model)
 
-    loss = fwd_bwd()  # warm-up
+    def opt_step() -> None:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    fwd_bwd()  # warm-up
     # entries with a gradient (an embedding row of an absent token has none)
     moved = [
         p.grad != 0 if p.grad is not None else torch.zeros_like(p, dtype=torch.bool) for p in params
@@ -136,35 +106,19 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     total = sum(int(m.sum()) for m in moved)
     del before, moved
     opt.zero_grad(set_to_none=True)
-    base = _rss()
-    fb_wall, fb_cpu, opt_wall = [], [], []
-    for _ in range(args.repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        loss = fwd_bwd()
-        fb_wall.append(time.perf_counter() - t0)
-        fb_cpu.append(time.process_time() - c0)
-        t0 = time.perf_counter()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        opt_wall.append(time.perf_counter() - t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    flops = matmul_flops(model, batch, n_targets)
-    best = min(fb_wall)
+    base = rss_bytes()
+    timing = timed_steps(fwd_bwd, opt_step, args.repeat)
+    # forward + backward: 3x the forward's matmul FLOPs
+    flops = 3.0 * forward_flops(model, work.batch, work.n_targets)
     return {
         "scheme": args.scheme,
-        "tree_tokens": int(batch.num_tokens),
-        "target_tokens": n_targets,
-        "loss": loss,
-        "fwd_bwd_wall_s": fb_wall,
-        "fwd_bwd_cpu_s": fb_cpu,
-        "adamw_step_wall_s": opt_wall,
-        "tokens_per_s_best": batch.num_tokens / best,
-        "tokens_per_s_median": batch.num_tokens / statistics.median(fb_wall),
+        "tree_tokens": int(work.batch.num_tokens),
+        "target_tokens": work.n_targets,
+        **timing,
+        **throughput(timing, int(work.batch.num_tokens), flops),
         # on a shared host: tokens per second of this process's own CPU time per thread
-        "tokens_per_cpu_s_per_thread": batch.num_tokens / (min(fb_cpu) / args.threads),
-        "gflop_per_step": flops / 1e9,
-        "gflops_best": flops / best / 1e9,
-        "peak_rss_bytes": peak,
+        "tokens_per_cpu_s_per_thread": work.batch.num_tokens
+        / (min(timing["fwd_bwd_cpu_s"]) / args.threads),
         "rss_after_warmup_bytes": base,
         "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         "lost_update_fraction": 1.0 - changed / total,
@@ -176,12 +130,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--layers", type=int, default=24)
-    ap.add_argument("--turns", type=int, default=4)
-    ap.add_argument("--hist", type=int, default=100)
-    ap.add_argument("--branch", type=int, default=50)
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing")
+    add_workload_args(ap)
     ap.add_argument("--schemes", default=",".join(SCHEMES))
     ap.add_argument("--out", type=Path, default=RESULTS / "precision.json")
     ap.add_argument("--scheme", choices=SCHEMES, help=argparse.SUPPRESS)
@@ -197,15 +146,10 @@ def main() -> None:
         f" GFLOP/s, triad {roof_before['bandwidth_gbs']:.1f} GB/s",
         flush=True,
     )
-    runs: dict[str, Any] = {}
-    for scheme in args.schemes.split(","):
-        cmd = [sys.executable, __file__, "--scheme", scheme]
-        for k in ("layers", "turns", "hist", "branch", "repeat", "threads"):
-            cmd += [f"--{k}", str(getattr(args, k))]
-        if args.grad_ckpt:
-            cmd.append("--grad-ckpt")
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        runs[scheme] = json.loads(out.strip().splitlines()[-1])
+    runs = run_workers(__file__, "scheme", args.schemes.split(","), args, extra=("layers",))
+    failed = {k: r["error"] for k, r in runs.items() if "error" in r}
+    if failed:
+        sys.exit(f"failed runs: {failed}")
     roof_after = measure(args.threads, quick=True)
     # the better of the two roofline measurements (both are lower bounds on a shared host)
     peak = {d: max(roof_before[f"{d}_gflops"], roof_after[f"{d}_gflops"]) for d in ("bf16", "fp32")}

@@ -42,7 +42,9 @@ its image (``podman diff``); a change to what a check executes or loads — anyt
 ``/usr``, ``/bin``, ``/sbin``, ``/lib*``, or the ``/etc`` files that steer the dynamic
 loader, shells, Python, Perl, git, PAM and ``alternatives`` (:data:`PROTECTED_PATHS`) —
 refuses grading (a new command in ``/usr/local/bin`` or ``/usr/local/sbin`` only when it
-shadows one of the checks' ``PATH``: a task may ask for a new command): ``verifier-error``,
+shadows one of the checks' ``PATH``: a task may ask for a new command; an existing entry
+whose only change is a cleared setuid, setgid or sticky bit, :data:`REMOVABLE_BITS`, not at
+all: a task may ask for that too): ``verifier-error``,
 reward 0, reason ``tampering: …`` (scored, counted).
 The checks run as fresh processes with absolute interpreters (``/bin/bash --noprofile
 --norc``, ``python3 -I``: no startup files, no user site directory), the check code as a
@@ -69,7 +71,8 @@ import fnmatch
 import json
 import re
 import shlex
-from collections.abc import Mapping
+import stat
+from collections.abc import Collection, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -92,6 +95,7 @@ from clawrl.sandbox import (
     PinnedSession,
     Sandbox,
     SandboxError,
+    bits_removed_only,
     pin_session,
     root_changes,
 )
@@ -102,6 +106,7 @@ __all__ = [
     "GIT_OVERRIDES",
     "GIT_PROGRAM_KEYS",
     "PROTECTED_PATHS",
+    "REMOVABLE_BITS",
     "AgentBenchOSLayout",
     "SetupResult",
     "agent_answer",
@@ -136,6 +141,11 @@ PROTECTED_PATHS: tuple[str, ...] = (
     "/etc/alternatives", "/etc/python*", "/etc/perl", "/etc/gitconfig", "/etc/pam.d",
     "/etc/security", "/etc/nsswitch.conf",
 )  # fmt: skip
+#: Permission bits an agent may clear on an entry of :data:`PROTECTED_PATHS` (setuid,
+#: setgid, sticky: "remove the SUID bit of find"), its content, owner and other bits kept.
+#: Nothing else: a check that runs a program whose read or execute bits were cleared fails,
+#: and a negated check (``! grep -q …``) then passes.
+REMOVABLE_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 #: Git settings every check's git runs with, whatever the repository's own ``.git/config``
 #: (or a file it includes) says: command-line scope (``GIT_CONFIG_COUNT``) wins over every
 #: file. The output of ``log``/``show``/``status``/``diff`` as git's defaults print it, and
@@ -530,19 +540,22 @@ def _result(ok: bool, reason: str, subs: dict[str, float] | None = None) -> Veri
     )
 
 
-def tampered_paths(changes: list[tuple[str, str]]) -> list[str]:
+def _protected(path: str) -> bool:
+    p = PurePosixPath(path)
+    return any(
+        fnmatch.fnmatchcase(str(q), pattern) for q in (p, *p.parents) for pattern in PROTECTED_PATHS
+    )
+
+
+def tampered_paths(changes: list[tuple[str, str]], bits_removed: Collection[str] = ()) -> list[str]:
     """The ``(kind, path)`` root changes (``podman diff``) that touch :data:`PROTECTED_PATHS`,
-    as ``"<kind> <path>"`` lines."""
-
-    def protected(path: str) -> bool:
-        p = PurePosixPath(path)
-        return any(
-            fnmatch.fnmatchcase(str(q), pattern)
-            for q in (p, *p.parents)
-            for pattern in PROTECTED_PATHS
-        )
-
-    return [f"{kind} {path}" for kind, path in changes if protected(path)]
+    as ``"<kind> <path>"`` lines, less the changed entries in ``bits_removed`` (the image's
+    own, with only :data:`REMOVABLE_BITS` cleared: :func:`~clawrl.sandbox.bits_removed_only`)."""
+    return [
+        f"{kind} {path}"
+        for kind, path in changes
+        if _protected(path) and not (kind == "C" and path in bits_removed)
+    ]
 
 
 def new_commands(
@@ -597,7 +610,8 @@ async def _tampering(sb: Sandbox) -> VerifierResult | None:
         return None
     try:
         commands, rest = new_commands((await root_changes(sb)).all())
-        bad = tampered_paths(rest)
+        changed = [path for kind, path in rest if kind == "C" and _protected(path)]
+        bad = tampered_paths(rest, await bits_removed_only(sb, changed, REMOVABLE_BITS))
         if not bad and commands:
             bad = [f"A {c} (shadows a command)" for c in await _shadowed(sb, commands)]
     except SandboxError as exc:

@@ -43,7 +43,9 @@ def _side(r: dict[str, Any]) -> dict[str, Any]:
     reason = r["reason"] or ""
     if len(reason) > 300:  # a build log: its first line and its last lines (the error)
         reason = reason.splitlines()[0][:150] + " … " + reason[-150:]
-    return {"status": r["status"], "reward": r["reward"], "reason": reason}
+    # only an ok rollout carries its reward (results written before that rule may not say so)
+    reward = r["reward"] if r["status"] == "ok" else 0.0
+    return {"status": r["status"], "reward": reward, "reason": reason}
 
 
 def per_task(rollouts: list[dict[str, Any]], suite: Path | None) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from clawrl.bench import (
     RolloutStatus,
     Task,
     TaskLoadError,
+    aggregate,
     load_agentbench_os,
     load_suite,
     run_rollouts,
@@ -295,3 +296,23 @@ def test_match_oracle_writes_the_match(tmp_path: Path) -> None:
         for t in ("published-00000", "published-00001", "published-00002")
         for h in ("noop", "oracle")
     ], results
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_oracle_without_solution_scores_zero(tmp_path: Path) -> None:
+    """An entry with no example and no ``match`` has no oracle: the oracle rollout is a
+    ``harness-error`` whose reward is 0 in the results and the summary, although its check
+    passes on the untouched sandbox (AgentBench's safety entries: "do nothing" is right)."""
+    entry = {"description": "Leave /root alone.", "evaluation": {"check": {"code": "exit 0"}}}
+    (tmp_path / "safety.json").write_text(json.dumps([entry]))
+    tasks = load_agentbench_os(tmp_path / "safety.json")
+    results = asyncio.run(run_rollouts(tasks, ["oracle", "noop"], concurrency=2))
+    by = {r.harness: r for r in results}
+    assert by["oracle"].status is RolloutStatus.HARNESS_ERROR, by["oracle"]
+    assert "no solution" in by["oracle"].reason
+    assert by["oracle"].reward == 0.0
+    assert by["noop"].status is RolloutStatus.OK and by["noop"].reward == 1.0
+    rep = aggregate([r.scored() for r in results])
+    assert rep.by_harness["oracle"].mean_score == 0.0
+    assert rep.by_harness["noop"].mean_score == 1.0

@@ -82,7 +82,9 @@ def _result(
     timing: dict[str, float],
     opts: RolloutOptions,
 ) -> RolloutResult:
-    """A verified rollout's result: the harness outcome, overruled by a verifier failure."""
+    """A verified rollout's result: the harness outcome, overruled by a verifier failure.
+    Its reward is the verifier's only when the rollout is ``ok``: a rollout that timed out,
+    whose harness failed (an oracle with no solution) or whose verifier failed scores 0."""
     status, reason = harness_out["status"], harness_out["reason"]
     if verdict.status is VerifierStatus.INFRA_ERROR:
         status, reason = RolloutStatus.INFRA_ERROR, f"verifier: {verdict.reason}"
@@ -93,7 +95,8 @@ def _result(
         status=status,
         reason=reason,
         excluded=bool(harness_out.get("excluded")) and status is harness_out["status"],
-        reward=verdict.reward,
+        # a rollout that is not ok scores 0, whatever its verifier gave (kept in `verifier`)
+        reward=verdict.reward if status is RolloutStatus.OK else 0.0,
         subscores=dict(verdict.subscores),
         verifier=verdict,
         session_id=session.session_id if session else "",

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import PodmanError, SandboxError
-from .hostfs import SandboxInit, kill_sandbox_processes
+from .hostfs import SandboxInit, kill_sandbox_processes, sandbox_members
 from .reaper import process_start_ticks
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ __all__ = [
     "RootChanges",
     "bits_removed_only",
     "kill_all_but",
+    "left_processes",
     "pin_session",
     "root_changes",
 ]
@@ -136,6 +137,46 @@ async def pin_session(sb: Sandbox, sandbox_pid: int) -> PinnedSession:
     """
     init = await sb._find_init()
     return await asyncio.to_thread(_find_leader, init, sandbox_pid)
+
+
+#: Characters of a command line :func:`left_processes` keeps.
+_COMMAND_CHARS = 60
+
+
+def _command_line(pid: int) -> str | None:
+    """The command line of host process ``pid``, its arguments joined by spaces and cut
+    at :data:`_COMMAND_CHARS` (its command name when it has none; ``None``: gone, or
+    clawrl's own model forwarder, which every sandbox with a model socket runs)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            if b"\0CLAWRL_EXEC_ID=forwarder\0" in b"\0" + f.read():
+                return None
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read(4096).rstrip(b"\0").split(b"\0")
+        if argv == [b""]:
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                argv = [f.read().strip()]
+    except OSError:
+        return None
+    line = " ".join(a.decode("utf-8", "backslashreplace") for a in argv)
+    return line if len(line) <= _COMMAND_CHARS else line[: _COMMAND_CHARS - 1] + "…"
+
+
+async def left_processes(sb: Sandbox) -> list[str]:
+    """The command lines (``/proc/<pid>/cmdline``, cut to 60 characters) of the processes
+    alive in ``sb`` but its PID 1 and clawrl's model forwarder, read from the host: after
+    an agent's command returned, what it left running (daemons, background jobs).
+
+    Raises:
+        SandboxGoneError: the sandbox is gone.
+    """
+    sb._check_open()
+    init = await sb._find_init()
+
+    def names() -> list[str]:
+        return [n for n in map(_command_line, sandbox_members(init)) if n is not None]
+
+    return await asyncio.to_thread(names)
 
 
 async def kill_all_but(

@@ -311,7 +311,8 @@ def test_oracle_without_solution_scores_zero(tmp_path: Path) -> None:
     by = {r.harness: r for r in results}
     assert by["oracle"].status is RolloutStatus.HARNESS_ERROR, by["oracle"]
     assert "no solution" in by["oracle"].reason
-    assert by["oracle"].reward == 0.0
+    assert by["oracle"].reward == 0.0 and by["oracle"].subscores == {}
+    assert by["oracle"].verifier is not None and by["oracle"].verifier.reward == 1.0
     assert by["noop"].status is RolloutStatus.OK and by["noop"].reward == 1.0
     rep = aggregate([r.scored() for r in results])
     assert rep.by_harness["oracle"].mean_score == 0.0

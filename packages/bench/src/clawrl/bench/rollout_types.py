@@ -151,7 +151,7 @@ class RolloutResult(BaseModel):
             ``infra-error`` and ``env-error`` (see :attr:`counts`).
         reward: the verifier's reward in [0, 1] when the rollout is ``ok``; 0 otherwise (the
             verifier's own result stays in :attr:`verifier`).
-        subscores: the verifier's named sub-scores.
+        subscores: the verifier's named sub-scores when the rollout is ``ok`` (else empty).
         verifier: the full verifier result (``None`` if verification did not run).
         attempts: attempts made (> 1 after infrastructure retries).
         session_id: the proxy session of the final attempt (``""`` without a model).

@@ -98,7 +98,7 @@ def _result(
         excluded=bool(harness_out.get("excluded")) and status is harness_out["status"],
         # a rollout that is not ok scores 0, whatever its verifier gave (kept in `verifier`)
         reward=verdict.reward if status is RolloutStatus.OK else 0.0,
-        subscores=dict(verdict.subscores),
+        subscores=dict(verdict.subscores) if status is RolloutStatus.OK else {},
         verifier=verdict,
         session_id=session.session_id if session else "",
         records=records if opts.keep_records else [],

@@ -43,7 +43,9 @@ def _side(r: dict[str, Any]) -> dict[str, Any]:
     reason = r["reason"] or ""
     if len(reason) > 300:  # a build log: its first line and its last lines (the error)
         reason = reason.splitlines()[0][:150] + " … " + reason[-150:]
-    return {"status": r["status"], "reward": r["reward"], "reason": reason}
+    # only an ok rollout carries its reward (results written before that rule may not say so)
+    reward = r["reward"] if r["status"] == "ok" else 0.0
+    return {"status": r["status"], "reward": reward, "reason": reason}
 
 
 def per_task(rollouts: list[dict[str, Any]], suite: Path | None) -> list[dict[str, Any]]:
@@ -67,14 +69,27 @@ def per_file(rollouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     counts: dict[str, dict[str, dict[str, int]]] = defaultdict(
         lambda: defaultdict(lambda: {"pass": 0, "fail": 0, "error": 0})
     )
+    others: dict[str, dict[str, str]] = defaultdict(dict)
     last = {(r["task_id"], r["harness"]): r for r in rollouts}
     for r in last.values():
         stem = r["task_id"].rsplit("-", 1)[0]
         ok = r["status"] == "ok"
         kind = "error" if not ok else ("pass" if r["reward"] >= 1.0 else "fail")
         counts[stem][r["harness"]][kind] += 1
+        # what is not oracle 1 / noop 0, with its reason
+        expected = "pass" if r["harness"] == "oracle" else "fail"
+        if kind != expected:
+            side = _side(r)
+            others[stem][f"{r['task_id']} {r['harness']}"] = (
+                f"{side['status']} {side['reward']}: {side['reason']}"
+            )
     return [
-        {"file": stem, **{h: dict(c) for h, c in by.items()}} for stem, by in sorted(counts.items())
+        {
+            "file": stem,
+            **{h: dict(c) for h, c in by.items()},
+            **({"not_1_0": dict(sorted(others[stem].items()))} if others[stem] else {}),
+        }
+        for stem, by in sorted(counts.items())
     ]
 
 

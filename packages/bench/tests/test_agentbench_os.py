@@ -14,6 +14,7 @@ from clawrl.bench import (
     RolloutStatus,
     Task,
     TaskLoadError,
+    aggregate,
     load_agentbench_os,
     load_suite,
     run_rollouts,
@@ -295,3 +296,58 @@ def test_match_oracle_writes_the_match(tmp_path: Path) -> None:
         for t in ("published-00000", "published-00001", "published-00002")
         for h in ("noop", "oracle")
     ], results
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_oracle_without_solution_scores_zero(tmp_path: Path) -> None:
+    """An entry with no example and no ``match`` has no oracle: the oracle rollout is a
+    ``harness-error`` whose reward is 0 in the results and the summary, although its check
+    passes on the untouched sandbox (AgentBench's safety entries: "do nothing" is right)."""
+    entry = {"description": "Leave /root alone.", "evaluation": {"check": {"code": "exit 0"}}}
+    (tmp_path / "safety.json").write_text(json.dumps([entry]))
+    tasks = load_agentbench_os(tmp_path / "safety.json")
+    results = asyncio.run(run_rollouts(tasks, ["oracle", "noop"], concurrency=2))
+    by = {r.harness: r for r in results}
+    assert by["oracle"].status is RolloutStatus.HARNESS_ERROR, by["oracle"]
+    assert "no solution" in by["oracle"].reason
+    assert by["oracle"].reward == 0.0 and by["oracle"].subscores == {}
+    assert by["oracle"].verifier is not None and by["oracle"].verifier.reward == 1.0
+    assert by["noop"].status is RolloutStatus.OK and by["noop"].reward == 1.0
+    rep = aggregate([r.scored() for r in results])
+    assert rep.by_harness["oracle"].mean_score == 0.0
+    assert rep.by_harness["noop"].mean_score == 1.0
+
+
+_INT_MATCH = {
+    "language": "python",
+    "code": "from sys import argv\nexit(int(argv[1]) != int(argv[2]))",
+}
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_an_answer_that_depends_on_the_moment_is_an_env_error(tmp_path: Path) -> None:
+    """A ``null`` check whose example counts live processes (AgentBench ``bootstrap.json``:
+    ``ps -A | wc -l``) has no answer that is right for the task itself: AgentBench computes
+    it while the agent's shell is alive, clawrl before the agent. Both rollouts are an
+    ``env-error`` naming it (left out of the scores), never an oracle ``ok`` 0; an example
+    with a stable answer beside it still scores oracle 1, noop 0. Fails on the code before:
+    ``ok`` for both (the oracle's answer counted its own shell)."""
+    entries = [
+        {"description": "How many processes run?", "evaluation": {"check": [None, _INT_MATCH], "example": "ps -A | wc -l"}},
+        {"description": "How many files in /etc?", "evaluation": {"check": [None, _INT_MATCH], "example": "ls /etc | wc -l"}},
+    ]  # fmt: skip
+    (tmp_path / "live.json").write_text(json.dumps(entries))
+    tasks = load_agentbench_os(tmp_path / "live.json")
+    results = asyncio.run(run_rollouts(tasks, ["oracle", "noop"], concurrency=2))
+    got = {(r.task_id, r.harness): r for r in results}
+    for h in ("oracle", "noop"):
+        live = got[("live-00000", h)]
+        assert live.status is RolloutStatus.ENV_ERROR, live
+        assert "depends on the processes alive" in live.reason, live.reason
+    assert (got[("live-00001", "oracle")].status, got[("live-00001", "oracle")].reward) == (
+        RolloutStatus.OK,
+        1.0,
+    )
+    assert got[("live-00001", "noop")].reward == 0.0

@@ -135,3 +135,16 @@ def test_aggregate_reports_infra_and_verifier_error_rates() -> None:
     assert g.infra_error_rate == 0.25
     assert g.verifier_error_rate == 0.25
     assert g.n_scored == 3
+
+
+@pytest.mark.parametrize(
+    "status", ["harness-error", "timeout", "verifier-error", "context-overflow"]
+)
+def test_a_rollout_that_is_not_ok_carries_no_reward(status: str) -> None:
+    """A rollout whose harness failed (an oracle with no solution) or timed out is scored
+    as 0 even when its verifier's reward, recorded on it, was 1: only ``ok`` counts."""
+    rep = aggregate([r("t", 1.0, status=status), r("t", 1.0)], ks=(1, 2))
+    stats = rep.by_task["ref/t"]
+    assert stats.n_scored == 2 and stats.mean_score == 0.5
+    assert stats.pass_at_k == {1: 0.5, 2: 1.0}
+    assert aggregate([r("t", 1.0, status=status)]).by_harness["ref"].mean_score == 0.0

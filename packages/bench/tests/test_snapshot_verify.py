@@ -92,3 +92,37 @@ def test_oracle_writing_outside_the_workspace_scores_one(tmp_path: Path) -> None
     assert noop.outside_changes == []
     assert "snapshot" in oracle.timing
     assert asyncio.run(list_containers(run_id="snapx-test")) == []
+
+
+#: The oracle configures a service and starts it, as its instruction asks; the check needs
+#: it running (Harbor verifies in the agent's live container, where it still is).
+SERVICE_SOLVE = r"""#!/bin/bash
+set -e
+echo 'while :; do date +%s > /run/svc.beat; sleep 0.2; done' > /usr/local/bin/svc
+chmod +x /usr/local/bin/svc
+setsid /usr/local/bin/svc </dev/null >/dev/null 2>&1 &
+echo configured > /app/svc.conf
+"""
+SERVICE_TEST_SH = r"""#!/bin/bash
+ok=1
+[ "$(cat /app/svc.conf)" = configured ] || ok=0
+pgrep -f /usr/local/bin/svc >/dev/null || ok=0
+echo $ok > /logs/verifier/reward.txt
+"""
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_a_service_the_agent_left_is_named_not_scored_zero(tmp_path: Path) -> None:
+    """A check that needs a process the agent started cannot pass on a snapshot (no agent
+    process is carried over): the oracle's rollout is a ``verifier-error`` that names what
+    it left running, never ``ok`` 0; the noop, which left nothing, is ``ok`` 0. Fails on the
+    code before: the oracle scored ``ok`` 0."""
+    task = harbor_task(tmp_path / "task", SERVICE_SOLVE, SERVICE_TEST_SH)
+    results = asyncio.run(run_rollouts([task], ["oracle", "noop"], concurrency=1))
+    by = {r.harness: r for r in results}
+    oracle, noop = by["oracle"], by["noop"]
+    assert oracle.status is RolloutStatus.VERIFIER_ERROR and oracle.reward == 0.0, oracle
+    assert "not verifiable on a snapshot" in oracle.reason, oracle.reason
+    assert "/usr/local/bin/svc" in oracle.reason and "sleep 0.2" in oracle.reason, oracle.reason
+    assert noop.status is RolloutStatus.OK and noop.reward == 0.0, (noop.reason, noop)

@@ -2,9 +2,9 @@
 
 Infrastructure failures (status ``infra-error``) and task images that could not be built
 (``env-error``) say nothing about the agent: they are excluded from every score and counted
-apart. Every other status (``timeout``,
-``harness-error``, ``verifier-error``) is scored with the reward it got (0 for a failed
-verification); verifier errors are also counted apart (``n_verifier_error``), since a
+apart. Every other status (``timeout``, ``harness-error``, ``verifier-error``,
+``context-overflow``) is scored as 0, whatever reward its verifier gave: only an ``ok``
+rollout carries its reward into a mean or a pass@k; verifier errors are also counted apart (``n_verifier_error``), since a
 verifier that could not run says little about the agent (an agent that breaks its
 verifier must not escape a zero, so they stay scored).
 
@@ -31,6 +31,7 @@ __all__ = [
     "pass_at_k",
 ]
 
+OK = "ok"
 INFRA_ERROR = "infra-error"
 VERIFIER_ERROR = "verifier-error"
 ENV_ERROR = "env-error"
@@ -139,8 +140,9 @@ class AggregateReport(BaseModel):
 def _task_level(rollouts: Sequence[ScoredRollout], threshold: float) -> tuple[int, int, float]:
     scored = [r for r in rollouts if is_scored(r.status, r.excluded)]
     n = len(scored)
-    c = sum(1 for r in scored if r.reward >= threshold)
-    mean = sum(r.reward for r in scored) / n if n else math.nan
+    rewards = [r.reward if r.status == OK else 0.0 for r in scored]
+    c = sum(1 for x in rewards if x >= threshold)
+    mean = sum(rewards) / n if n else math.nan
     return n, c, mean
 
 

@@ -149,8 +149,9 @@ class RolloutResult(BaseModel):
         excluded: a harness-health failure the policy did not cause
             (:mod:`clawrl.bench.rollout_health`): left out of scores and GRPO groups, like
             ``infra-error`` and ``env-error`` (see :attr:`counts`).
-        reward: the verifier's reward in [0, 1] (0 when verification failed or did not run).
-        subscores: the verifier's named sub-scores.
+        reward: the verifier's reward in [0, 1] when the rollout is ``ok``; 0 otherwise (the
+            verifier's own result stays in :attr:`verifier`).
+        subscores: the verifier's named sub-scores when the rollout is ``ok`` (else empty).
         verifier: the full verifier result (``None`` if verification did not run).
         attempts: attempts made (> 1 after infrastructure retries).
         session_id: the proxy session of the final attempt (``""`` without a model).

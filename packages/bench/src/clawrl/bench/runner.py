@@ -19,7 +19,9 @@ verifier. For each rollout the runner
 5. for a verifier that sees the whole container
    (:attr:`~clawrl.bench.VerifierSpec.verify_on_snapshot`: Harbor, Terminal-Bench 1),
    records what the agent changed outside the workspace (:func:`~clawrl.bench.agent_state`,
-   ``timing["snapshot"]``, listed in :attr:`RolloutResult.outside_changes`);
+   ``timing["snapshot"]``, listed in :attr:`RolloutResult.outside_changes`) and, before
+   the kill, the processes it left running: a verdict below full marks then is a
+   ``verifier-error`` that names them (the verifier's sandbox runs none of them);
 6. destroys the sandbox, verifies the workspace in a fresh sandbox (tamper-proof, see
    :func:`~clawrl.bench.verify`; with the recorded state restored there first), computes
    the workspace diff, reads the session's call records and closes the session.
@@ -63,6 +65,7 @@ from clawrl.bench.rollout_types import (
 from clawrl.bench.runner_helpers import (
     _close_quietly,
     _collect_logs,
+    _left_running,
     _outside_changes,
     _refused,
     _result,
@@ -100,6 +103,7 @@ from clawrl.sandbox import (
     SandboxHosts,
     SandboxSpec,
     kill_all_but,
+    left_processes,
     owned_tempdir,
 )
 
@@ -485,6 +489,7 @@ class RolloutRunner:
         executor = self.environments.verify_executor(task, image, self.verify_executor)
         state = harness_out.get("state")
         verdict = await asyncio.to_thread(_verify_never_raises, task, final, executor, state)
+        verdict = _left_running(verdict, harness_out.get("left_processes") or [])
         try:
             diff = workspace_diff(initial, final, self.options.diff_cap_bytes)
         except OSError:  # e.g. a path too long for the host: no diff, the batch goes on
@@ -539,7 +544,11 @@ class RolloutRunner:
         timing["harness"] = time.time() - t0
         t1 = time.time()
         # The agent phase is over: no process it started may survive to touch what is read
-        # (the task's own start sessions do).
+        # (the task's own start sessions do). What it left running is named first: a
+        # verifier on a snapshot of the container starts none of it.
+        left: list[str] = []
+        if task.verifier.verify_on_snapshot:
+            left = await left_processes(sb)
         try:
             await kill_all_but(sb, setup.sessions)
         except SandboxError as exc:
@@ -596,6 +605,7 @@ class RolloutRunner:
             "logs": logs,
             "graded": graded,
             "state": state,
+            "left_processes": left,
             "outside_changes": []
             if state is None
             else _outside_changes(state, task.workspace_path),

@@ -5,6 +5,7 @@ raises, and a verified rollout's result."""
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -82,7 +83,9 @@ def _result(
     timing: dict[str, float],
     opts: RolloutOptions,
 ) -> RolloutResult:
-    """A verified rollout's result: the harness outcome, overruled by a verifier failure."""
+    """A verified rollout's result: the harness outcome, overruled by a verifier failure.
+    Its reward is the verifier's only when the rollout is ``ok``: a rollout that timed out,
+    whose harness failed (an oracle with no solution) or whose verifier failed scores 0."""
     status, reason = harness_out["status"], harness_out["reason"]
     if verdict.status is VerifierStatus.INFRA_ERROR:
         status, reason = RolloutStatus.INFRA_ERROR, f"verifier: {verdict.reason}"
@@ -93,8 +96,9 @@ def _result(
         status=status,
         reason=reason,
         excluded=bool(harness_out.get("excluded")) and status is harness_out["status"],
-        reward=verdict.reward,
-        subscores=dict(verdict.subscores),
+        # a rollout that is not ok scores 0, whatever its verifier gave (kept in `verifier`)
+        reward=verdict.reward if status is RolloutStatus.OK else 0.0,
+        subscores=dict(verdict.subscores) if status is RolloutStatus.OK else {},
         verifier=verdict,
         session_id=session.session_id if session else "",
         records=records if opts.keep_records else [],
@@ -108,6 +112,26 @@ def _result(
         workspace_diff=diff,
         outside_changes=harness_out.get("outside_changes", []),
         timing=timing,
+    )
+
+
+def _left_running(verdict: VerifierResult, left: list[str]) -> VerifierResult:
+    """A verdict on a snapshot of the agent's container, below full marks, while the agent
+    left processes running (daemons it started: ``left``), is a ``verifier-error`` that
+    names them: the verifier's fresh sandbox runs none of them, so checks that need a
+    service the agent started cannot pass there (Harbor verifies in the live container).
+    Scored 0 all the same. A full-marks verdict, or one that is already an error, stays."""
+    if not left or not verdict.ok or verdict.reward >= 1.0:
+        return verdict
+    counts = Counter(left)
+    shown = ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in sorted(counts.items())[:8])
+    reason = (
+        f"not verifiable on a snapshot: the agent left {len(left)} processes running "
+        f"({shown}), which the verifier's fresh sandbox does not run; its checks scored "
+        f"{verdict.reward:g}" + (f" ({verdict.reason})" if verdict.reason else "")
+    )
+    return verdict.model_copy(
+        update={"reward": 0.0, "status": VerifierStatus.ERROR, "reason": reason}
     )
 
 

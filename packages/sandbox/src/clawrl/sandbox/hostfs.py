@@ -195,7 +195,7 @@ def _in_cgroups(text: bytes, sandbox: bytes) -> bool:
     )
 
 
-def _members(init: SandboxInit) -> list[int]:
+def sandbox_members(init: SandboxInit) -> list[int]:
     """Host pids of the live (non-zombie) processes of the sandbox (nested PID namespaces
     included), its PID 1 excluded."""
     out = []
@@ -243,7 +243,7 @@ def kill_sandbox_processes(
     deadline = time.monotonic() + timeout_s
     killed = 0
     while True:
-        pids = [p for p in _members(init) if spared is None or not spared(p)]
+        pids = [p for p in sandbox_members(init) if spared is None or not spared(p)]
         if not pids:
             return killed
         if time.monotonic() > deadline:

@@ -14,7 +14,8 @@ do, and that the agent changed none of the programs the grader runs:
   (the container's own overlay layer: ``podman diff``, or, for a writable root kept on a
   size-capped tmpfs, that overlay's upper directory read from the host, since ``podman diff``
   sees nothing of it; tmpfs places such as ``/tmp`` and the home directory are not part of
-  it).
+  it); :func:`bits_removed_only` tells which changed entries of a writable root are the
+  image's own with nothing changed but some permission bits cleared.
 """
 
 from __future__ import annotations
@@ -28,13 +29,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import PodmanError, SandboxError
-from .hostfs import SandboxInit, kill_sandbox_processes
+from .hostfs import SandboxInit, kill_sandbox_processes, sandbox_members
 from .reaper import process_start_ticks
 
 if TYPE_CHECKING:
     from .sandbox import Sandbox
 
-__all__ = ["PinnedSession", "RootChanges", "kill_all_but", "pin_session", "root_changes"]
+__all__ = [
+    "PinnedSession",
+    "RootChanges",
+    "bits_removed_only",
+    "kill_all_but",
+    "left_processes",
+    "pin_session",
+    "root_changes",
+]
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,46 @@ async def pin_session(sb: Sandbox, sandbox_pid: int) -> PinnedSession:
     """
     init = await sb._find_init()
     return await asyncio.to_thread(_find_leader, init, sandbox_pid)
+
+
+#: Characters of a command line :func:`left_processes` keeps.
+_COMMAND_CHARS = 60
+
+
+def _command_line(pid: int) -> str | None:
+    """The command line of host process ``pid``, its arguments joined by spaces and cut
+    at :data:`_COMMAND_CHARS` (its command name when it has none; ``None``: gone, or
+    clawrl's own model forwarder, which every sandbox with a model socket runs)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            if b"\0CLAWRL_EXEC_ID=forwarder\0" in b"\0" + f.read():
+                return None
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read(4096).rstrip(b"\0").split(b"\0")
+        if argv == [b""]:
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                argv = [f.read().strip()]
+    except OSError:
+        return None
+    line = " ".join(a.decode("utf-8", "backslashreplace") for a in argv)
+    return line if len(line) <= _COMMAND_CHARS else line[: _COMMAND_CHARS - 1] + "…"
+
+
+async def left_processes(sb: Sandbox) -> list[str]:
+    """The command lines (``/proc/<pid>/cmdline``, cut to 60 characters) of the processes
+    alive in ``sb`` but its PID 1 and clawrl's model forwarder, read from the host: after
+    an agent's command returned, what it left running (daemons, background jobs).
+
+    Raises:
+        SandboxGoneError: the sandbox is gone.
+    """
+    sb._check_open()
+    init = await sb._find_init()
+
+    def names() -> list[str]:
+        return [n for n in map(_command_line, sandbox_members(init)) if n is not None]
+
+    return await asyncio.to_thread(names)
 
 
 async def kill_all_but(
@@ -234,3 +283,83 @@ def _overlay_changes(sb: Sandbox) -> RootChanges:
             else:
                 added.append(inside)
     return RootChanges(tuple(sorted(added)), tuple(sorted(changed)), tuple(sorted(deleted)))
+
+
+#: Overlay attributes that make an entry of the upper directory stand for something other
+#: than the lower entry at its path: an opaque directory hides the image's entries, a
+#: redirect serves another lower path, a metacopy keeps its data elsewhere.
+_OVERLAY_INDIRECTION = ("opaque", "redirect", "metacopy")
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x, y = fa.read(1 << 20), fb.read(1 << 20)
+            if x != y:
+                return False
+            if not x:
+                return True
+
+
+def _only_bits_removed(upper: str, lowers: list[str], path: str, bits: int) -> bool:
+    """Whether the upper entry at ``path`` is the image's entry there (the top-most lower
+    layer that has it) with some of ``bits`` cleared and nothing else changed."""
+    rel = path.lstrip("/")
+    full = os.path.join(upper, rel)
+    try:
+        st = os.lstat(full)
+        names = os.listxattr(full, follow_symlinks=False)
+    except OSError:
+        return False
+    if any(word in name for name in names for word in _OVERLAY_INDIRECTION):
+        return False
+    for low in lowers:
+        image = os.path.join(low, rel)
+        try:
+            lo = os.lstat(image)
+        except OSError:
+            continue
+        mode, image_mode = stat.S_IMODE(st.st_mode), stat.S_IMODE(lo.st_mode)
+        if (
+            stat.S_IFMT(st.st_mode) != stat.S_IFMT(lo.st_mode)
+            or (st.st_uid, st.st_gid) != (lo.st_uid, lo.st_gid)
+            or mode & ~image_mode  # a bit added
+            or image_mode & ~mode & ~bits  # a bit removed that may not be
+        ):
+            return False
+        if stat.S_ISDIR(st.st_mode):
+            return True  # its entries' own changes are listed apart
+        if stat.S_ISLNK(st.st_mode):
+            return os.readlink(full) == os.readlink(image)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != lo.st_size:
+            return False
+        try:
+            return _same_bytes(full, image)
+        except OSError:
+            return False
+    return False
+
+
+async def bits_removed_only(sb: Sandbox, paths: Collection[str], bits: int) -> frozenset[str]:
+    """Those of ``paths`` (changed entries of ``sb``'s writable root: :func:`root_changes`)
+    that are the image's own entry with nothing changed but some of the permission ``bits``
+    cleared: the same type, owner and group, no bit added, no other bit removed, the same
+    content (a file's bytes, a link's target), and no overlay indirection (a directory
+    made again, so that the image's entries are hidden; a renamed directory served in
+    another's place). A directory's own entries are changes of their own. Read from the
+    host, the overlay's upper directory against the image's layers.
+
+    Raises:
+        SandboxError: the root is not a writable overlay whose layers can be read.
+    """
+    sb._check_open()
+    if sb.spec.read_only_root:
+        raise SandboxError(f"{sb.name} has a read-only root: no upper directory to read")
+    if not paths:
+        return frozenset()
+    upper, lowers = await asyncio.to_thread(overlay_dirs, sb)
+    return frozenset(
+        await asyncio.to_thread(
+            lambda: [p for p in paths if _only_bits_removed(upper, lowers, p, bits)]
+        )
+    )

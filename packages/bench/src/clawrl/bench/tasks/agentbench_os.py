@@ -26,13 +26,17 @@ with id ``<file stem>-<index:05d>`` (AgentBench's numbering):
   sandbox, so an agent that changes the state being counted (``rm /root/*``, ``userdel``,
   ``groupadd``…) could make its trivial answer right. The example runs with no arguments
   (AgentBench passed it ``answer, earlier outputs…``; the examples ignore them); one that
-  fails (or outputs more than 64 KiB) is the task's failure, an ``env-error``;
+  fails (or outputs more than 64 KiB), or whose output changes when it runs again beside
+  one more shell-named process (``ps -A | wc -l``: AgentBench computes it while the agent's
+  shell is alive, so no answer is right for the task itself), is the task's failure, an
+  ``env-error``;
 * grading runs in the agent's own sandbox (:func:`grade_in_sandbox`), as AgentBench does:
   ``match`` compares the answer (exact, or a regular expression), ``check`` runs each
   script with the arguments ``answer, earlier outputs…`` (a ``null`` item contributes the
   stored expected answer instead of running anything) and passes iff all exit 0;
-* the oracle (``solution``) writes the stated ``match`` answer (else the example's output)
-  to the answer file;
+* the oracle (``solution``) writes the stated ``match`` answer (else the example's output,
+  the example run in place of the oracle's shell with the command line of the expected
+  answer's run) to the answer file;
 * ``create`` is an object; a list or a string there (published entries have them) names no
   image and no init script, as AgentBench reads it.
 
@@ -42,7 +46,9 @@ its image (``podman diff``); a change to what a check executes or loads — anyt
 ``/usr``, ``/bin``, ``/sbin``, ``/lib*``, or the ``/etc`` files that steer the dynamic
 loader, shells, Python, Perl, git, PAM and ``alternatives`` (:data:`PROTECTED_PATHS`) —
 refuses grading (a new command in ``/usr/local/bin`` or ``/usr/local/sbin`` only when it
-shadows one of the checks' ``PATH``: a task may ask for a new command): ``verifier-error``,
+shadows one of the checks' ``PATH``: a task may ask for a new command; an existing entry
+whose only change is a cleared setuid, setgid or sticky bit, :data:`REMOVABLE_BITS`, not at
+all: a task may ask for that too): ``verifier-error``,
 reward 0, reason ``tampering: …`` (scored, counted).
 The checks run as fresh processes with absolute interpreters (``/bin/bash --noprofile
 --norc``, ``python3 -I``: no startup files, no user site directory), the check code as a
@@ -69,7 +75,8 @@ import fnmatch
 import json
 import re
 import shlex
-from collections.abc import Mapping
+import stat
+from collections.abc import Collection, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -92,6 +99,7 @@ from clawrl.sandbox import (
     PinnedSession,
     Sandbox,
     SandboxError,
+    bits_removed_only,
     pin_session,
     root_changes,
 )
@@ -102,6 +110,7 @@ __all__ = [
     "GIT_OVERRIDES",
     "GIT_PROGRAM_KEYS",
     "PROTECTED_PATHS",
+    "REMOVABLE_BITS",
     "AgentBenchOSLayout",
     "SetupResult",
     "agent_answer",
@@ -136,6 +145,11 @@ PROTECTED_PATHS: tuple[str, ...] = (
     "/etc/alternatives", "/etc/python*", "/etc/perl", "/etc/gitconfig", "/etc/pam.d",
     "/etc/security", "/etc/nsswitch.conf",
 )  # fmt: skip
+#: Permission bits an agent may clear on an entry of :data:`PROTECTED_PATHS` (setuid,
+#: setgid, sticky: "remove the SUID bit of find"), its content, owner and other bits kept.
+#: Nothing else: a check that runs a program whose read or execute bits were cleared fails,
+#: and a negated check (``! grep -q …``) then passes.
+REMOVABLE_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 #: Git settings every check's git runs with, whatever the repository's own ``.git/config``
 #: (or a file it includes) says: command-line scope (``GIT_CONFIG_COUNT``) wins over every
 #: file. The output of ``log``/``show``/``status``/``diff`` as git's defaults print it, and
@@ -304,14 +318,21 @@ def _environment(image: str, init: list[Script]) -> dict[str, str]:
 
 def _oracle_script(grader: AnswerGrader) -> str | None:
     """solve.sh: the stated ``match`` answer, else the example's output, into the answer
-    file (AgentBench grades a ``match`` without its example)."""
+    file (AgentBench grades a ``match`` without its example). The example replaces
+    solve.sh's shell (``exec``) with the very command line the expected answer was computed
+    with (:func:`_argv`): an example that counts processes (``ps -A | wc -l``) sees the same
+    process tree as then, not one more shell."""
     write = f"mkdir -p {shlex.quote(str(Path(ANSWER_PATH).parent))}\n"
     if grader.match_answer is not None:
         return f"{write}printf '%s' {shlex.quote(grader.match_answer)} > {ANSWER_PATH}\n"
     if grader.example is not None:
-        run = "bash" if grader.example.language == "bash" else "python3"
         ext = "sh" if grader.example.language == "bash" else "py"
-        return f"{write}{run} {SOLUTION_MOUNT}/example.{ext} > {ANSWER_PATH}\n"
+        argv = _argv(grader.example.model_copy(update={"code": "CODE"}), [])
+        line = " ".join('"$code"' if a == "CODE" else shlex.quote(a) for a in argv)
+        return (
+            f"{write}code=$(cat {SOLUTION_MOUNT}/example.{ext}; printf x)\ncode=${{code%x}}\n"
+            f"exec {line} > {ANSWER_PATH}\n"
+        )
     return None
 
 
@@ -430,9 +451,16 @@ def _tail(res: ExecResult) -> str:
     return (res.stdout + res.stderr).decode("utf-8", "replace")[-2000:]
 
 
+#: Runs its arguments while one more process runs beside them, a shell in name
+#: (``bash-bystander``), then ends it.
+_BYSTANDER = 'exec -a bash-bystander sleep 30 & "$@"; s=$?; kill $! 2>/dev/null; exit $s'
+
+
 async def _expected(task: Task, sb: Sandbox) -> tuple[str | None, str | None]:
     """``(expected answer, None)``: the example's standard output, run as a check is; or
-    ``(None, why it failed)``."""
+    ``(None, why it failed)``, also when a second run beside one more shell-named process
+    prints something else (``ps -A | wc -l``: an answer that depends on the moment it is
+    asked, which AgentBench computes while the agent's shell is alive)."""
     g = task.grader
     assert g is not None and g.example is not None
     res = await sb.exec(
@@ -448,7 +476,32 @@ async def _expected(task: Task, sb: Sandbox) -> tuple[str | None, str | None]:
         return None, f"example script exited {res.exit_code}:\n{_tail(res)}"
     if res.stdout_truncated:
         return None, f"example script output over {_EXAMPLE_MAX_BYTES} bytes"
-    return res.stdout.decode("utf-8", "replace"), None
+    expected = res.stdout.decode("utf-8", "replace")
+    # Again, beside one more shell (a process named like one, as an agent's shell is while
+    # AgentBench runs the example): an answer that changes is not a fact of the task.
+    again = await sb.exec(
+        [
+            "/bin/bash",
+            "--noprofile",
+            "--norc",
+            "-c",
+            _BYSTANDER,
+            "bystander",
+            *_argv(g.example, []),
+        ],
+        timeout=_SCRIPT_TIMEOUT_S,
+        workdir="/root",
+        env=CHECK_ENV,
+        max_output_bytes=_EXAMPLE_MAX_BYTES,
+    )
+    other = again.stdout.decode("utf-8", "replace")
+    if again.ok and other != expected:
+        return None, (
+            "the example's answer depends on the processes alive when it runs "
+            f"({expected.strip()[:80]!r} alone, {other.strip()[:80]!r} beside one more "
+            "shell): no answer is right for the task itself"
+        )
+    return expected, None
 
 
 async def _start(script: Script, sb: Sandbox) -> PinnedSession:
@@ -530,19 +583,22 @@ def _result(ok: bool, reason: str, subs: dict[str, float] | None = None) -> Veri
     )
 
 
-def tampered_paths(changes: list[tuple[str, str]]) -> list[str]:
+def _protected(path: str) -> bool:
+    p = PurePosixPath(path)
+    return any(
+        fnmatch.fnmatchcase(str(q), pattern) for q in (p, *p.parents) for pattern in PROTECTED_PATHS
+    )
+
+
+def tampered_paths(changes: list[tuple[str, str]], bits_removed: Collection[str] = ()) -> list[str]:
     """The ``(kind, path)`` root changes (``podman diff``) that touch :data:`PROTECTED_PATHS`,
-    as ``"<kind> <path>"`` lines."""
-
-    def protected(path: str) -> bool:
-        p = PurePosixPath(path)
-        return any(
-            fnmatch.fnmatchcase(str(q), pattern)
-            for q in (p, *p.parents)
-            for pattern in PROTECTED_PATHS
-        )
-
-    return [f"{kind} {path}" for kind, path in changes if protected(path)]
+    as ``"<kind> <path>"`` lines, less the changed entries in ``bits_removed`` (the image's
+    own, with only :data:`REMOVABLE_BITS` cleared: :func:`~clawrl.sandbox.bits_removed_only`)."""
+    return [
+        f"{kind} {path}"
+        for kind, path in changes
+        if _protected(path) and not (kind == "C" and path in bits_removed)
+    ]
 
 
 def new_commands(
@@ -597,7 +653,8 @@ async def _tampering(sb: Sandbox) -> VerifierResult | None:
         return None
     try:
         commands, rest = new_commands((await root_changes(sb)).all())
-        bad = tampered_paths(rest)
+        changed = [path for kind, path in rest if kind == "C" and _protected(path)]
+        bad = tampered_paths(rest, await bits_removed_only(sb, changed, REMOVABLE_BITS))
         if not bad and commands:
             bad = [f"A {c} (shadows a command)" for c in await _shadowed(sb, commands)]
     except SandboxError as exc:

@@ -43,8 +43,8 @@ def _side(r: dict[str, Any]) -> dict[str, Any]:
     reason = r["reason"] or ""
     if len(reason) > 300:  # a build log: its first line and its last lines (the error)
         reason = reason.splitlines()[0][:150] + " … " + reason[-150:]
-    # only an ok rollout carries its reward (results written before that rule may not say so)
-    reward = r["reward"] if r["status"] == "ok" else 0.0
+    # only ok and timeout rollouts carry their reward (older results may not say so)
+    reward = r["reward"] if r["status"] in ("ok", "timeout") else 0.0
     return {"status": r["status"], "reward": reward, "reason": reason}
 
 

@@ -137,14 +137,21 @@ def test_aggregate_reports_infra_and_verifier_error_rates() -> None:
     assert g.n_scored == 3
 
 
-@pytest.mark.parametrize(
-    "status", ["harness-error", "timeout", "verifier-error", "context-overflow"]
-)
+@pytest.mark.parametrize("status", ["harness-error", "verifier-error", "context-overflow"])
 def test_a_rollout_that_is_not_ok_carries_no_reward(status: str) -> None:
-    """A rollout whose harness failed (an oracle with no solution) or timed out is scored
-    as 0 even when its verifier's reward, recorded on it, was 1: only ``ok`` counts."""
+    """A rollout whose harness failed (an oracle with no solution), whose context overflowed
+    or whose verifier failed is scored as 0 even when its verifier's reward, recorded on it,
+    was 1."""
     rep = aggregate([r("t", 1.0, status=status), r("t", 1.0)], ks=(1, 2))
     stats = rep.by_task["ref/t"]
     assert stats.n_scored == 2 and stats.mean_score == 0.5
     assert stats.pass_at_k == {1: 0.5, 2: 1.0}
     assert aggregate([r("t", 1.0, status=status)]).by_harness["ref"].mean_score == 0.0
+
+
+def test_a_timed_out_rollout_keeps_its_verified_reward() -> None:
+    """An agent that ran out of time is verified all the same (Harbor, Terminal-Bench): its
+    verifier's reward counts."""
+    rep = aggregate([r("t", 1.0, status="timeout"), r("t", 0.0)], ks=(1,))
+    assert rep.by_task["ref/t"].mean_score == 0.5
+    assert rep.by_task["ref/t"].pass_at_k == {1: 0.5}

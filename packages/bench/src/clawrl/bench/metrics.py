@@ -2,11 +2,12 @@
 
 Infrastructure failures (status ``infra-error``) and task images that could not be built
 (``env-error``) say nothing about the agent: they are excluded from every score and counted
-apart. Every other status (``timeout``, ``harness-error``, ``verifier-error``,
-``context-overflow``) is scored as 0, whatever reward its verifier gave: only an ``ok``
-rollout carries its reward into a mean or a pass@k; verifier errors are also counted apart (``n_verifier_error``), since a
-verifier that could not run says little about the agent (an agent that breaks its
-verifier must not escape a zero, so they stay scored).
+apart. Every other status is scored. An ``ok`` rollout and a ``timeout`` (the agent ran out
+of time; its workspace is verified all the same, as Harbor and Terminal-Bench do) carry the
+verifier's reward; ``harness-error``, ``verifier-error`` and ``context-overflow`` are scored
+as 0, whatever reward their verifier gave. Verifier errors are also counted apart
+(``n_verifier_error``), since a verifier that could not run says little about the agent (an
+agent that breaks its verifier must not escape a zero, so they stay scored).
 
 A rollout marked ``excluded`` (a harness-health failure the policy did not cause: see
 ``clawrl.bench.rollout_health``) is left out of every score too; ``harness-error`` and
@@ -32,6 +33,8 @@ __all__ = [
 ]
 
 OK = "ok"
+#: Statuses whose rollout carries its verifier's reward (every other scored status counts 0).
+REWARDED = ("ok", "timeout")
 INFRA_ERROR = "infra-error"
 VERIFIER_ERROR = "verifier-error"
 ENV_ERROR = "env-error"
@@ -140,7 +143,7 @@ class AggregateReport(BaseModel):
 def _task_level(rollouts: Sequence[ScoredRollout], threshold: float) -> tuple[int, int, float]:
     scored = [r for r in rollouts if is_scored(r.status, r.excluded)]
     n = len(scored)
-    rewards = [r.reward if r.status == OK else 0.0 for r in scored]
+    rewards = [r.reward if r.status in REWARDED else 0.0 for r in scored]
     c = sum(1 for x in rewards if x >= threshold)
     mean = sum(rewards) / n if n else math.nan
     return n, c, mean

@@ -73,6 +73,10 @@ def _verify_never_raises(
         )
 
 
+#: Statuses whose rollout carries its verifier's reward.
+_REWARDED = (RolloutStatus.OK, RolloutStatus.TIMEOUT)
+
+
 def _result(
     base: dict[str, Any],
     harness_out: dict[str, Any],
@@ -84,8 +88,10 @@ def _result(
     opts: RolloutOptions,
 ) -> RolloutResult:
     """A verified rollout's result: the harness outcome, overruled by a verifier failure.
-    Its reward is the verifier's only when the rollout is ``ok``: a rollout that timed out,
-    whose harness failed (an oracle with no solution) or whose verifier failed scores 0."""
+    Its reward is the verifier's when the rollout is ``ok`` or timed out (its workspace is
+    verified all the same, as Harbor and Terminal-Bench do); a rollout whose harness failed
+    (an oracle with no solution), whose context overflowed or whose verifier failed scores
+    0."""
     status, reason = harness_out["status"], harness_out["reason"]
     if verdict.status is VerifierStatus.INFRA_ERROR:
         status, reason = RolloutStatus.INFRA_ERROR, f"verifier: {verdict.reason}"
@@ -96,9 +102,9 @@ def _result(
         status=status,
         reason=reason,
         excluded=bool(harness_out.get("excluded")) and status is harness_out["status"],
-        # a rollout that is not ok scores 0, whatever its verifier gave (kept in `verifier`)
-        reward=verdict.reward if status is RolloutStatus.OK else 0.0,
-        subscores=dict(verdict.subscores) if status is RolloutStatus.OK else {},
+        # any other status scores 0, whatever its verifier gave (kept in `verifier`)
+        reward=verdict.reward if status in _REWARDED else 0.0,
+        subscores=dict(verdict.subscores) if status in _REWARDED else {},
         verifier=verdict,
         session_id=session.session_id if session else "",
         records=records if opts.keep_records else [],

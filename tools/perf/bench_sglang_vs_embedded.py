@@ -227,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=24, help="generated tokens per decode request")
     ap.add_argument("--mismatch-tokens", type=int, default=32, help="tokens per mismatch prompt")
     ap.add_argument(
-        "--sglang-args", default="", help="more SGLang server flags (one string, shell-split)"
+        "--sglang-args",
+        default="",
+        help='more SGLang server flags, one shell-split string (--sglang-args="--flag ...")',
     )
     ap.add_argument("--startup-timeout", type=float, default=1200.0, help="SGLang, seconds")
     ap.add_argument("--out", type=Path, default=RESULTS / "sglang_vs_embedded.json")

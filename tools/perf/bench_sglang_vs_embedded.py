@@ -279,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_before": list(load_before),
         "host": platform.node(),
         "cpu_count": os.cpu_count(),
-        "command": "uv run python tools/perf/bench_sglang_vs_embedded.py",
+        "command": shlex.join(
+            ["uv", "run", "python", "tools/perf/bench_sglang_vs_embedded.py"]
+            + (sys.argv[1:] if argv is None else argv)
+        ),
     }
 
     def save() -> None:

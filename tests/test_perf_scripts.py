@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -32,3 +34,52 @@ def test_prefixtree_benchmark_runs_and_writes_json(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     text = json.dumps(result)
     assert "compression" in text
+
+
+@pytest.mark.slow
+def test_sglang_vs_embedded_runs_the_embedded_side_and_rejects_bad_engines(
+    tmp_path: Path,
+) -> None:
+    """The side-by-side benchmark on a tiny model, embedded fp32 only (SGLang needs its own
+    environment): every figure and roofline ratio is written, and an fp32 engine's
+    recorded logprobs match the fp32 trainer's recompute to float32 rounding."""
+    from clawrl.proxy import build_default_model
+
+    model = build_default_model("qwen3")
+    out = tmp_path / "side.json"
+    script = str(ROOT / "tools/perf/bench_sglang_vs_embedded.py")
+    common = ["--model", str(model), "--out", str(out), "--log-dir", str(tmp_path)]
+    small = ["--prompt", "32", "--decode-prompt", "8", "--tokens", "3", "--mismatch-tokens", "4"]
+    proc = subprocess.run(
+        [sys.executable, script, *common, *small, "--engines", "embedded:fp32"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    (case,) = result["cases"]
+    assert (case["engine"], case["dtype"]) == ("embedded", "fp32")
+    for key in (
+        "start_s",
+        "prefill_tok_s",
+        "prefill_over_roofline",
+        "decode_b1_over_bound",
+        "decode_b8_over_bound",
+    ):
+        assert case[key] > 0, key
+    fp32 = case["mismatch"]["trainer_fp32"]
+    assert fp32["tokens"] == 8 * 4
+    assert fp32["max_abs"] < 1e-3
+    assert len(result["roofline"]["measurements"]) == 2  # before the engine, after the last
+    assert "| embedded | fp32 |" in proc.stdout
+
+    bad = subprocess.run(
+        [sys.executable, script, *common, "--engines", "vllm:fp32"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr
+    assert "--engines" in bad.stderr

@@ -73,12 +73,54 @@ async def _generate(backend: Any, rid: str, prompt: list[int], tokens: int) -> t
     return first, time.perf_counter() - t0
 
 
+async def measure_speed(
+    backend: Any, vocab: int, prompt: int, decode_prompt: int, tokens: int
+) -> dict[str, Any]:
+    """Prefill and decode speed of a started backend (anything with ``generate``).
+
+    A short warm-up request, then one ``prompt``-token request with ``max_tokens=1``
+    (prefill: prompt tokens / time to the first token), then 1 and 8 requests at once with
+    a ``decode_prompt``-token prompt and ``tokens`` tokens each (decode: tokens/s over the
+    steps after every request's first token). Prompts are random ordinary token ids.
+    """
+    rng = random.Random(0)
+    out: dict[str, Any] = {}
+    await _generate(backend, "warm", [rng.randrange(vocab) for _ in range(16)], 2)
+    ids = [rng.randrange(vocab) for _ in range(prompt)]
+    first, _ = await _generate(backend, "prefill", ids, 1)
+    out["prefill_tokens"] = prompt
+    out["prefill_s"] = first
+    out["prefill_tok_s"] = prompt / first
+    for batch in (1, 8):
+        prompts = [[rng.randrange(vocab) for _ in range(decode_prompt)] for _ in range(batch)]
+        times = await asyncio.gather(
+            *(_generate(backend, f"d{batch}-{i}", p, tokens) for i, p in enumerate(prompts))
+        )
+        start = max(f for f, _ in times)
+        end = max(e for _, e in times)
+        out[f"decode_b{batch}_tok_s"] = batch * (tokens - 1) / (end - start)
+    return out
+
+
+def add_roofline_ratios(case: dict[str, Any], roof: dict[str, Any], dtype: str) -> None:
+    """Add the roofline ratios to ``case`` (which has ``params``, ``weight_bytes`` and the
+    figures of :func:`measure_speed`): prefill FLOP/s (``2 x params`` a token) over the
+    matmul peak of ``dtype``; decode over ``batch x bandwidth / weight bytes``."""
+    peak = roof["bf16_gflops"] if dtype == "bf16" else roof["fp32_gflops"]
+    case["prefill_gflops"] = 2 * case["params"] * case["prefill_tok_s"] / 1e9
+    case["prefill_over_roofline"] = case["prefill_gflops"] / peak
+    bound1 = roof["bandwidth_gbs"] * 1e9 / case["weight_bytes"]
+    case["decode_b1_bound_tok_s"] = bound1
+    case["decode_b1_over_bound"] = case["decode_b1_tok_s"] / bound1
+    case["decode_b8_bound_tok_s"] = 8 * bound1
+    case["decode_b8_over_bound"] = case["decode_b8_tok_s"] / (8 * bound1)
+
+
 async def one_case(
     model_dir: Path, dtype: str, threads: int, args: argparse.Namespace, vocab: int
 ) -> dict[str, Any]:
     from clawrl.proxy import EmbeddedBackend
 
-    rng = random.Random(0)
     backend = EmbeddedBackend(
         model_dir,
         dtype=dtype,
@@ -95,27 +137,9 @@ async def one_case(
     out["params"] = params
     out["weight_bytes"] = sum(p.numel() * p.element_size() for p in backend.model.parameters())
     try:
-        await _generate(backend, "warm", [rng.randrange(vocab) for _ in range(16)], 2)
-        prompt = [rng.randrange(vocab) for _ in range(args.prompt)]
-        first, _ = await _generate(backend, "prefill", prompt, 1)
-        out["prefill_tokens"] = args.prompt
-        out["prefill_s"] = first
-        out["prefill_tok_s"] = args.prompt / first
-        out["prefill_gflops"] = 2 * params * args.prompt / first / 1e9
-        for batch in (1, 8):
-            prompts = [
-                [rng.randrange(vocab) for _ in range(args.decode_prompt)] for _ in range(batch)
-            ]
-            times = await asyncio.gather(
-                *(
-                    _generate(backend, f"d{batch}-{i}", p, args.tokens)
-                    for i, p in enumerate(prompts)
-                )
-            )
-            start = max(f for f, _ in times)
-            end = max(e for _, e in times)
-            steps = args.tokens - 1
-            out[f"decode_b{batch}_tok_s"] = batch * steps / (end - start)
+        out.update(
+            await measure_speed(backend, vocab, args.prompt, args.decode_prompt, args.tokens)
+        )
     finally:
         await backend.close()
     return out
@@ -224,13 +248,7 @@ def main() -> None:
         for dtype in args.dtypes.split(","):
             for threads in args.threads:
                 case = asyncio.run(one_case(model_dir, dtype, threads, args, vocab))
-                peak = roof["bf16_gflops"] if dtype == "bf16" else roof["fp32_gflops"]
-                bound1 = roof["bandwidth_gbs"] * 1e9 / case["weight_bytes"]
-                case["prefill_over_roofline"] = case["prefill_gflops"] / peak
-                case["decode_b1_bound_tok_s"] = bound1
-                case["decode_b1_over_bound"] = case["decode_b1_tok_s"] / bound1
-                case["decode_b8_bound_tok_s"] = 8 * bound1
-                case["decode_b8_over_bound"] = case["decode_b8_tok_s"] / (8 * bound1)
+                add_roofline_ratios(case, roof, dtype)
                 cases.append(case)
                 print(
                     f"{dtype} threads {threads}: prefill {case['prefill_tok_s']:.0f} tok/s "

@@ -47,18 +47,26 @@ PROMPTS = (
 async def engine_samples(
     model_dir: Path, dtype: str, threads: int, max_tokens: int
 ) -> list[tuple[list[int], list[int], list[float]]]:
-    """(prompt, completion, recorded logprobs) per prompt, all generated at once."""
-    from clawrl.proxy import (
-        ChatRenderer,
-        EmbeddedBackend,
-        GenerationRequest,
-        GenerationResult,
-        SamplingParams,
-    )
+    """(prompt, completion, recorded logprobs) per prompt from an embedded backend."""
+    from clawrl.proxy import EmbeddedBackend
 
-    renderer = ChatRenderer.from_model_dir(model_dir)
     backend = EmbeddedBackend(model_dir, dtype=dtype, num_threads=threads, seed=0)
     await backend.start()
+    try:
+        return await sample_prompts(backend, model_dir, max_tokens, tag=dtype)
+    finally:
+        await backend.close()
+
+
+async def sample_prompts(
+    backend: Any, model_dir: Path, max_tokens: int, tag: str = "mm"
+) -> list[tuple[list[int], list[int], list[float]]]:
+    """(prompt, completion, recorded logprobs) per prompt of :data:`PROMPTS`, rendered with
+    the checkpoint's chat template and sampled at once (T = 1, seed = the prompt's index)
+    from a started backend (anything with ``generate``)."""
+    from clawrl.proxy import ChatRenderer, GenerationRequest, GenerationResult, SamplingParams
+
+    renderer = ChatRenderer.from_model_dir(model_dir)
 
     async def one(i: int, text: str) -> tuple[list[int], list[int], list[float]]:
         messages = [{"role": "user", "content": text}]
@@ -66,15 +74,30 @@ async def engine_samples(
             renderer.encode(renderer.render_text(messages, None, add_generation_prompt=True))
         )
         sampling = SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=i)
-        async for item in backend.generate(GenerationRequest(f"{dtype}-{i}", prompt, sampling)):
+        async for item in backend.generate(GenerationRequest(f"{tag}-{i}", prompt, sampling)):
             if isinstance(item, GenerationResult):
                 return prompt, list(item.completion_ids), list(item.completion_logprobs)
         raise RuntimeError("no result")
 
-    try:
-        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(PROMPTS))))
-    finally:
-        await backend.close()
+    return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(PROMPTS))))
+
+
+def recompute(
+    model: Any, rows: list[tuple[list[int], list[int], list[float]]], trainer: str
+) -> list[float]:
+    """The trainer's logprob of every completion token of ``rows`` at T = 1: float32, or
+    under ``torch.autocast("cpu", bfloat16)`` for ``trainer == "bf16"``."""
+    import contextlib
+
+    import torch
+    from bench_sglang_mismatch import trainer_logprobs
+
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if trainer == "bf16" else None
+    out: list[float] = []
+    for prompt, completion, _ in rows:
+        with ctx or contextlib.nullcontext():
+            out += trainer_logprobs(model, prompt, completion, 1.0)
+    return out
 
 
 def summarise(engine: list[float], trainer: list[float], cap: float) -> dict[str, Any]:
@@ -101,7 +124,6 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS / "serving_mismatch.json")
     args = ap.parse_args()
     import torch
-    from bench_sglang_mismatch import trainer_logprobs
     from clawrl.rl_core import CorrectionConfig
     from transformers import AutoModelForCausalLM
 
@@ -119,13 +141,7 @@ def main() -> None:
     for engine, rows in samples.items():
         recorded = [lp for _, _, lps in rows for lp in lps]
         for trainer in ("fp32", "bf16"):
-            recomputed: list[float] = []
-            for prompt, completion, _ in rows:
-                if trainer == "bf16":
-                    with torch.autocast("cpu", dtype=torch.bfloat16):
-                        recomputed += trainer_logprobs(model, prompt, completion, 1.0)
-                else:
-                    recomputed += trainer_logprobs(model, prompt, completion, 1.0)
+            recomputed = recompute(model, rows, trainer)
             key = f"engine_{engine}/trainer_{trainer}"
             table[key] = summarise(recorded, recomputed, cap)
             r = table[key]

@@ -114,7 +114,29 @@ def rollout_row(
     row["tokens_generated"] = sum(len(rec.get("completion_ids") or []) for rec in recs)
     lps = [lp for rec in recs for lp in (rec.get("completion_logprobs") or [])]
     row["entropy_estimate"] = -statistics.fmean(lps) if lps else None
+    row.update(verify_times(results))
     return row
+
+
+def verify_times(results: Sequence[RolloutResult]) -> dict[str, float]:
+    """The step's verification time: ``time/verify``, the wall seconds during which at least
+    one rollout was being verified (the union of the rollouts' verification intervals; part
+    of ``time/rollout``, which counts the whole collection), and ``time/verify_total``, the
+    sum of every rollout's verification seconds (rollouts run concurrently, so it can exceed
+    the wall time). Rollouts without a recorded verification interval add nothing."""
+    spans = sorted(
+        (x.timing["verify_started"], x.timing["verify_started"] + x.timing["verify"])
+        for x in results
+        if "verify_started" in x.timing and "verify" in x.timing
+    )
+    wall = 0.0
+    end = float("-inf")
+    for a, b in spans:
+        if b > end:
+            wall += b - max(a, end)
+            end = b
+    total = sum(b - a for a, b in spans)
+    return {"time/verify": wall, "time/verify_total": total}
 
 
 def _health_rates(results: Sequence[RolloutResult], suffix: str) -> dict[str, float | None]:

@@ -36,3 +36,35 @@ def test_verify_wall_time_is_the_union_of_the_rollouts_verification_intervals() 
     assert row["time/verify_total"] == pytest.approx(4.0 + 4.0 + 1.0 + 2.0)
     empty = rollout_row([], {})
     assert empty["time/verify"] == 0.0 and empty["time/verify_total"] == 0.0
+
+
+def test_prefix_cache_row_is_the_difference_of_the_backend_counters() -> None:
+    """Revert tried: prefix_cache_row absent from rows.py — ImportError (the loop wrote no
+    ``serve/*`` figures before). Admitted prompt tokens = reused + computed − the shared
+    prefills (computed once for several prompts, then counted as reused by each)."""
+    from clawrl.rl_core.train.rows import prefix_cache_row
+
+    before = {
+        "prefill_tokens": 1000,
+        "prefix_hit_tokens": 50,
+        "prefix_lookups": 4,
+        "prefix_hits": 1,
+        "shared_prefill_tokens": 0,
+    }
+    # then: 8 prompts of 1,024 shared + 32 own tokens, the shared part prefilled once
+    after = {
+        "prefill_tokens": 1000 + 1024 + 8 * 32,
+        "prefix_hit_tokens": 50 + 8 * 1024,
+        "prefix_lookups": 12,
+        "prefix_hits": 9,
+        "shared_prefill_tokens": 1024,
+    }
+    row = prefix_cache_row(before, after)
+    assert row["serve/prompt_tokens"] == 8 * (1024 + 32)
+    assert row["serve/prefill_tokens"] == 1024 + 8 * 32
+    assert row["serve/prefix_hit_tokens"] == 8 * 1024
+    assert row["serve/prefill_tokens_saved"] == 7 * 1024
+    assert row["serve/prefix_hit_rate"] == pytest.approx(1024 / 1056)
+    assert row["serve/prompt_hit_rate"] == 1.0
+    assert prefix_cache_row(None, after) == {}  # a backend without counters (SGLang)
+    assert prefix_cache_row(before, {"steps": 3}) == {}

@@ -116,6 +116,9 @@ async def test_scripted_oracle_tool_calls_solve_the_task(
     changed = {c.path: c for c in r.workspace_diff}
     assert changed["output/products.md"].change == "added"
     assert changed["output/products.md"].diff and "| " in changed["output/products.md"].diff
+    # the verification's interval is recorded (the train loop's ``time/verify`` unions them)
+    t = r.timing
+    assert t["started"] <= t["verify_started"] <= t["verify_started"] + t["verify"] <= t["finished"]
 
 
 @pytest.mark.parametrize("fixture", ["harbor_greeting", "clawgym_word_stats"])

@@ -120,6 +120,15 @@ def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
     assert [r["policy_version"] for r in train] == [2, 3]
     assert all(r["n_rollouts"] == 4 and r["tree_tokens"] > 0 for r in train)
     assert train[0]["mean_abs_logprob_diff"] < 1e-3  # trainer and backend agree
+    for r in train:  # the rollout phase's split, and the embedded backend's prompt KV reuse
+        assert (
+            0.0 < r["time/verify"] <= r["time/verify_total"]
+            and r["time/verify"] < r["time/rollout"]
+        )
+        assert r["serve/prompt_tokens"] >= r["serve/prefill_tokens"] > 0
+        assert r["serve/prefix_hit_tokens"] > 0  # 2 samples of a task share their prompt
+        assert r["serve/prefill_tokens_saved"] > 0
+    assert all(r["serve/prompt_tokens"] > 0 for r in evals)
     sft = _rows(out, "sft")
     assert [r["sft_step"] for r in sft] == [1, 2]
     # the proxy's records show the synced versions: step 2's rollouts ran at version 2

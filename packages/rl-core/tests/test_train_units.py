@@ -348,13 +348,16 @@ def test_chores_family_from_config(tmp_path: Path) -> None:
 
 
 def test_real_recipe_config_and_model_path(tmp_path: Path) -> None:
-    """examples/real_grpo.toml loads (exact reward, a kit model name); [model] path takes a
+    """examples/real_grpo.toml loads (exact reward, a kit model name, bf16 serving and
+    training; revert tried: the recipe without the two bf16 keys fails); [model] path takes a
     directory or a kit name, and anything else is a ConfigError naming [model]."""
     from clawrl.proxy import KNOWN_MODELS
     from clawrl.rl_core.train import TrainLoop
 
     real = load_config(EXAMPLES / "real_grpo.toml", [f'run.out="{tmp_path / "r"}"'])
     assert real.tasks.learnable_reward == "exact" and real.model.path in KNOWN_MODELS
+    # the fast path is the recipe: bf16 serving and bf16 autocast training
+    assert real.algo.trainer.precision == "bf16" and real.backend.dtype == "bf16"
     held = TrainLoop(real)._tasks()[1]
     assert all("EXACT = True" in (t.verifier.files_dir / "check.py").read_text() for t in held)
     model = TrainLoop(load_config(None, [f'run.out="{tmp_path / "t"}"']))._model_dir()

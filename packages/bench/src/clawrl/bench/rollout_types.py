@@ -170,7 +170,7 @@ class RolloutResult(BaseModel):
             (:func:`clawrl.sandbox.printable_name`); recorded for tasks whose verifier sees
             the agent's whole container (``VerifierSpec.verify_on_snapshot``), else empty.
         timing: seconds per phase (``setup``, ``harness``, ``collect``, ``verify``, ``total``)
-            and ``started`` / ``finished`` (unix time).
+            and ``started`` / ``verify_started`` / ``finished`` (unix time).
     """
 
     model_config = ConfigDict(frozen=True)

@@ -441,6 +441,7 @@ class RolloutRunner:
             harness_out = classify_harness_health(harness_out, records, needs_model=h.needs_model)
             t_verify = time.time()
             verdict, diff = await self._verify(task, initial, final, harness_out, image)
+            timing["verify_started"] = t_verify
             timing["verify"] = time.time() - t_verify
         timing["finished"] = time.time()
         timing["total"] = timing["finished"] - t_start

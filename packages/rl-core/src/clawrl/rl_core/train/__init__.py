@@ -22,6 +22,7 @@ from clawrl.rl_core.train.config import (
 )
 from clawrl.rl_core.train.loop import TrainError, TrainLoop, run_training, scripted_turns
 from clawrl.rl_core.train.metrics_log import MetricsLog, plot_curves, read_jsonl
+from clawrl.rl_core.train.rows import prefix_cache_row
 from clawrl.rl_core.train.trees import BuiltTrees, RolloutData, build_group_trees
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "build_group_trees",
     "load_config",
     "plot_curves",
+    "prefix_cache_row",
     "read_jsonl",
     "run_training",
     "scripted_turns",

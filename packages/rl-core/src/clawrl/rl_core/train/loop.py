@@ -90,6 +90,7 @@ from clawrl.rl_core.train.rollouts_log import write_step_rollouts
 from clawrl.rl_core.train.rows import (
     drop_small_groups,
     eval_row,
+    prefix_cache_row,
     rollout_row,
     scored,
     step_line,
@@ -104,6 +105,13 @@ __all__ = ["TrainError", "TrainLoop", "run_training", "scripted_turns"]
 
 
 Say = Callable[[str], None]
+
+
+def _backend_stats(ctx: RunContext) -> dict[str, Any] | None:
+    """A copy of the backend's counters (the embedded backend's prefill / prefix-cache
+    figures), ``None`` for a backend without them."""
+    stats = getattr(ctx.backend, "stats", None)
+    return dict(stats) if isinstance(stats, dict) else None
 
 
 class TrainLoop:
@@ -136,6 +144,7 @@ class TrainLoop:
         self.state = LoopState()
         self.run_id = f"train-{uuid.uuid4().hex[:8]}"
         self._verify_executor: SandboxExecutor | None = None
+        self._serve_rows: dict[int, dict[str, float]] = {}  # step -> prefix_cache_row
         hosts = config.rollout.hosts()
         self.sandbox_hosts: SandboxHosts | None = SandboxHosts(hosts) if hosts else None
         self.log: MetricsLog | None = None
@@ -269,8 +278,10 @@ class TrainLoop:
             group_prefix=f"eval-{tag}/",
             seed=self.cfg.run.seed,
         )
+        before = _backend_stats(ctx)
         results = await self.runner(ctx.endpoint).run(specs)
         row = eval_row(results, [h.name for h in harnesses], tag, self.state.policy_version)
+        row.update(prefix_cache_row(before, _backend_stats(ctx)))
         row["time/eval"] = time.time() - t0
         return row
 
@@ -489,7 +500,10 @@ class TrainLoop:
             group_prefix=f"s{step}/",
             seed=self.cfg.run.seed,
         )
+        before = _backend_stats(ctx)
         results = await self.runner(ctx.endpoint).run(specs)
+        # with async rollouts, collections overlap: each step's figures then include theirs
+        self._serve_rows[step] = prefix_cache_row(before, _backend_stats(ctx))
         # final: the runner read them after close_session, which waits for every commit
         records = {x.rollout_id: list(x.records) for x in results}
         return results, records, time.time() - t0
@@ -508,6 +522,7 @@ class TrainLoop:
                 results, records, t_roll = await pending.pop(step)
                 t_wait = time.time() - t_step  # async mode: what the trainer waited for
                 row = await self._update(step, results, records)
+                row.update(self._serve_rows.pop(step, {}))
                 row["time/rollout"] = t_wait if cfg.async_.enabled else t_roll
                 row["time/sync"] = await self.sync_weights(ctx, self.state.policy_version + 1)
                 row["policy_version"] = self.state.policy_version

@@ -202,7 +202,7 @@ def plot_curves(rows: list[dict[str, Any]], path: str | Path) -> Path:
     line(axes[1][1], "kl", "entropy (−mean sampled logprob) / KL")
     axes[1][1].legend(fontsize=8)
     a = axes[1][2]
-    for ph in ("rollout", "trees", "update", "sync", "eval"):
+    for ph in ("rollout", "verify", "trees", "update", "sync", "eval"):
         key = f"time/{ph}"
         xs = [r["step"] for r in train if key in r]
         if xs:

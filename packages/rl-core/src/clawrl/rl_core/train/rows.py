@@ -23,6 +23,7 @@ __all__ = [
     "drop_small_groups",
     "eval_row",
     "mean_std",
+    "prefix_cache_row",
     "rollout_row",
     "scored",
     "step_line",
@@ -114,7 +115,57 @@ def rollout_row(
     row["tokens_generated"] = sum(len(rec.get("completion_ids") or []) for rec in recs)
     lps = [lp for rec in recs for lp in (rec.get("completion_logprobs") or [])]
     row["entropy_estimate"] = -statistics.fmean(lps) if lps else None
+    row.update(verify_times(results))
     return row
+
+
+def verify_times(results: Sequence[RolloutResult]) -> dict[str, float]:
+    """The step's verification time: ``time/verify``, the wall seconds during which at least
+    one rollout was being verified (the union of the rollouts' verification intervals; part
+    of ``time/rollout``, which counts the whole collection), and ``time/verify_total``, the
+    sum of every rollout's verification seconds (rollouts run concurrently, so it can exceed
+    the wall time). Rollouts without a recorded verification interval add nothing."""
+    spans = sorted(
+        (x.timing["verify_started"], x.timing["verify_started"] + x.timing["verify"])
+        for x in results
+        if "verify_started" in x.timing and "verify" in x.timing
+    )
+    wall = 0.0
+    end = float("-inf")
+    for a, b in spans:
+        if b > end:
+            wall += b - max(a, end)
+            end = b
+    total = sum(b - a for a, b in spans)
+    return {"time/verify": wall, "time/verify_total": total}
+
+
+def prefix_cache_row(
+    before: Mapping[str, Any] | None, after: Mapping[str, Any] | None
+) -> dict[str, float]:
+    """What the inference backend's prompt KV reuse did between two reads of its counters
+    (the embedded backend's ``stats``; see the proxy's serving docs): ``serve/prompt_tokens``
+    admitted, ``serve/prefill_tokens`` computed (a prefix shared by prompts admitted together
+    counts once), ``serve/prefix_hit_tokens`` whose KV came from the cache,
+    ``serve/prefill_tokens_saved`` (admitted minus computed), ``serve/prefix_hit_rate`` (hit
+    tokens / admitted tokens) and ``serve/prompt_hit_rate`` (the fraction of admitted prompts
+    that reused some KV). Empty for a backend without these counters (SGLang)."""
+    keys = ("prefill_tokens", "prefix_hit_tokens", "prefix_lookups", "prefix_hits")
+    if not before or not after or not all(k in after for k in keys):
+        return {}
+    d = {k: float(after[k]) - float(before.get(k, 0)) for k in (*keys, "shared_prefill_tokens")}
+    hit, computed = d["prefix_hit_tokens"], d["prefill_tokens"]
+    admitted = hit + computed - d["shared_prefill_tokens"]
+    return {
+        "serve/prompt_tokens": admitted,
+        "serve/prefill_tokens": computed,
+        "serve/prefix_hit_tokens": hit,
+        "serve/prefill_tokens_saved": admitted - computed,
+        "serve/prefix_hit_rate": hit / admitted if admitted else 0.0,
+        "serve/prompt_hit_rate": d["prefix_hits"] / d["prefix_lookups"]
+        if d["prefix_lookups"]
+        else 0.0,
+    }
 
 
 def _health_rates(results: Sequence[RolloutResult], suffix: str) -> dict[str, float | None]:

@@ -112,6 +112,27 @@ async def _run_engine(backend: Any, model_dir: Path, args: argparse.Namespace, v
     return speed, samples
 
 
+async def _measure(
+    backend: Any,
+    t0: float,
+    out: dict[str, Any],
+    pids: list[int],
+    model_dir: Path,
+    args: argparse.Namespace,
+    vocab: int,
+) -> Any:
+    """Start ``backend``, time its first answer since ``t0`` (``out["start_s"]``), measure it
+    (:func:`_run_engine`) and record the resident memory of ``pids`` before closing it."""
+    await backend.start()
+    try:
+        await _first_request(backend)
+        out["start_s"] = time.perf_counter() - t0
+        return await _run_engine(backend, model_dir, args, vocab)
+    finally:
+        out["rss_mib"] = rss_mib(pids)
+        await backend.close()
+
+
 def run_sglang(
     model_dir: Path, dtype: str, args: argparse.Namespace, vocab: int
 ) -> tuple[dict[str, Any], Any]:
@@ -132,14 +153,7 @@ def run_sglang(
 
     async def go() -> Any:
         backend = SGLangBackend(server.url, extra_sampling_params={"ignore_eos": True})
-        await backend.start()
-        try:
-            await _first_request(backend)
-            out["start_s"] = time.perf_counter() - t0
-            return await _run_engine(backend, model_dir, args, vocab)
-        finally:
-            out["rss_mib"] = rss_mib([server.process.pid])
-            await backend.close()
+        return await _measure(backend, t0, out, [server.process.pid], model_dir, args, vocab)
 
     try:
         speed, samples = asyncio.run(go())
@@ -166,14 +180,7 @@ def run_embedded(
             max_batch_size=8,
             seed=0,
         )
-        await backend.start()
-        try:
-            await _first_request(backend)
-            out["start_s"] = time.perf_counter() - t0
-            return await _run_engine(backend, model_dir, args, vocab)
-        finally:
-            out["rss_mib"] = rss_mib([os.getpid()])
-            await backend.close()
+        return await _measure(backend, t0, out, [os.getpid()], model_dir, args, vocab)
 
     speed, samples = asyncio.run(go())
     out.update(speed)

@@ -463,13 +463,18 @@ async def _expected(task: Task, sb: Sandbox) -> tuple[str | None, str | None]:
     asked, which AgentBench computes while the agent's shell is alive)."""
     g = task.grader
     assert g is not None and g.example is not None
-    res = await sb.exec(
-        _argv(g.example, []),
-        timeout=_SCRIPT_TIMEOUT_S,
-        workdir="/root",
-        env=CHECK_ENV,
-        max_output_bytes=_EXAMPLE_MAX_BYTES,
-    )
+    argv = _argv(g.example, [])
+
+    async def run(prefix: list[str]) -> ExecResult:
+        return await sb.exec(
+            [*prefix, *argv],
+            timeout=_SCRIPT_TIMEOUT_S,
+            workdir="/root",
+            env=CHECK_ENV,
+            max_output_bytes=_EXAMPLE_MAX_BYTES,
+        )
+
+    res = await run([])
     if res.timed_out:
         return None, f"example script timed out after {_SCRIPT_TIMEOUT_S:g} s:\n{_tail(res)}"
     if not res.ok:
@@ -479,21 +484,7 @@ async def _expected(task: Task, sb: Sandbox) -> tuple[str | None, str | None]:
     expected = res.stdout.decode("utf-8", "replace")
     # Again, beside one more shell (a process named like one, as an agent's shell is while
     # AgentBench runs the example): an answer that changes is not a fact of the task.
-    again = await sb.exec(
-        [
-            "/bin/bash",
-            "--noprofile",
-            "--norc",
-            "-c",
-            _BYSTANDER,
-            "bystander",
-            *_argv(g.example, []),
-        ],
-        timeout=_SCRIPT_TIMEOUT_S,
-        workdir="/root",
-        env=CHECK_ENV,
-        max_output_bytes=_EXAMPLE_MAX_BYTES,
-    )
+    again = await run(["/bin/bash", "--noprofile", "--norc", "-c", _BYSTANDER, "bystander"])
     other = again.stdout.decode("utf-8", "replace")
     if again.ok and other != expected:
         return None, (

@@ -139,6 +139,9 @@ class TasksConfig:
         logged) — see :func:`clawrl.bench.generate_learnable_tasks`.
     chores_templates: the chores family's templates to draw from (empty: all of
         :data:`clawrl.bench.CHORE_TEMPLATES`).
+    heldout_seed: the seed of the learnable or chores family's held-out draw. It does not
+        follow ``run.seed``, so runs with different seeds are evaluated on the same tasks
+        (the training tasks follow ``run.seed``).
     """
 
     family: Literal["learnable", "chores", "builtin", "path"] = "learnable"
@@ -150,6 +153,7 @@ class TasksConfig:
     learnable_words: int = 0
     learnable_reward: Literal["graded", "exact"] = "graded"
     chores_templates: list[str] = field(default_factory=list)
+    heldout_seed: int = 0
 
 
 @dataclass
@@ -222,7 +226,7 @@ _SUB_CLASSES: dict[str, type] = {
     "optim": OptimConfig,
 }
 #: ``[algo]`` keys that are the train loop's own, not TrainerConfig's.
-_LOOP_KEYS = ("updates_per_step", "drop_zero_std_groups")
+_LOOP_KEYS = ("updates_per_step", "drop_zero_std_groups", "shuffle_rewards")
 
 
 def _algo_keys() -> dict[str, tuple[str | None, str]]:
@@ -258,7 +262,10 @@ class AlgoConfig:
 
     updates_per_step: optimiser steps on each batch (the first is on-policy; later ones are
     corrected by the clipped ratio). drop_zero_std_groups: leave out groups whose rewards
-    are all equal (their GRPO advantage is 0). kl_coef > 0 adds a k3 KL term to a frozen copy
+    are all equal (their GRPO advantage is 0). shuffle_rewards: the control run — the
+    rewards of a step's usable rollouts are permuted among them (seeded by the run's seed and
+    the step) before the advantages, so the update carries no information about which
+    rollout succeeded; the logged rewards stay the true ones. kl_coef > 0 adds a k3 KL term to a frozen copy
     of the policy as it was when RL started (after the cold start). value_lr: PPO value
     head's learning rate (unset or 0: ``lr``). In a TOML, keys under ``[algo.grpo]`` or
     ``[algo.ppo]`` apply only to that algorithm (see :func:`load_config`).
@@ -267,6 +274,7 @@ class AlgoConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     updates_per_step: int = 1
     drop_zero_std_groups: bool = False
+    shuffle_rewards: bool = False
 
     @property
     def name(self) -> str:
@@ -389,11 +397,15 @@ class ColdStartConfig:
 @dataclass
 class EvalConfig:
     """Held-out evaluation (training sampling; its rollouts are never trained on).
-    every: evaluate every N RL steps (0: only before RL and at the end)."""
+    every: evaluate every N RL steps (0: only before RL and at the end).
+    greedy: evaluate a second time with greedy decoding (T = 0), logged as
+    ``eval_greedy_*``: a gain at the training temperature that greedy decoding already had
+    is only a sharper sampler."""
 
     enabled: bool = True
     samples: int = 1
     every: int = 0
+    greedy: bool = False
 
 
 @dataclass

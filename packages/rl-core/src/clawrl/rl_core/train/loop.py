@@ -97,7 +97,12 @@ from clawrl.rl_core.train.rows import (
     summary,
     tree_row,
 )
-from clawrl.rl_core.train.trees import BuiltTrees, RolloutData, build_group_trees
+from clawrl.rl_core.train.trees import (
+    BuiltTrees,
+    RolloutData,
+    build_group_trees,
+    shuffled_rewards,
+)
 from clawrl.rl_core.trainer import Trainer, seed_everything
 from clawrl.sandbox import SandboxHosts, owned_tempdir
 
@@ -171,7 +176,7 @@ class TrainLoop:
                     root / "train", "train", t.train_n, seed, reward=reward, **kw
                 )
                 held = generate_learnable_tasks(
-                    root / "heldout", "heldout", t.heldout_n, seed, reward=reward, **kw
+                    root / "heldout", "heldout", t.heldout_n, t.heldout_seed, reward=reward, **kw
                 )
             except ValueError as exc:
                 raise ConfigError(f"[tasks]: {exc}") from exc
@@ -184,7 +189,7 @@ class TrainLoop:
                     root / "train", "train", t.train_n, seed, templates=templates
                 )
                 held = generate_chore_tasks(
-                    root / "heldout", "heldout", t.heldout_n, seed, templates=templates
+                    root / "heldout", "heldout", t.heldout_n, t.heldout_seed, templates=templates
                 )
             except ValueError as exc:
                 raise ConfigError(f"[tasks]: {exc}") from exc
@@ -266,10 +271,31 @@ class TrainLoop:
         return self._verify_executor
 
     async def evaluate(self, ctx: RunContext, tag: str) -> dict[str, Any]:
-        """Mean reward, pass rate and verifier sub-scores (``eval_subscore/NAME``, a missing
-        sub-score counting 0) on the held-out tasks at the current weights
-        (:func:`~clawrl.rl_core.train.rows.eval_row`)."""
+        """Mean reward, pass rate (with its task-clustered standard error) and verifier
+        sub-scores on the held-out tasks at the current weights
+        (:func:`~clawrl.rl_core.train.rows.eval_row`), at the training temperature and, with
+        ``eval.greedy``, once more with greedy decoding (``eval_greedy_*`` keys)."""
         t0 = time.time()
+        before = _backend_stats(ctx)
+        row = await self._eval_pass(ctx, tag, "eval")
+        if self.cfg.eval.greedy:
+            r = self.cfg.rollout
+            await ctx.endpoint.admin.set_sampling(
+                temperature=0.0, top_p=1.0, top_k=-1, max_tokens=r.max_tokens
+            )
+            try:
+                greedy = await self._eval_pass(ctx, f"{tag}-greedy", "eval_greedy")
+            finally:
+                await ctx.endpoint.admin.set_sampling(
+                    temperature=r.temperature, top_p=1.0, top_k=-1, max_tokens=r.max_tokens
+                )
+            row.update({k: v for k, v in greedy.items() if k.startswith("eval_greedy_")})
+        row.update(prefix_cache_row(before, _backend_stats(ctx)))
+        row["time/eval"] = time.time() - t0
+        return row
+
+    async def _eval_pass(self, ctx: RunContext, tag: str, prefix: str) -> dict[str, Any]:
+        """One pass over the held-out tasks at the proxy's current sampling."""
         harnesses = list(ctx.harnesses)
         specs = plan_rollouts(
             list(ctx.held),
@@ -278,12 +304,10 @@ class TrainLoop:
             group_prefix=f"eval-{tag}/",
             seed=self.cfg.run.seed,
         )
-        before = _backend_stats(ctx)
         results = await self.runner(ctx.endpoint).run(specs)
-        row = eval_row(results, [h.name for h in harnesses], tag, self.state.policy_version)
-        row.update(prefix_cache_row(before, _backend_stats(ctx)))
-        row["time/eval"] = time.time() - t0
-        return row
+        return eval_row(
+            results, [h.name for h in harnesses], tag, self.state.policy_version, prefix=prefix
+        )
 
     async def record_eval(self, ctx: RunContext, tag: str, **fields: int) -> dict[str, Any]:
         """:meth:`evaluate`, with ``fields`` (``step``, ``sft_step``) added, written to the
@@ -615,6 +639,9 @@ class TrainLoop:
             flat = {g for g, rs in by_group.items() if max(rs) == min(rs)}
             row["zero_std_groups"] = len(flat)
             data = [d for d in data if d.group_id not in flat]
+        if cfg.algo.shuffle_rewards:
+            data = shuffled_rewards(data, random.Random(f"{cfg.run.seed}:shuffle:{row['step']}"))
+            row["rewards_shuffled"] = True
         return data
 
     async def _train_on(self, built: BuiltTrees) -> dict[str, Any]:

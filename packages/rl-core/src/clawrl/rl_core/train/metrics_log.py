@@ -184,6 +184,15 @@ def plot_curves(rows: list[dict[str, Any]], path: str | Path) -> Path:
             linestyle="--",
             label="held-out eval reward",
         )
+    greedy = [r for r in evals if r.get("eval_greedy_reward") is not None]
+    if greedy:
+        ax.plot(
+            [r["step"] for r in greedy],
+            [r["eval_greedy_reward"] for r in greedy],
+            marker="^",
+            linestyle=":",
+            label="held-out eval reward, greedy",
+        )
     ax.set_title("reward")
     ax.set_xlabel("RL step (0 = after cold start)")
     ax.set_ylim(-0.05, 1.05)

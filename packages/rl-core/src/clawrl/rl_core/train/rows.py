@@ -9,6 +9,7 @@ groups, and counted on its own. The pass rate is the fraction of rewards ``>= 1.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from clawrl.rl_core.train.trees import BuiltTrees
 T = TypeVar("T")
 
 __all__ = [
+    "clustered_pass_rate",
     "drop_small_groups",
     "eval_row",
     "mean_std",
@@ -59,28 +61,59 @@ def drop_small_groups(data: Sequence[T], group_of: Callable[[T], str]) -> tuple[
     return [d for d in data if group_of(d) not in small], len(small)
 
 
+def clustered_pass_rate(results: Sequence[RolloutResult]) -> tuple[float, float, int]:
+    """Exact pass rate of ``results`` (the rollouts that count), its standard error clustered
+    by task, and the number of tasks: each task's own pass rate over its rollouts, then the
+    mean and ``stdev / sqrt(n_tasks)`` over tasks (samples of one task are not independent,
+    so a rollout-level error would be too small). ``(nan, nan, 0)`` for no rollouts; the
+    error is ``nan`` for one task."""
+    by_task: dict[str, list[float]] = {}
+    for x in results:
+        by_task.setdefault(x.task_id, []).append(float(x.reward >= 1.0))
+    if not by_task:
+        return float("nan"), float("nan"), 0
+    per_task = [statistics.fmean(v) for v in by_task.values()]
+    n = len(per_task)
+    se = statistics.stdev(per_task) / math.sqrt(n) if n > 1 else float("nan")
+    return float(statistics.fmean(per_task)), float(se), n
+
+
 def eval_row(
-    results: Sequence[RolloutResult], harnesses: Sequence[str], tag: str, policy_version: int
+    results: Sequence[RolloutResult],
+    harnesses: Sequence[str],
+    tag: str,
+    policy_version: int,
+    *,
+    prefix: str = "eval",
 ) -> dict[str, Any]:
-    """One held-out evaluation: mean reward, exact pass rate, per-harness reward and the
-    verifier's sub-scores (``eval_subscore/NAME``, a missing sub-score counting 0)."""
+    """One held-out evaluation: mean reward, exact pass rate with its task-clustered
+    standard error (:func:`clustered_pass_rate`; ``PREFIX_pass_rate_task_mean``,
+    ``PREFIX_pass_rate_se``), the same per harness, and the verifier's sub-scores
+    (``PREFIX_subscore/NAME``, a missing sub-score counting 0). ``prefix`` starts every
+    figure's key (``eval``; ``eval_greedy`` for the greedy pass)."""
     ok = scored(results)
     rewards = [x.reward for x in ok]
     row: dict[str, Any] = {
         "kind": "eval",
         "tag": tag,
         "policy_version": policy_version,
-        "eval_reward": mean_std(rewards)[0],
-        "eval_pass_rate": _pass_rate(rewards),
-        "eval_n": len(ok),
-        "eval_infra_errors": sum(1 for x in results if x.status is RolloutStatus.INFRA_ERROR),
-        "eval_excluded": sum(1 for x in results if x.excluded),
+        f"{prefix}_reward": mean_std(rewards)[0],
+        f"{prefix}_pass_rate": _pass_rate(rewards),
+        f"{prefix}_n": len(ok),
+        f"{prefix}_infra_errors": sum(1 for x in results if x.status is RolloutStatus.INFRA_ERROR),
+        f"{prefix}_excluded": sum(1 for x in results if x.excluded),
     }
-    row.update({f"eval_{k}": v for k, v in _health_rates(results, "").items()})
+    row[f"{prefix}_pass_rate_task_mean"], row[f"{prefix}_pass_rate_se"], _ = clustered_pass_rate(ok)
+    row.update({f"{prefix}_{k}": v for k, v in _health_rates(results, "").items()})
     for h in harnesses:
-        row[f"eval_reward/{h}"] = mean_std([x.reward for x in ok if x.harness == h])[0]
+        mine = [x for x in ok if x.harness == h]
+        row[f"{prefix}_reward/{h}"] = mean_std([x.reward for x in mine])[0]
+        row[f"{prefix}_pass_rate/{h}"], row[f"{prefix}_pass_rate_se/{h}"], _ = clustered_pass_rate(
+            mine
+        )
+        row[f"{prefix}_n/{h}"] = len(mine)
     for name in sorted({k for x in ok for k in x.subscores}):
-        row[f"eval_subscore/{name}"] = mean_std([x.subscores.get(name, 0.0) for x in ok])[0]
+        row[f"{prefix}_subscore/{name}"] = mean_std([x.subscores.get(name, 0.0) for x in ok])[0]
     return row
 
 
@@ -228,10 +261,21 @@ def summary(rows: Sequence[Mapping[str, Any]], steps: int, policy_version: int) 
         "eval_before_rl": first_rl[-1]["eval_reward"] if first_rl else None,
         "eval_final": evals[-1]["eval_reward"] if evals else None,
         "evals": [
-            {k: e.get(k) for k in ("tag", "eval_reward", "eval_pass_rate", "policy_version")}
+            {
+                k: e[k]
+                for k in sorted(e)
+                if k in ("tag", "policy_version", "step")
+                or k.startswith(("eval_reward", "eval_pass_rate", "eval_greedy_reward"))
+                or k.startswith("eval_greedy_pass_rate")
+            }
             for e in evals
         ],
     }
     if out["eval_before_rl"] is not None and out["eval_final"] is not None:
         out["eval_gain"] = out["eval_final"] - out["eval_before_rl"]
+    greedy = [e for e in first_rl[-1:] + evals[-1:] if e.get("eval_greedy_reward") is not None]
+    if len(greedy) == 2:
+        out["eval_greedy_before_rl"] = greedy[0]["eval_greedy_reward"]
+        out["eval_greedy_final"] = greedy[1]["eval_greedy_reward"]
+        out["eval_greedy_gain"] = out["eval_greedy_final"] - out["eval_greedy_before_rl"]
     return out

@@ -8,6 +8,8 @@ compaction) flagged and excluded from credit by the loss.
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 from clawrl.prefixtree import Call, PackedTree, PrefixTree, apply_filters, merge_trees
 from clawrl.rl_core.distributed import partition_by_tokens
 
-__all__ = ["BuiltTrees", "RolloutData", "build_group_trees", "merge_into"]
+__all__ = ["BuiltTrees", "RolloutData", "build_group_trees", "merge_into", "shuffled_rewards"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,15 @@ class RolloutData:
     harness: str
     reward: float
     records: Sequence[Mapping[str, Any]]
+
+
+def shuffled_rewards(data: Sequence[RolloutData], rng: random.Random) -> list[RolloutData]:
+    """``data`` with its rewards permuted among the rollouts by ``rng`` (the shuffled-reward
+    control: same reward distribution and groups, no information about which rollout earned
+    which reward)."""
+    rewards = [d.reward for d in data]
+    rng.shuffle(rewards)
+    return [dataclasses.replace(d, reward=r) for d, r in zip(data, rewards, strict=True)]
 
 
 @dataclass

@@ -45,9 +45,11 @@ def _containers(run_id: str) -> list[str]:
     return out.stdout.split()
 
 
-def test_ctrl_c_saves_finished_rollouts_and_leaves_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_saves_finished_rollouts_and_leaves_nothing(tmp_path: Path, sig: int) -> None:
     """One task is done, the other's verifier is still running (a 200 s sleep) when SIGINT
-    comes: bench exits 130 within 10 s, results.json holds the finished rollout, and no
+    comes (Ctrl-C: the whole process group) or SIGTERM (``kill``: bench's process only):
+    bench exits 130 within 10 s, results.json holds the finished rollout, and no
     container of the run, no clawrl temporary directory and no process of its group is left."""
     fast = _task(tmp_path / "tasks", "fast", "true")
     slow = _task(tmp_path / "tasks", "slow", "sleep 200")
@@ -76,7 +78,10 @@ def test_ctrl_c_saves_finished_rollouts_and_leaves_nothing(tmp_path: Path) -> No
         time.sleep(3)  # the slow task's verifier is running now
         assert proc.poll() is None, "".join(lines)
         t0 = time.monotonic()
-        os.killpg(proc.pid, signal.SIGINT)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
         try:
             rc = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:

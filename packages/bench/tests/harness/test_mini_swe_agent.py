@@ -32,6 +32,8 @@ def test_mini_swe_agent_launch_and_outcomes(tmp_path: Path) -> None:
     assert "agent.step_limit=5" in argv and "model.model_kwargs.max_tokens=77" in argv
     assert "model.model_kwargs.api_base=http://127.0.0.1:8000/s/s1/v1" in argv
     assert launch.env["OPENAI_API_KEY"] == "key-1"
+    # litellm's request limit is the rollout's plus a minute (a slow backend's long prefill)
+    assert f"model.model_kwargs.timeout={int(_ctx().timeout_s) + 60}" in argv
 
     def traj(status: str) -> dict[str, str]:
         messages = [{"role": "system"}, {"role": "assistant"}, {"role": "assistant"}]

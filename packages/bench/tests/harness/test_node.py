@@ -154,3 +154,21 @@ def test_scripted_oracle_uses_the_harness_shell_tool(name: str) -> None:
     tool, arg = h.shell_tool  # type: ignore[attr-defined]
     assert call.name == tool and "base64 -d" in call.arguments[arg]
     assert not parse_completion(turns[1], finish_reason="stop", stop_texts=()).tool_calls
+
+
+def test_harness_clients_wait_as_long_as_the_rollout(tmp_path: Path) -> None:
+    """Each harness's own HTTP / run limit is the rollout's limit plus a minute, so on a slow
+    backend (a long prefill queued behind others) the runner's speed-scaled timeout ends a
+    rollout, never the harness's client (OpenClaw gives a local model 5 min for its first
+    event, Codex 5 min of stream idleness, Claude Code 10 min per request)."""
+    import dataclasses
+
+    ctx = dataclasses.replace(_ctx(), timeout_s=1200.0)
+    cc = ClaudeCodeHarness(cache_dir=tmp_path).launch(ctx)
+    assert cc.env["API_TIMEOUT_MS"] == "1260000"
+    cx = CodexHarness(cache_dir=tmp_path).launch(ctx)
+    assert any("stream_idle_timeout_ms=1260000" in a for a in cx.argv)
+    oc = OpenClawHarness(cache_dir=tmp_path).launch(ctx)
+    assert oc.argv[oc.argv.index("--timeout") + 1] == "1260"
+    cfg = json.loads(str(oc.files[oc.argv[oc.argv.index("--config") + 1]]))
+    assert cfg["models"]["providers"]["clawrl"]["timeoutSeconds"] == 1260

@@ -302,7 +302,10 @@ class _Interrupt:
     def install(self) -> None:
         self.task = asyncio.current_task()
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, self._on_sigint)
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+            # SIGTERM (kill, a scheduler's preemption) takes the same path as Ctrl-C
+            loop.add_signal_handler(signal.SIGTERM, self._on_sigint)
 
     def _on_sigint(self) -> None:
         now = time.monotonic()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -129,7 +130,7 @@ def _run_with_progress(loop: TrainLoop, console: Console) -> dict[str, Any]:
                 console.log(ev.message)
 
         loop.progress = on_event
-        return asyncio.run(loop.run())
+        return asyncio.run(_stoppable(loop))
 
 
 def _export_hf(argv: list[str]) -> int:
@@ -150,6 +151,20 @@ def _export_hf(argv: list[str]) -> int:
         print(f"train export-hf: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+async def _stoppable(loop: TrainLoop) -> dict[str, Any]:
+    """``loop.run()``, cancelled by SIGTERM (``kill``, a scheduler's preemption) as Ctrl-C
+    cancels it: the rollouts in flight are cancelled and their sandboxes removed; the last
+    checkpoint is kept."""
+    import asyncio
+    import contextlib
+
+    task = asyncio.current_task()
+    assert task is not None
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await loop.run()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,7 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     loop = TrainLoop(cfg, resume=args.resume, say=say, ranks=ranks)
     try:
-        summary = asyncio.run(loop.run()) if plain else _run_with_progress(loop, console)
+        summary = asyncio.run(_stoppable(loop)) if plain else _run_with_progress(loop, console)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print(
+            f"train: interrupted; continue from the last checkpoint with --resume "
+            f"(--out {cfg.run.out})",
+            file=sys.stderr,
+        )
+        return 130
     except RLCoreError as exc:
         if plain:
             print(f"train: error: {exc}", file=sys.stderr)

@@ -94,6 +94,13 @@ def _home(ctx: HarnessContext) -> str:
     return f"{ctx.log_dir}/home"
 
 
+def _harness_timeout_ms(ctx: HarnessContext) -> int:
+    """The harness's own request / run limit in ms: the rollout's wall-clock limit plus a
+    minute, so the runner's timeout (which follows the backend's measured speed) is the one
+    that ends a slow rollout, never the harness's HTTP client."""
+    return int((ctx.timeout_s + 60) * 1000)
+
+
 def _home_env(ctx: HarnessContext) -> dict[str, str]:
     home = _home(ctx)
     return {
@@ -217,6 +224,9 @@ class ClaudeCodeHarness(NodeHarness):
             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
             IS_SANDBOX="1",
             DISABLE_AUTOUPDATER="1",
+            # its HTTP client's limit (default 10 min) no shorter than the rollout's: on a slow
+            # backend a long prefill must not turn into the harness giving up
+            API_TIMEOUT_MS=str(_harness_timeout_ms(ctx)),
         )
         if self.lean:
             env.update(
@@ -292,8 +302,10 @@ class CodexHarness(NodeHarness):
         codex_home = f"{ctx.log_dir}/codex-home"
         env = _home_env(ctx)
         env.update(CODEX_HOME=codex_home, P_KEY=ctx.api_key)
+        # the stream's idle limit (default 5 min) no shorter than the rollout's
         provider = (
-            f'{{name="p",base_url="{ctx.openai_base_url}",env_key="P_KEY",wire_api="responses"}}'
+            f'{{name="p",base_url="{ctx.openai_base_url}",env_key="P_KEY",wire_api="responses",'
+            f"stream_idle_timeout_ms={_harness_timeout_ms(ctx)}}}"
         )
         argv = [
             str(self.binary),
@@ -428,7 +440,15 @@ class OpenClawHarness(NodeHarness):
         )
         cost = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}
         model = _provider_model(ctx, self.context_window, name=ctx.model, input=["text"], cost=cost)
-        provider = {"baseUrl": base, "apiKey": ctx.api_key, "api": self.api_mode, "models": [model]}
+        provider = {
+            "baseUrl": base,
+            "apiKey": ctx.api_key,
+            "api": self.api_mode,
+            "models": [model],
+            # its request and first-event limits (5 min for a local model) no shorter than
+            # the rollout's: a prefill queued behind others must not end the rollout
+            "timeoutSeconds": _harness_timeout_ms(ctx) // 1000,
+        }
         defaults = {
             "model": {"primary": f"clawrl/{ctx.model}"},
             "workspace": ctx.task.workspace_path,
@@ -447,6 +467,8 @@ class OpenClawHarness(NodeHarness):
             "--model", f"clawrl/{ctx.model}",
             "--cwd", ctx.task.workspace_path,
             "--json",
+            # its own deadline (default 600 s) no shorter than the rollout's
+            "--timeout", str(_harness_timeout_ms(ctx) // 1000),
             ctx.task.instruction,
         ]  # fmt: skip
         return HarnessLaunch(

@@ -39,25 +39,26 @@ install_one() {
         VIRTUAL_ENV="$dest/venv" uv pip install -q "$pkg==$version"
         mkdir -p "$dest/bin"; ln -sf "../venv/bin/$bin" "$dest/bin/$bin"
         ;;
-      openclaw)
+      *)
         local node; node="$(field "$name" node)"
-        log "$name $version: node@$node from the npm registry, then $pkg (~80 s)"
-        npm_install "$dest" "node@$node"
-        # its install scripts check the Node version, so install it with Node 24 first on PATH
-        PATH="$dest/node_modules/node/bin:$PATH" npm_install "$dest" "$pkg@$version"
         mkdir -p "$dest/bin"
-        # OpenClaw needs Node >= 24: its launcher puts the registry's Node 24 first on PATH.
-        cat >"$dest/bin/$bin" <<WRAP
+        if [ -z "$node" ]; then  # a native binary
+          log "$name $version: npm install $pkg@$version"
+          npm_install "$dest" "$pkg@$version"
+          ln -sf "../node_modules/.bin/$bin" "$dest/bin/$bin"
+        else
+          # task images have no Node: the harness brings the pinned one from the npm registry,
+          # installed first (install scripts may check its version) and first on its launcher's PATH
+          log "$name $version: node@$node from the npm registry, then $pkg"
+          npm_install "$dest" "node@$node"
+          PATH="$dest/node_modules/node/bin:$PATH" npm_install "$dest" "$pkg@$version"
+          cat >"$dest/bin/$bin" <<WRAP
 #!/usr/bin/env bash
 export PATH="$dest/node_modules/node/bin:\$PATH"
 exec "$dest/node_modules/.bin/$bin" "\$@"
 WRAP
-        chmod +x "$dest/bin/$bin"
-        ;;
-      *)
-        log "$name $version: npm install $pkg@$version"
-        npm_install "$dest" "$pkg@$version"
-        mkdir -p "$dest/bin"; ln -sf "../node_modules/.bin/$bin" "$dest/bin/$bin"
+          chmod +x "$dest/bin/$bin"
+        fi
         ;;
     esac
     touch "$dest/.complete"

@@ -20,6 +20,7 @@ from clawrl.bench import (
     chore_instances,
     generate_chore_tasks,
     load_suite,
+    load_task,
     plan_rollouts,
 )
 from clawrl.bench.chores import ChoreInstance, write_chore_task
@@ -124,6 +125,20 @@ def test_checker_oracle_passes_untouched_fails(template: str, tmp_path: Path) ->
     assert _score(task, ws) == 0
     _solve_on_host(inst, ws)
     assert _score(task, ws) == 1
+
+
+@pytest.mark.parametrize("template", CHORE_TEMPLATES)
+def test_demonstration_looks_solves_and_checks(template: str, tmp_path: Path) -> None:
+    """The worked solution (cold-start data for any harness with a shell tool) is three
+    commands: the first two leave an untouched workspace scoring 0 until the second solves
+    it, the third only reads; written into data_entry.json for the loader."""
+    inst = _one(template)
+    task, ws = _workspace(inst, tmp_path)
+    look, solve, check = inst.demonstration
+    for i, command in enumerate((look, solve, check)):
+        subprocess.run(["bash", "-c", command], cwd=ws, check=True, capture_output=True)
+        assert _score(task, ws) == (0 if i == 0 else 1), (i, command)
+    assert load_task(task).metadata["demonstration"] == inst.demonstration
 
 
 Attack = Callable[[Path, str, str], None]

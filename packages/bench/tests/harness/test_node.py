@@ -118,8 +118,9 @@ def test_claude_code_outcome_reads_the_result_event() -> None:
 def _fake_npm(tmp_path: Path, rc: int) -> str:
     npm = tmp_path / "npm"
     npm.write_text(
-        '#!/bin/sh\necho fake npm "$@"\nmkdir -p node_modules/.bin\n'
+        '#!/bin/sh\necho fake npm "$@"\nmkdir -p node_modules/.bin node_modules/node/bin\n'
         "for b in claude codex pi; do printf '#!/bin/sh\\n' > node_modules/.bin/$b; done\n"
+        'case "$*" in *node@*) touch node_modules/node/bin/node;; esac\n'
         f"exit {rc}\n"
     )
     npm.chmod(0o755)
@@ -132,9 +133,17 @@ def test_prepare_installs_once_with_progress(tmp_path: Path) -> None:
     h.prepare(lines.append)
     assert h.installed() and (h.prefix / ".complete").is_file()
     assert any("fake npm install" in x and "pi-coding-agent@0.73.1" in x for x in lines)
+    # pi's launcher is a Node script: the pinned Node comes from npm, first on its PATH
+    assert any("fake npm install" in x and "node@24.21.0" in x for x in lines)
+    assert f'export PATH="{h.node_bin}:$PATH"' in h.binary.read_text()
     lines.clear()
     h.prepare(lines.append)  # cached: npm is not run again
     assert lines == []
+    # an install from before the Node pin (no node in the prefix) is installed again
+    (h.node_bin / "node").unlink()
+    assert not h.installed()
+    h.prepare(lines.append)
+    assert h.installed() and any("node@24.21.0" in x for x in lines)
 
 
 def test_failed_install_is_typed_and_leaves_nothing(tmp_path: Path) -> None:

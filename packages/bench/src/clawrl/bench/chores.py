@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +114,19 @@ class ChoreInstance:
         """``heldout`` for about 25 % of contents, else ``train`` (a pure function of
         :attr:`digest`)."""
         return "heldout" if int(self.digest[:8], 16) % 100 < _HELDOUT_PERCENT else "train"
+
+    @property
+    def demonstration(self) -> list[str]:
+        """A worked solution as shell commands, run in the workspace: look at the input,
+        do the chore (the oracle's own commands), look at the result. Cold-start data for
+        any harness with a shell tool (:func:`clawrl.bench.harness.demonstration_turns`)."""
+        inputs = sorted(self.files)
+        if self.spec["kind"] == "tree":
+            look = check = f"ls {shlex.quote(self.spec['path'])}"
+        else:
+            look = f"cat {shlex.quote(inputs[0])}"
+            check = f"cat {shlex.quote(self.spec['path'])}"
+        return [look, self.solve.rstrip("\n"), check]
 
     @property
     def task_id(self) -> str:
@@ -564,6 +578,7 @@ def write_chore_task(inst: ChoreInstance, task_dir: Path) -> None:
         "family": "chores",
         "template": inst.template,
         "split": inst.split,
+        "demonstration": inst.demonstration,
         **inst.params,
     }
     (task_dir / "data_entry.json").write_text(json.dumps(entry, indent=2) + "\n")

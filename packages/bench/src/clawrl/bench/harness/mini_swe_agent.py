@@ -58,6 +58,9 @@ class MiniSweAgentHarness(CachedHarness):
     key = "mini-swe-agent"
     api: WireAPI | None = "openai.chat"
     VERSION = "2.4.6"
+    #: its shell tool (name, argument) and the command that ends its run
+    shell_tool = ("bash", "command")
+    finish_command = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
     def __init__(
         self,

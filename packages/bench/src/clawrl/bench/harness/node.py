@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from clawrl.bench.harness.base import (
     HARNESS_LOG_DIR,
+    HarnessAdapter,
     HarnessContext,
     HarnessInstallError,
     HarnessLaunch,
@@ -50,7 +51,7 @@ from clawrl.bench.harness.base import (
     failed_exit_outcome,
 )
 from clawrl.bench.harness.install import CachedHarness, harness_cache_dir, run_streamed
-from clawrl.bench.harness.oracle import oracle_shell_command
+from clawrl.bench.harness.oracle import oracle_completions, oracle_shell_command
 from clawrl.bench.task import Task
 from clawrl.proxy import format_assistant_text
 
@@ -62,6 +63,7 @@ __all__ = [
     "NodeHarness",
     "OpenClawHarness",
     "PiHarness",
+    "demonstration_turns",
     "scripted_oracle",
 ]
 
@@ -74,8 +76,14 @@ NODE_HARNESS_VERSIONS: dict[str, dict[str, str]] = {
         "bin": "openclaw",
         "node": "24.21.0",
     },
-    "codex": {"package": "@openai/codex", "version": "0.171.0", "bin": "codex"},
-    "pi": {"package": "@mariozechner/pi-coding-agent", "version": "0.73.1", "bin": "pi"},
+    # codex's and pi's launchers are Node scripts; Claude Code's is a native binary
+    "codex": {"package": "@openai/codex", "version": "0.171.0", "bin": "codex", "node": "24.21.0"},
+    "pi": {
+        "package": "@mariozechner/pi-coding-agent",
+        "version": "0.73.1",
+        "bin": "pi",
+        "node": "24.21.0",
+    },
 }
 
 #: The in-sandbox home directory of every npm harness, ``<log_dir>/home`` (fresh per rollout:
@@ -144,6 +152,10 @@ class NodeHarness(CachedHarness):
         self.package = pin["package"]
         self.version = version or pin["version"]
         self.bin_name = pin["bin"]
+        #: the Node pinned with the harness (installed from npm into its prefix, first on its
+        #: launcher's PATH), or None: the harness is a native binary. Task images (ClawGym's
+        #: Python image, Harbor's) have no Node of their own.
+        self.node_version: str | None = pin.get("node")
         self.cache_dir = cache_dir or harness_cache_dir()
         self.npm = npm
 
@@ -169,12 +181,36 @@ class NodeHarness(CachedHarness):
                 + "\n".join(tail[-5:])
             )
 
+    @property
+    def node_bin(self) -> Path:
+        """The directory of the pinned Node's ``node`` in the prefix."""
+        return self.prefix / "node_modules" / "node" / "bin"
+
+    def installed(self) -> bool:
+        # an install from before the harness pinned its Node has no node: install again
+        node_ok = self.node_version is None or (self.node_bin / "node").exists()
+        return super().installed() and node_ok
+
     def _install(self, say: ProgressFn) -> None:
-        self._npm_install(say, dict(os.environ), f"{self.package}@{self.version}")
         (self.prefix / "bin").mkdir(parents=True, exist_ok=True)
-        link = self.prefix / "bin" / self.bin_name
-        if not link.is_symlink():
-            link.symlink_to(f"../node_modules/.bin/{self.bin_name}")
+        if self.node_version is None:  # a native binary
+            self._npm_install(say, dict(os.environ), f"{self.package}@{self.version}")
+            link = self.prefix / "bin" / self.bin_name
+            if not link.is_symlink():
+                link.symlink_to(f"../node_modules/.bin/{self.bin_name}")
+            return
+        say(f"{self.key} {self.version}: node@{self.node_version} from npm, then {self.package}")
+        self._npm_install(say, dict(os.environ), f"node@{self.node_version}")
+        env = dict(os.environ)
+        # install scripts may check the Node version: install with the pinned Node first
+        env["PATH"] = f"{self.node_bin}:{env.get('PATH', '')}"
+        self._npm_install(say, env, f"{self.package}@{self.version}")
+        self.binary.write_text(
+            "#!/usr/bin/env bash\n"
+            f'export PATH="{self.node_bin}:$PATH"\n'
+            f'exec "{self.prefix}/node_modules/.bin/{self.bin_name}" "$@"\n'
+        )
+        self.binary.chmod(0o755)
 
     def mounts(self, task: Task) -> dict[str, str]:
         return {str(self.prefix): str(self.prefix)}
@@ -184,7 +220,12 @@ class NodeHarness(CachedHarness):
         return exit_code_outcome(exit_code, "final_answer")
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "package": self.package, "prefix": str(self.prefix)}
+        return {
+            **super().describe(),
+            "package": self.package,
+            "prefix": str(self.prefix),
+            "node": self.node_version,
+        }
 
 
 # --------------------------------------------------------------------------- Claude Code
@@ -338,7 +379,7 @@ class CodexHarness(NodeHarness):
 
 
 class PiHarness(NodeHarness):
-    """pi (npm ``@mariozechner/pi-coding-agent``), Chat Completions (streamed), Node 20 ok.
+    """pi (npm ``@mariozechner/pi-coding-agent``), Chat Completions (streamed), with the pinned Node.
 
     Provider ``clawrl`` in ``$HOME/.pi/agent/models.json`` (``api: "openai-completions"``,
     ``reasoning: false``, ``contextWindow``, ``maxTokens``); ``pi -p --provider clawrl --model
@@ -410,28 +451,8 @@ class OpenClawHarness(NodeHarness):
         self.api_mode = api_mode
         self.api = _OPENCLAW_WIRE[api_mode]
         self.context_window = context_window
-        self.node_version = NODE_HARNESS_VERSIONS["openclaw"]["node"]
         if api_mode != "openai-completions":
             self.name = f"openclaw-{api_mode}"
-
-    @property
-    def node_bin(self) -> Path:
-        return self.prefix / "node_modules" / "node" / "bin"
-
-    def _install(self, say: ProgressFn) -> None:
-        say(f"openclaw {self.version}: node@{self.node_version} from npm, then openclaw (~80 s)")
-        self._npm_install(say, dict(os.environ), f"node@{self.node_version}")
-        env = dict(os.environ)
-        # its install scripts check the Node version: install it with Node 24 first on PATH
-        env["PATH"] = f"{self.node_bin}:{env.get('PATH', '')}"
-        self._npm_install(say, env, f"{self.package}@{self.version}")
-        (self.prefix / "bin").mkdir(parents=True, exist_ok=True)
-        self.binary.write_text(
-            "#!/usr/bin/env bash\n"
-            f'export PATH="{self.node_bin}:$PATH"\n'
-            f'exec "{self.prefix}/node_modules/.bin/{self.bin_name}" "$@"\n'
-        )
-        self.binary.chmod(0o755)
 
     def config(self, ctx: HarnessContext) -> dict[str, Any]:
         """The ``openclaw.json5`` of one rollout: provider ``clawrl`` + the agent defaults."""
@@ -487,7 +508,7 @@ class OpenClawHarness(NodeHarness):
         return super().outcome(exit_code, logs, stdout)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "api_mode": self.api_mode, "node": self.node_version}
+        return {**super().describe(), "api_mode": self.api_mode}
 
 
 # ---------------------------------------------------------------------- scripted oracle
@@ -509,6 +530,39 @@ def scripted_oracle(harness: NodeHarness, task: Task, final_text: str = "Done.")
         format_assistant_text(tool_calls=[(tool, args)]),
         format_assistant_text(content=final_text),
     ]
+
+
+def demonstration_turns(
+    harness: HarnessAdapter, task: Task, final_text: str = "Done."
+) -> list[str]:
+    """Model turns (model-format text, for the proxy's ScriptedBackend) that solve ``task``
+    step by step through ``harness``'s own shell tool, one command per turn: the task's
+    ``demonstration`` commands (its metadata: look, do, check — the chores family has them),
+    then the harness's way to finish (mini-swe-agent's submit command; a final answer
+    otherwise). A task without a demonstration gets :func:`scripted_oracle` (npm harnesses)
+    or :func:`~clawrl.bench.harness.oracle_completions` (the others).
+
+    Raises:
+        ValueError: the task has neither a demonstration nor a solution.
+    """
+    demo = task.metadata.get("demonstration")
+    if not (isinstance(demo, list) and demo and all(isinstance(c, str) for c in demo)):
+        if isinstance(harness, NodeHarness):
+            return scripted_oracle(harness, task, final_text)
+        return oracle_completions(task, final_text)
+    tool, arg = getattr(harness, "shell_tool", ("bash", "command"))
+    turns = []
+    for command in demo:
+        args: dict[str, object] = {arg: command}
+        if isinstance(harness, ClaudeCodeHarness):  # its Bash tool asks for one
+            args["description"] = command.splitlines()[0][:60]
+        turns.append(format_assistant_text(tool_calls=[(tool, args)]))
+    finish = getattr(harness, "finish_command", None)
+    if isinstance(finish, str):
+        turns.append(format_assistant_text(tool_calls=[(tool, {arg: finish})]))
+    else:
+        turns.append(format_assistant_text(content=final_text))
+    return turns
 
 
 # ------------------------------------------------------------------------------ registry

@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from clawrl.bench import RolloutResult, RolloutSpec, Task, plan_rollouts
-from clawrl.bench.harness import HarnessAdapter, oracle_completions
+from clawrl.bench.harness import HarnessAdapter, demonstration_turns, oracle_completions
 from clawrl.prefixtree import Call, PrefixTree
 from clawrl.proxy import BackendConfig, SessionInfo, format_assistant_text, make_backend
 from clawrl.rl_core.config import LossConfig, OptimConfig, TrainerConfig
@@ -28,39 +28,46 @@ if TYPE_CHECKING:
 __all__ = ["run_cold_start", "scripted_turns"]
 
 
-def scripted_turns(task: Task) -> list[str]:
-    """The scripted policy's assistant turns for ``task`` (cold-start data).
+def scripted_turns(task: Task, harness: HarnessAdapter | None = None) -> list[str]:
+    """The scripted policy's assistant turns for ``task`` through ``harness`` (cold-start
+    data).
 
-    For a learnable-family task (``metadata`` has ``file`` and ``word``): one
-    ``write_file`` call creating the file — the skill the RL policy is trained on. For any
-    other task: bench's :func:`~clawrl.bench.harness.oracle_completions` (the oracle as tool calls).
+    For a learnable-family task (``metadata`` has ``file`` and ``word``) through the reference
+    harness (or no harness given): one ``write_file`` call creating the file — the skill the
+    RL policy is trained on. Otherwise bench's
+    :func:`~clawrl.bench.harness.demonstration_turns`: the task's worked solution step by
+    step through the harness's own shell tool (the chores family), else its oracle as tool
+    calls.
     """
     meta = task.metadata
-    if isinstance(meta.get("file"), str) and isinstance(meta.get("word"), str):
+    reference = harness is None or harness.name == "reference"
+    if reference and isinstance(meta.get("file"), str) and isinstance(meta.get("word"), str):
         call = ("write_file", {"path": meta["file"], "content": meta["word"]})
         return [format_assistant_text(tool_calls=[call])]
-    return oracle_completions(task)
+    if harness is None:
+        return oracle_completions(task)
+    return demonstration_turns(harness, task)
 
 
 async def _capture(
-    loop: TrainLoop, tasks: list[Task], harness: HarnessAdapter
+    loop: TrainLoop, tasks: list[Task], harnesses: list[HarnessAdapter]
 ) -> list[RolloutResult]:
-    """One scripted rollout per task through ``harness`` (the scripted backend's proxy)."""
+    """One scripted rollout per task and harness (the scripted backend's proxy)."""
     scripted = make_backend(BackendConfig(kind="scripted", model_dir=loop.model_dir))
     async with loop.serve_backend(scripted) as sep:
 
         async def hook(session: SessionInfo, spec: RolloutSpec) -> None:
-            await sep.admin.script(session.session_id, scripted_turns(spec.task))
+            await sep.admin.script(session.session_id, scripted_turns(spec.task, spec.harness))
 
         runner = loop.runner(
             sep,
-            max_turns=max(len(scripted_turns(t)) for t in tasks),
+            max_turns=max(len(scripted_turns(t, h)) for t in tasks for h in harnesses),
             session_hook=hook,
             run_id=f"{loop.run_id}-coldstart",
             scripted=True,
         )
         specs = plan_rollouts(
-            tasks, [harness], 1, group_prefix="coldstart/", seed=loop.cfg.run.seed
+            tasks, list(harnesses), 1, group_prefix="coldstart/", seed=loop.cfg.run.seed
         )
         return await runner.run(specs)
 
@@ -118,7 +125,8 @@ async def _eval_after(loop: TrainLoop, ctx: RunContext, step: int) -> bool:
 
 
 async def run_cold_start(loop: TrainLoop, ctx: RunContext) -> None:
-    """Capture ``cold_start.tasks`` scripted trajectories through the first harness, then
+    """Capture the scripted trajectories of ``cold_start.tasks`` tasks through every harness
+    of the run (each harness's own tools and prompts: what the policy will see), then
     ``cold_start.steps`` SFT steps on the solved ones (batches of ``cold_start.batch_size``
     trees, merged and packed: into one tree per trainer rank); the weights are synced (policy version + 1) before each
     held-out eval the config asks for.
@@ -130,10 +138,10 @@ async def run_cold_start(loop: TrainLoop, ctx: RunContext) -> None:
     tasks = list(ctx.train)[: cs.tasks]
     t0 = time.time()
     loop.say(
-        f"cold start: capturing {len(tasks)} scripted-policy trajectories "
-        "(ScriptedBackend, a test backend) through the harness path"
+        f"cold start: capturing {len(tasks)} x {len(ctx.harnesses)} scripted-policy "
+        "trajectories (ScriptedBackend, a test backend) through the harness path"
     )
-    good = _solved(loop, await _capture(loop, tasks, ctx.harnesses[0]), t0)
+    good = _solved(loop, await _capture(loop, tasks, list(ctx.harnesses)), t0)
     trees = [
         PrefixTree.from_calls(Call.from_records(x.records), rollout_id=x.rollout_id) for x in good
     ]

@@ -264,6 +264,25 @@ def test_mix_harness_groups_are_separate() -> None:
     assert len(built.trees) == 2 and len(set(built.groups.values())) == 2
 
 
+def test_tree_compression_per_harness() -> None:
+    """Each harness's rollouts merged into one tree: its shared prompt counted once."""
+    from clawrl.rl_core.train.rows import tree_row
+
+    n = len(SYSTEM) + 1
+    ros = [
+        _rollout("a", "t1/pi", 100, [5, 6], 1.0, harness="pi"),
+        _rollout("b", "t1/pi", 100, [5, 7], 0.0, harness="pi"),
+        _rollout("c", "t2/pi", 101, [8], 0.0, harness="pi"),
+        _rollout("d", "t1/codex", 100, [9], 1.0, harness="codex"),
+    ]
+    row = tree_row(build_group_trees(ros))
+    assert row["flat_tokens/pi"] == 3 * n + 5 and row["flat_tokens/codex"] == n + 1
+    # pi: SYSTEM once; then task 100 -> 5 -> {6, 7} and task 101 -> 8
+    assert row["tree_tokens/pi"] == len(SYSTEM) + 1 + 1 + 2 + 1 + 1
+    assert row["tree_compression/codex"] == 1.0
+    assert row["tree_compression/pi"] == (3 * n + 5) / row["tree_tokens/pi"]
+
+
 # ------------------------------------------------------------------ scripted policy
 def test_scripted_turns_for_learnable_tasks(tmp_path: Path) -> None:
     from clawrl.bench import generate_learnable_tasks

@@ -216,8 +216,15 @@ def _health_rates(results: Sequence[RolloutResult], suffix: str) -> dict[str, fl
 def tree_row(built: BuiltTrees) -> dict[str, Any]:
     """The step's prefix-tree figures: packed trees (one, or one per trainer rank), unique vs
     flat tokens, compression, trajectories and what the tree builder left out (dead leaves,
-    over-branched rollouts, side-path calls, empty rollouts)."""
-    return {
+    over-branched rollouts, side-path calls, empty rollouts); per harness, the flat and tree
+    tokens of its rollouts merged into one tree and their ratio
+    (``tree_compression/<harness>``)."""
+    per: dict[str, Any] = {}
+    for h, (flat, unique) in sorted(built.per_harness.items()):
+        per[f"flat_tokens/{h}"] = flat
+        per[f"tree_tokens/{h}"] = unique
+        per[f"tree_compression/{h}"] = flat / unique if unique else 1.0
+    return per | {
         "trees": len(built.trees),
         "tree_tokens": built.unique_tokens,
         "flat_tokens": built.flat_tokens,

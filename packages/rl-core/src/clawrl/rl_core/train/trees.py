@@ -51,6 +51,8 @@ class BuiltTrees:
         groups: group id per rollout id kept.
         flat_tokens: Σ over calls of prompt + completion tokens (a forward per call).
         unique_tokens: tokens in the packed trees.
+        per_harness: harness → (flat tokens, tokens of that harness's rollouts merged into
+            one tree): how much each harness's shared system prompt and tools save.
         dead_leaves, dropped_rollouts, side_path_calls, empty_rollouts: filter counts.
     """
 
@@ -64,6 +66,7 @@ class BuiltTrees:
     dropped_rollouts: int = 0
     side_path_calls: int = 0
     empty_rollouts: int = 0
+    per_harness: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def compression(self) -> float:
@@ -104,6 +107,7 @@ def build_group_trees(
     """
     out = BuiltTrees()
     by_group: dict[str, list[PrefixTree]] = {}
+    by_harness: dict[str, list[PrefixTree]] = {}
     for ro in rollouts:
         calls = Call.from_records(ro.records)
         if not calls:
@@ -119,9 +123,13 @@ def build_group_trees(
             continue
         out.flat_tokens += tree.stats().flat_tokens
         by_group.setdefault(ro.group_id, []).append(tree)
+        by_harness.setdefault(ro.harness, []).append(tree)
         out.rewards[ro.rollout_id] = float(ro.reward)
         out.groups[ro.rollout_id] = ro.group_id
     group_trees = [merge_trees(*ts) if len(ts) > 1 else ts[0] for ts in by_group.values()]
+    for h, ts in by_harness.items():
+        st = (merge_trees(*ts) if len(ts) > 1 else ts[0]).stats()
+        out.per_harness[h] = (sum(t.stats().flat_tokens for t in ts), st.unique_tokens)
     if merge_groups:
         group_trees = merge_into(group_trees, parts)
     for group in group_trees:

@@ -30,7 +30,7 @@ def test_algo_section_embeds_trainer_config_and_defines_no_default_of_its_own() 
     """AlgoConfig holds TrainerConfig and only the loop's two keys: a re-added flat field
     (``lr: float = 1e-5`` beside TrainerConfig's) fails here."""
     names = [f.name for f in dataclasses.fields(AlgoConfig)]
-    assert names == ["trainer", "updates_per_step", "drop_zero_std_groups"]
+    assert names == ["trainer", "updates_per_step", "drop_zero_std_groups", "shuffle_rewards"]
     assert AlgoConfig().trainer == TrainerConfig()
     assert {f.name for f in dataclasses.fields(TrainerConfig)} >= set(SUBS)
 

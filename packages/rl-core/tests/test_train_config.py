@@ -48,7 +48,7 @@ def test_every_flat_algo_default_is_trainer_config_field_default() -> None:
             key = f"{sub}_{f.name}" if f.name == "eps" else f.name
             value = _default(f)
             expected[key] = list(value) if isinstance(value, tuple) else value
-    expected |= {"updates_per_step": 1, "drop_zero_std_groups": False}
+    expected |= {"updates_per_step": 1, "drop_zero_std_groups": False, "shuffle_rewards": False}
     assert flat == expected
     # the defaults the quickstart relies on: lr 1e-5 unless set, bounded forwards
     assert (flat["lr"], flat["token_budget"]) == (1e-5, 8192)

@@ -85,5 +85,9 @@ def test_greedy_eval_and_shuffled_control(tmp_path: Path) -> None:
     assert by_kind == {True: {0.0}, False: {1.0}}, by_kind
     assert greedy_outputs and all(len(set(v)) == 1 for v in greedy_outputs.values())
 
+    # every held-out rollout of both passes is on file, with its task, harness and reward
+    for tag in ("step-0", "step-0-greedy", "step-1", "step-1-greedy"):
+        lines = (out / "rollouts" / f"eval-{tag}.jsonl").read_text().splitlines()
+        assert len(lines) == 4 and all(json.loads(x)["eval"] == tag for x in lines)
     summary = json.loads((out / "summary.json").read_text())
     assert "eval_greedy_gain" in summary

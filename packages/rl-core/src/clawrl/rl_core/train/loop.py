@@ -86,7 +86,7 @@ from clawrl.rl_core.train.context import RunContext
 from clawrl.rl_core.train.errors import TrainError
 from clawrl.rl_core.train.metrics_log import MetricsLog, plot_curves, read_jsonl
 from clawrl.rl_core.train.ranks import DrivenTrainer, Ranks, load_policy
-from clawrl.rl_core.train.rollouts_log import write_step_rollouts
+from clawrl.rl_core.train.rollouts_log import write_eval_rollouts, write_step_rollouts
 from clawrl.rl_core.train.rows import (
     drop_small_groups,
     eval_row,
@@ -305,6 +305,7 @@ class TrainLoop:
             seed=self.cfg.run.seed,
         )
         results = await self.runner(ctx.endpoint).run(specs)
+        write_eval_rollouts(self.out, tag, results)  # per task and harness, for bench view
         return eval_row(
             results, [h.name for h in harnesses], tag, self.state.policy_version, prefix=prefix
         )

@@ -1,4 +1,5 @@
-"""Per-step rollout files of a train run: ``<out>/rollouts/step-NNNN.jsonl``.
+"""Per-step rollout files of a train run: ``<out>/rollouts/step-NNNN.jsonl``, and one per
+held-out evaluation: ``<out>/rollouts/eval-<tag>.jsonl``.
 
 One line per rollout of the step: bench's :class:`~clawrl.bench.RolloutResult` without its
 call records (those are in ``<out>/capture/``) and without the harness's raw stdout/stderr
@@ -31,7 +32,7 @@ from clawrl.rl_core.packing import TreeBatch
 from clawrl.rl_core.step import OldPass, PreparedRL
 from clawrl.rl_core.train.trees import BuiltTrees
 
-__all__ = ["trained_tokens", "write_step_rollouts"]
+__all__ = ["trained_tokens", "write_eval_rollouts", "write_step_rollouts"]
 
 _FIELDS = ("advantage", "importance_weight", "old_logprob", "rollout_logprob")
 
@@ -89,5 +90,19 @@ def write_step_rollouts(
             row.update(step=step, trained=x.rollout_id in built.groups)
             row["advantage"] = _rollout_advantage(mine)
             row["tokens"] = mine or {}
+            f.write(json_bytes(row) + b"\n")
+    return path
+
+
+def write_eval_rollouts(out: str | Path, tag: str, results: Sequence[RolloutResult]) -> Path:
+    """Write ``<out>/rollouts/eval-<tag>.jsonl``: one line per held-out rollout of the
+    evaluation ``tag`` (``step-0``, ``step-5-greedy``, ...), as in the step files with
+    ``eval`` = the tag and nothing trained. Returns the path."""
+    path = Path(out) / "rollouts" / f"eval-{tag}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        for x in results:
+            row = x.model_dump(mode="json", exclude={"records", "stdout", "stderr"})
+            row.update(eval=tag, trained=False, advantage=None, tokens={})
             f.write(json_bytes(row) + b"\n")
     return path

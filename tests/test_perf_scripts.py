@@ -83,3 +83,24 @@ def test_sglang_vs_embedded_runs_the_embedded_side_and_rejects_bad_engines(
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
     assert "--engines" in bad.stderr
+
+
+@pytest.mark.slow
+def test_serving_contexts_compares_in_place_appends_with_concatenation(tmp_path: Path) -> None:
+    """``bench_serving.py --contexts`` on a tiny model: both modes decode and are written with
+    their bound and ratio."""
+    from clawrl.proxy import build_default_model
+
+    model = build_default_model("qwen3")
+    out = tmp_path / "contexts.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools/perf/bench_serving.py"), "--model", str(model),
+         "--contexts", "200,40", "--tokens", "6", "--threads", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cases = json.loads(out.read_text())["contexts"]
+    assert [c["mode"] for c in cases] == ["in_place", "concatenate"]
+    for c in cases:
+        assert c["decode_tok_s"] > 0 and c["decode_over_bound"] > 0 and c["kv_bytes"] > 0
+    assert cases[0]["speedup_over_concatenate"] > 0

@@ -29,8 +29,15 @@ computing every prompt in full.
 its tokens/s and the process's peak resident memory (what "within memory" means for
 10-30k-token harness prompts).
 
+``--contexts 19000,8000,6000,1400`` instead decodes ``--tokens`` tokens in rows at those
+context lengths at once (the first prompts of Claude Code, OpenClaw, Codex and pi with
+Qwen2.5's tokenizer), bf16, twice: with the cache appending each token in place (what the
+backend does) and with transformers' plain concatenation (the whole cache copied every
+step), and reports decode tokens/s against the bound of one step reading every weight and
+every row's KV once (``rows x bandwidth / (weight bytes + KV bytes)``).
+
 Writes JSON (default ``tools/perf/results/serving.json``, ``serving_long.json`` with
-``--long``).
+``--long``, ``serving_contexts.json`` with ``--contexts``).
 """
 
 from __future__ import annotations
@@ -211,6 +218,56 @@ async def shared_case(model_dir: Path, args: argparse.Namespace, vocab: int) -> 
     }
 
 
+async def contexts_case(
+    model_dir: Path, args: argparse.Namespace, vocab: int, roof: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Decode speed with rows at the ``--contexts`` lengths: in-place KV appends vs
+    concatenation (see the module docstring)."""
+    import clawrl.proxy.backends.embedded_kv as kv
+    from clawrl.proxy import EmbeddedBackend
+
+    lengths = [int(n) for n in args.contexts.split(",")]
+    rng = random.Random(0)
+    prompts = [[rng.randrange(vocab) for _ in range(n)] for n in lengths]
+    growing = kv._growing
+    cases = []
+    for mode in ("in_place", "concatenate"):
+        kv._growing = growing if mode == "in_place" else (lambda cache: cache)  # type: ignore[assignment]
+        backend = EmbeddedBackend(
+            model_dir, dtype="bf16", num_threads=max(args.threads), prefix_cache_bytes=0,
+            max_batch_size=8, seed=0,
+        )  # fmt: skip
+        await backend.start()
+        try:
+            times = await asyncio.gather(
+                *(_generate(backend, f"c{i}", p, args.tokens) for i, p in enumerate(prompts))
+            )
+            weight_bytes = sum(p.numel() * p.element_size() for p in backend.model.parameters())
+            kv_bytes = backend._kv_bytes_per_token() * sum(lengths)
+        finally:
+            await backend.close()
+            kv._growing = growing
+        start = max(f for f, _ in times)
+        end = max(e for _, e in times)
+        tok_s = len(lengths) * (args.tokens - 1) / (end - start)
+        bound = len(lengths) * roof["bandwidth_gbs"] * 1e9 / (weight_bytes + kv_bytes)
+        case = {
+            "mode": mode,
+            "contexts": lengths,
+            "tokens": args.tokens,
+            "decode_tok_s": tok_s,
+            "bound_tok_s": bound,
+            "decode_over_bound": tok_s / bound,
+            "weight_bytes": weight_bytes,
+            "kv_bytes": kv_bytes,
+            "prefill_s": start,
+        }
+        print(f"{mode}: decode {tok_s:.2f} tok/s ({tok_s / bound:.2f} of bound)", flush=True)
+        cases.append(case)
+    cases[0]["speedup_over_concatenate"] = cases[0]["decode_tok_s"] / cases[1]["decode_tok_s"]
+    return cases
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -225,6 +282,7 @@ def main() -> None:
     ap.add_argument("--shared", type=int, default=0, help="8 sessions sharing this many tokens")
     ap.add_argument("--long-dtype", default="bf16", help="dtype of --long and --shared")
     ap.add_argument("--chunk", type=int, default=1024, help="prefill chunk of --long")
+    ap.add_argument("--contexts", default="", help="decode rows at these context lengths")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     args.threads = [int(t) for t in args.threads.split(",")]
@@ -234,7 +292,16 @@ def main() -> None:
 
     load_before = os.getloadavg()
     result: dict[str, Any]
-    if args.shared:
+    if args.contexts:
+        from roofline import measure
+
+        roof = measure(threads=max(args.threads), quick=True)
+        result = {
+            "contexts": asyncio.run(contexts_case(model_dir, args, vocab, roof)),
+            "roofline": {k: roof[k] for k in ("bandwidth_gbs", "threads")},
+        }
+        out = args.out or RESULTS / "serving_contexts.json"
+    elif args.shared:
         result = {"shared": asyncio.run(shared_case(model_dir, args, vocab))}
         out = args.out or RESULTS / "serving_shared.json"
     elif args.long:

@@ -295,3 +295,63 @@ async def test_running_rows_decode_while_a_long_prompt_prefills(model_dir: Path)
         abs(a - b) for a, b in zip(got.completion_logprobs, want.completion_logprobs, strict=True)
     ]
     assert max(diffs) < 1e-4
+
+
+# --------------------------------------------------------------------------- KV appends
+
+
+def test_cache_layers_append_in_place_and_grow() -> None:
+    """The running batch's cache appends a decoded token by writing into spare room, not by
+    concatenating the whole cache: the keys stay views of one buffer until it is full, then
+    it grows by a quarter (at least 256 columns); the values always equal plain
+    concatenation, and a layer whose keys were replaced (a merge, a row dropped) starts a new
+    buffer from them. Revert tried: ``_cache_from`` without ``_growing`` — a new buffer on
+    every append (data pointer changes)."""
+    from clawrl.proxy.backends.embedded_kv import _cache_from
+
+    g = torch.Generator().manual_seed(0)
+    k0, v0 = torch.randn(2, 2, 40, 8, generator=g), torch.randn(2, 2, 40, 8, generator=g)
+    cache = _cache_from([k0.clone()], [v0.clone()])
+    want_k, want_v = k0, v0
+    ptrs = []
+    for step in range(300):
+        n = 3 if step == 0 else 1  # a prefill chunk, then decoding
+        k, v = torch.randn(2, 2, n, 8, generator=g), torch.randn(2, 2, n, 8, generator=g)
+        got_k, got_v = cache.update(k, v, 0)
+        want_k, want_v = torch.cat([want_k, k], 2), torch.cat([want_v, v], 2)
+        assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+        ptrs.append(got_k.data_ptr())
+    assert cache.get_seq_length() == 40 + 3 + 299
+    # one buffer of 43 + 256 columns, full at the 257th append, then a larger one
+    assert len(set(ptrs)) == 2, len(set(ptrs))
+    layer = cache.layers[0]
+    layer.keys, layer.values = layer.keys[:1].clone(), layer.values[:1].clone()  # a row dropped
+    k, v = torch.randn(1, 2, 1, 8, generator=g), torch.randn(1, 2, 1, 8, generator=g)
+    got_k, _ = cache.update(k, v, 0)
+    assert torch.equal(got_k, torch.cat([want_k[:1], k], 2))
+
+
+async def test_long_decode_with_rows_joining_matches_a_full_forward(model_dir: Path) -> None:
+    """Decoding past the cache's spare room (300 tokens) while other rows join and leave
+    gives the logprobs of one full forward over prompt + completion (fp32)."""
+    be = EmbeddedBackend(model_dir, seed=0, prefix_cache_bytes=0)
+    try:
+        await be.start()
+        first = asyncio.create_task(
+            run(be, "long", turn(b"a long answer please"), max_tokens=300, temperature=1.0)
+        )
+        await asyncio.sleep(0.3)
+        others = [
+            await run(be, f"o{i}", turn(b"short %d" % i), max_tokens=8, temperature=1.0)
+            for i in range(2)
+        ]
+        long = await first
+        for prompt, r in [(turn(b"a long answer please"), long)] + [
+            (turn(b"short %d" % i), o) for i, o in enumerate(others)
+        ]:
+            got = torch.tensor(r.completion_logprobs)
+            want = torch.tensor(recompute(be.model, prompt, list(r.completion_ids), 1.0))
+            assert (got - want).abs().max() < 1e-4, (got - want).abs().max()
+        assert len(long.completion_ids) == 300 or long.finish_reason == "stop"
+    finally:
+        await be.close()

@@ -122,3 +122,12 @@ def test_shuffle_rewards_is_an_algo_key() -> None:
     cfg = load_config(None, ["algo.shuffle_rewards=true", "eval.greedy=true"])
     assert cfg.algo.shuffle_rewards and cfg.eval.greedy
     assert cfg.algo.flat()["shuffle_rewards"] is True
+
+
+def test_greedy_eval_is_refused_in_asynchronous_mode() -> None:
+    """The greedy pass sets the proxy's sampling for every call; in asynchronous mode the
+    next batches' training rollouts run meanwhile and would be sampled greedily."""
+    from clawrl.rl_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="eval.greedy cannot be used with async"):
+        load_config(None, ["eval.greedy=true", "async.enabled=true"])

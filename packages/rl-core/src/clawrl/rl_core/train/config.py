@@ -502,6 +502,13 @@ class TrainConfig:
             raise ConfigError("algo.updates_per_step must be >= 1")
         if self.async_.max_staleness < 0:
             raise ConfigError("async.max_staleness must be >= 0")
+        if self.eval.greedy and self.async_.enabled:
+            # the greedy pass sets the proxy's sampling for every call while it runs, and in
+            # asynchronous mode the next batches' training rollouts run at the same time
+            raise ConfigError(
+                "eval.greedy cannot be used with async.enabled: the next batches' training "
+                "rollouts would be sampled greedily during the greedy evaluation"
+            )
         if self.rollout.verifier not in ("sandbox", "host"):
             raise ConfigError(
                 f"rollout.verifier must be 'sandbox' or 'host', got {self.rollout.verifier!r}"

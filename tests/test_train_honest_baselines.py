@@ -1,7 +1,7 @@
 """End to end through ``train`` (podman sandboxes, the reference harness, the proxy with the
 embedded tiny model): the held-out evaluation runs at the training temperature and again
-greedily, and the shuffled-reward control trains on permuted rewards while logging the true
-ones."""
+greedily, also through a harness never trained through (transfer), and the shuffled-reward
+control trains on permuted rewards while logging the true ones."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ shuffle_rewards = true
 enabled = true
 samples = 2
 greedy = true
+harnesses = ["reference", "oracle"]   # oracle: a harness never trained through
 [logging]
 progress = false
 plot = false
@@ -62,12 +63,15 @@ def test_greedy_eval_and_shuffled_control(tmp_path: Path) -> None:
     evals = [r for r in rows if r.get("kind") == "eval"]
     assert [r["tag"] for r in evals] == ["step-0", "step-1"]
     for r in evals:
-        assert r["eval_n"] == 4 and r["eval_greedy_n"] == 4
+        assert r["eval_n"] == 8 and r["eval_greedy_n"] == 8
+        assert r["eval_n/reference"] == 4 and r["eval_n/oracle"] == 4
+        assert r["eval_pass_rate/oracle"] == 1.0 and r["eval_greedy_pass_rate/oracle"] == 1.0
         assert 0.0 <= r["eval_greedy_pass_rate"] <= 1.0
         assert "eval_greedy_pass_rate_se/reference" in r and "eval_pass_rate_se" in r
     (train,) = [r for r in rows if r.get("kind") == "train"]
     assert train["rewards_shuffled"] is True
-    assert train["n_rollouts"] == 4
+    assert train["n_rollouts"] == 4  # the reference harness only: oracle is eval-only
+    assert "pass_rate/oracle" not in train
 
     # the proxy's records: greedy-eval sessions ran at T = 0, every other session at T = 1;
     # a greedy session's two samples of one task are the same tokens
@@ -88,6 +92,6 @@ def test_greedy_eval_and_shuffled_control(tmp_path: Path) -> None:
     # every held-out rollout of both passes is on file, with its task, harness and reward
     for tag in ("step-0", "step-0-greedy", "step-1", "step-1-greedy"):
         lines = (out / "rollouts" / f"eval-{tag}.jsonl").read_text().splitlines()
-        assert len(lines) == 4 and all(json.loads(x)["eval"] == tag for x in lines)
+        assert len(lines) == 8 and all(json.loads(x)["eval"] == tag for x in lines)
     summary = json.loads((out / "summary.json").read_text())
     assert "eval_greedy_gain" in summary

@@ -129,5 +129,16 @@ def test_greedy_eval_is_refused_in_asynchronous_mode() -> None:
     next batches' training rollouts run meanwhile and would be sampled greedily."""
     from clawrl.rl_core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="eval.greedy cannot be used with async"):
+    with pytest.raises(ConfigError, match=r"eval\.greedy cannot be used with async"):
         load_config(None, ["eval.greedy=true", "async.enabled=true"])
+
+
+def test_eval_harnesses_are_checked() -> None:
+    """``[eval] harnesses`` (a harness held out of training, for transfer) are checked like
+    the rollout's: an unknown name is a ConfigError naming the section."""
+    from clawrl.rl_core.errors import ConfigError
+
+    cfg = load_config(None, ['eval.harnesses=["reference", "pi"]'])
+    assert cfg.eval.harnesses == ["reference", "pi"] and cfg.rollout.harnesses == ["reference"]
+    with pytest.raises(ConfigError, match=r"\[eval\] harnesses"):
+        load_config(None, ['eval.harnesses=["no-such-harness"]'])

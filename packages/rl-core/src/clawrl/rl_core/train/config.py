@@ -400,12 +400,16 @@ class EvalConfig:
     every: evaluate every N RL steps (0: only before RL and at the end).
     greedy: evaluate a second time with greedy decoding (T = 0), logged as
     ``eval_greedy_*``: a gain at the training temperature that greedy decoding already had
-    is only a sharper sampler."""
+    is only a sharper sampler.
+    harnesses: the harnesses the held-out tasks run through (empty: ``rollout.harnesses``).
+    A harness listed here and not in ``rollout.harnesses`` is never trained through: its
+    before / after figures (``eval_pass_rate/<harness>``) measure transfer."""
 
     enabled: bool = True
     samples: int = 1
     every: int = 0
     greedy: bool = False
+    harnesses: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -465,11 +469,12 @@ class TrainConfig:
             )
         if self.logging.wandb and not self.logging.wandb_project.strip():
             raise ConfigError("[logging] wandb_project is empty")
-        for harness in self.rollout.harnesses:
-            try:
-                get_harness(harness)
-            except UnknownHarnessError as exc:
-                raise ConfigError(f"[rollout] harnesses: {exc}") from None
+        for section, names in (("rollout", self.rollout.harnesses), ("eval", self.eval.harnesses)):
+            for harness in names:
+                try:
+                    get_harness(harness)
+                except UnknownHarnessError as exc:
+                    raise ConfigError(f"[{section}] harnesses: {exc}") from None
         if self.rollout.samples < 1 or self.tasks.tasks_per_step < 1:
             raise ConfigError("need rollout.samples >= 1 and tasks.tasks_per_step >= 1")
         if self.algo.name == "grpo" and self.rollout.samples < 2:

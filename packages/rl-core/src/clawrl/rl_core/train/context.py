@@ -15,10 +15,12 @@ __all__ = ["RunContext"]
 @dataclass(frozen=True)
 class RunContext:
     """The proxy endpoint and the backend behind it (weights are synced into it), the
-    train and held-out tasks, and the harnesses rollouts run through."""
+    train and held-out tasks, the harnesses training rollouts run through and those the
+    held-out evaluation runs through (the same unless ``[eval] harnesses`` is set)."""
 
     endpoint: ModelEndpoint
     backend: InferenceBackend
     train: Sequence[Task]
     held: Sequence[Task]
     harnesses: Sequence[HarnessAdapter]
+    eval_harnesses: Sequence[HarnessAdapter] = ()

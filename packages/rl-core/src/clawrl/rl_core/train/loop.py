@@ -296,7 +296,7 @@ class TrainLoop:
 
     async def _eval_pass(self, ctx: RunContext, tag: str, prefix: str) -> dict[str, Any]:
         """One pass over the held-out tasks at the proxy's current sampling."""
-        harnesses = list(ctx.harnesses)
+        harnesses = list(ctx.eval_harnesses or ctx.harnesses)
         specs = plan_rollouts(
             list(ctx.held),
             harnesses,
@@ -342,7 +342,9 @@ class TrainLoop:
         backend = self._backend()
         hosts = self.sandbox_hosts or contextlib.nullcontext()
         async with self.serve_backend(backend) as endpoint, hosts:
-            ctx = RunContext(endpoint, backend, train, held, harnesses)
+            named = self.cfg.eval.harnesses
+            evals = [get_harness(h) for h in named] if named else harnesses
+            ctx = RunContext(endpoint, backend, train, held, harnesses, evals)
             r = self.cfg.rollout
             await endpoint.admin.set_sampling(
                 temperature=r.temperature, top_p=1.0, top_k=-1, max_tokens=r.max_tokens

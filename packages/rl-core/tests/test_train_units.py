@@ -423,3 +423,17 @@ def test_cold_start_eval_schedule(fields: dict[str, int], expected: list[int]) -
 
     cs = ColdStartConfig(**fields)
     assert [s for s in range(1, cs.steps + 1) if cs.evaluates_at(s)] == expected
+
+
+def test_mix_harness_real_recipe(tmp_path: Path) -> None:
+    """The real-model mix-harness recipe: bf16, the chores family, Claude Code and OpenClaw
+    among ≥ 3 third-party training harnesses, one more harness only evaluated (transfer),
+    a greedy evaluation beside the training temperature, and room for the harnesses'
+    system prompts in the prompt KV cache."""
+    cfg = load_config(EXAMPLES / "mix_harness_real.toml", [f'run.out="{tmp_path / "m"}"'])
+    assert cfg.backend.dtype == "bf16" and cfg.algo.trainer.precision == "bf16"
+    assert cfg.tasks.family == "chores" and cfg.eval.greedy
+    trained = set(cfg.rollout.harnesses)
+    assert {"claude-code", "openclaw"} <= trained and len(trained - {"reference"}) >= 3
+    assert set(cfg.eval.harnesses) - trained == {"codex"}
+    assert cfg.backend.prefix_cache_mib >= 1024

@@ -223,19 +223,16 @@ async def contexts_case(
 ) -> list[dict[str, Any]]:
     """Decode speed with rows at the ``--contexts`` lengths: in-place KV appends vs
     concatenation (see the module docstring)."""
-    import clawrl.proxy.backends.embedded_kv as kv
     from clawrl.proxy import EmbeddedBackend
 
     lengths = [int(n) for n in args.contexts.split(",")]
     rng = random.Random(0)
     prompts = [[rng.randrange(vocab) for _ in range(n)] for n in lengths]
-    growing = kv._growing
     cases = []
     for mode in ("in_place", "concatenate"):
-        kv._growing = growing if mode == "in_place" else (lambda cache: cache)  # type: ignore[assignment]
         backend = EmbeddedBackend(
             model_dir, dtype="bf16", num_threads=max(args.threads), prefix_cache_bytes=0,
-            max_batch_size=8, seed=0,
+            max_batch_size=8, seed=0, kv_in_place=mode == "in_place",
         )  # fmt: skip
         await backend.start()
         try:
@@ -246,7 +243,6 @@ async def contexts_case(
             kv_bytes = backend._kv_bytes_per_token() * sum(lengths)
         finally:
             await backend.close()
-            kv._growing = growing
         start = max(f for f, _ in times)
         end = max(e for _, e in times)
         tok_s = len(lengths) * (args.tokens - 1) / (end - start)

@@ -305,13 +305,13 @@ def test_cache_layers_append_in_place_and_grow() -> None:
     concatenating the whole cache: the keys stay views of one buffer until it is full, then
     it grows by a quarter (at least 256 columns); the values always equal plain
     concatenation, and a layer whose keys were replaced (a merge, a row dropped) starts a new
-    buffer from them. Revert tried: ``_cache_from`` without ``_growing`` — a new buffer on
-    every append (data pointer changes)."""
-    from clawrl.proxy.backends.embedded_kv import _cache_from
+    buffer from them. Revert tried: ``growing`` returning the cache unchanged — a new buffer
+    on every append (data pointer changes)."""
+    from clawrl.proxy.backends.embedded_kv import _cache_from, growing
 
     g = torch.Generator().manual_seed(0)
     k0, v0 = torch.randn(2, 2, 40, 8, generator=g), torch.randn(2, 2, 40, 8, generator=g)
-    cache = _cache_from([k0.clone()], [v0.clone()])
+    cache = growing(growing(_cache_from([k0.clone()], [v0.clone()])))  # twice: a no-op
     want_k, want_v = k0, v0
     ptrs = []
     for step in range(300):
@@ -331,10 +331,14 @@ def test_cache_layers_append_in_place_and_grow() -> None:
     assert torch.equal(got_k, torch.cat([want_k[:1], k], 2))
 
 
-async def test_long_decode_with_rows_joining_matches_a_full_forward(model_dir: Path) -> None:
+@pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "concatenate"])
+async def test_long_decode_with_rows_joining_matches_a_full_forward(
+    model_dir: Path, in_place: bool
+) -> None:
     """Decoding past the cache's spare room (300 tokens) while other rows join and leave
-    gives the logprobs of one full forward over prompt + completion (fp32)."""
-    be = EmbeddedBackend(model_dir, seed=0, prefix_cache_bytes=0)
+    gives the logprobs of one full forward over prompt + completion (fp32), with in-place
+    appends and with transformers' concatenation."""
+    be = EmbeddedBackend(model_dir, seed=0, prefix_cache_bytes=0, kv_in_place=in_place)
     try:
         await be.start()
         first = asyncio.create_task(

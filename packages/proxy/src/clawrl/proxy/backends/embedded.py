@@ -59,6 +59,7 @@ from clawrl.proxy.backends.embedded_kv import (
     _Batch,
     _Seq,
     common_prefix_len,
+    growing,
     keep_rows,
     merge_batches,
     plan_prefill,
@@ -174,6 +175,10 @@ class EmbeddedBackend(InferenceBackend):
             that share a prefix prefill it once. 0 disables. Cleared on weight changes (the
             KV belongs to one policy version).
         attn_implementation: transformers attention (``"sdpa"`` or ``"eager"``).
+        kv_in_place: decoding appends each token's keys and values into spare room of the
+            running batch's cache (default); False: transformers' own append, which copies
+            the whole cache every step (kept for comparison: ``tools/perf/bench_serving.py
+            --contexts``). Same results either way.
         seed: seeds the generators of requests that give no ``sampling.seed``.
         policy_version: version of the initial weights.
     """
@@ -193,6 +198,7 @@ class EmbeddedBackend(InferenceBackend):
         max_prefill_tokens: int = 8192,
         prefix_cache_bytes: int = 256 * 2**20,
         attn_implementation: str = "sdpa",
+        kv_in_place: bool = True,
         seed: int | None = None,
         policy_version: int = 0,
     ) -> None:
@@ -223,6 +229,7 @@ class EmbeddedBackend(InferenceBackend):
         self.prefill_chunk = int(prefill_chunk)
         self.max_prefill_tokens = int(max_prefill_tokens)
         self.attn_implementation = attn_implementation
+        self.kv_in_place = bool(kv_in_place)
         self._rng = random.Random(seed)
         self._version = int(policy_version)
 
@@ -701,6 +708,8 @@ class EmbeddedBackend(InferenceBackend):
         valid = torch.cat(
             [batch.valid, torch.ones((len(batch.seqs), 1), dtype=torch.bool, device=dev)], 1
         )
+        if self.kv_in_place:
+            growing(batch.cache)  # once per cache: later steps write into spare room
         logits = self._forward(batch.cache, tokens, positions, valid[:, None, None, :])
         batch.valid = valid
         self.stats["steps"] += 1

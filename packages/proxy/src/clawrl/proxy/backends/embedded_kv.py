@@ -100,9 +100,9 @@ def _append_in_place(
     return layer.keys, layer.values
 
 
-def _growing(cache: Any) -> Any:
+def growing(cache: Any) -> Any:
     """``cache`` (a transformers ``DynamicCache``) with every full-attention layer appending
-    in place (:func:`_append_in_place`); returned for chaining."""
+    in place (:func:`_append_in_place`); returned for chaining. A no-op on layers already converted."""
     for layer in cache.layers:
         if type(layer).__name__ != "DynamicLayer" or getattr(layer, "_clawrl_grows", False):
             continue
@@ -125,11 +125,10 @@ def _growing(cache: Any) -> Any:
 
 
 def _cache_from(keys: list[torch.Tensor], values: list[torch.Tensor]) -> Any:
-    """A transformers ``DynamicCache`` holding ``keys`` / ``values`` (one per layer), whose
-    layers append in place (:func:`_growing`)."""
+    """A transformers ``DynamicCache`` holding ``keys`` / ``values`` (one per layer)."""
     from transformers import DynamicCache
 
-    return _growing(DynamicCache(ddp_cache_data=list(zip(keys, values, strict=True))))
+    return DynamicCache(ddp_cache_data=list(zip(keys, values, strict=True)))
 
 
 def _cache_tensors(cache: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -150,7 +149,6 @@ def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
 def merge_batches(old: _Batch | None, new: _Batch) -> _Batch:
     """``old``'s rows followed by ``new``'s, both caches left-padded to a common length."""
     if old is None:
-        _growing(new.cache)  # a prefill's cache, made by the model
         return new
     length = max(old.valid.shape[1], new.valid.shape[1])
     (ok, ov), (nk, nv) = _cache_tensors(old.cache), _cache_tensors(new.cache)

@@ -100,27 +100,36 @@ def _append_in_place(
     return layer.keys, layer.values
 
 
+_GROWING_LAYER: type | None = None
+
+
+def _growing_layer() -> type:
+    """transformers' ``DynamicLayer`` with :func:`_append_in_place` as its update (built on
+    first use: transformers is imported lazily)."""
+    global _GROWING_LAYER
+    if _GROWING_LAYER is None:
+        from transformers.cache_utils import DynamicLayer
+
+        class GrowingLayer(DynamicLayer):
+            def update(
+                self, key_states: torch.Tensor, value_states: torch.Tensor, *a: Any, **kw: Any
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+                done = _append_in_place(self, key_states, value_states)
+                return done if done is not None else super().update(key_states, value_states)
+
+        _GROWING_LAYER = GrowingLayer
+    return _GROWING_LAYER
+
+
 def growing(cache: Any) -> Any:
     """``cache`` (a transformers ``DynamicCache``) with every full-attention layer appending
-    in place (:func:`_append_in_place`); returned for chaining. A no-op on layers already converted."""
+    in place (:func:`_append_in_place`); returned for chaining. A no-op on layers already
+    converted. The layer's class is switched (no closure on the layer: a reference cycle
+    would keep each batch's buffers alive until the cyclic garbage collector ran)."""
+    cls = _growing_layer()
     for layer in cache.layers:
-        if type(layer).__name__ != "DynamicLayer" or getattr(layer, "_clawrl_grows", False):
-            continue
-        plain = layer.update
-
-        def update(
-            key_states: torch.Tensor,
-            value_states: torch.Tensor,
-            *args: Any,
-            _layer: Any = layer,
-            _plain: Any = plain,
-            **kwargs: Any,
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-            done = _append_in_place(_layer, key_states, value_states)
-            return done if done is not None else _plain(key_states, value_states, *args, **kwargs)
-
-        layer.update = update
-        layer._clawrl_grows = True
+        if type(layer).__name__ == "DynamicLayer":
+            layer.__class__ = cls
     return cache
 
 

@@ -90,6 +90,13 @@ class HarnessContext:
     timeout_s: float = 600.0
     log_dir: str = HARNESS_LOG_DIR
 
+    @property
+    def client_timeout_s(self) -> int:
+        """The limit a harness's own HTTP client or run deadline is given: the rollout's
+        wall-clock limit plus a minute, so on a slow backend the runner's limit (which
+        follows the backend's measured speed) ends a rollout, never the harness's client."""
+        return int(self.timeout_s + 60)
+
 
 @dataclass(frozen=True)
 class HarnessLaunch:

@@ -121,7 +121,7 @@ class MiniSweAgentHarness(CachedHarness):
             "-c", "agent.cost_limit=0",
             "-c", f"model.model_kwargs.api_base={ctx.openai_base_url}",
             # litellm's request limit (default 10 min) no shorter than the rollout's
-            "-c", f"model.model_kwargs.timeout={int(ctx.timeout_s + 60)}",
+            "-c", f"model.model_kwargs.timeout={ctx.client_timeout_s}",
             "-o", traj,
         ]  # fmt: skip
         if ctx.max_tokens:

@@ -102,13 +102,6 @@ def _home(ctx: HarnessContext) -> str:
     return f"{ctx.log_dir}/home"
 
 
-def _harness_timeout_ms(ctx: HarnessContext) -> int:
-    """The harness's own request / run limit in ms: the rollout's wall-clock limit plus a
-    minute, so the runner's timeout (which follows the backend's measured speed) is the one
-    that ends a slow rollout, never the harness's HTTP client."""
-    return int((ctx.timeout_s + 60) * 1000)
-
-
 def _home_env(ctx: HarnessContext) -> dict[str, str]:
     home = _home(ctx)
     return {
@@ -267,7 +260,7 @@ class ClaudeCodeHarness(NodeHarness):
             DISABLE_AUTOUPDATER="1",
             # its HTTP client's limit (default 10 min) no shorter than the rollout's: on a slow
             # backend a long prefill must not turn into the harness giving up
-            API_TIMEOUT_MS=str(_harness_timeout_ms(ctx)),
+            API_TIMEOUT_MS=str(ctx.client_timeout_s * 1000),
         )
         if self.lean:
             env.update(
@@ -346,7 +339,7 @@ class CodexHarness(NodeHarness):
         # the stream's idle limit (default 5 min) no shorter than the rollout's
         provider = (
             f'{{name="p",base_url="{ctx.openai_base_url}",env_key="P_KEY",wire_api="responses",'
-            f"stream_idle_timeout_ms={_harness_timeout_ms(ctx)}}}"
+            f"stream_idle_timeout_ms={ctx.client_timeout_s * 1000}}}"
         )
         argv = [
             str(self.binary),
@@ -468,7 +461,7 @@ class OpenClawHarness(NodeHarness):
             "models": [model],
             # its request and first-event limits (5 min for a local model) no shorter than
             # the rollout's: a prefill queued behind others must not end the rollout
-            "timeoutSeconds": _harness_timeout_ms(ctx) // 1000,
+            "timeoutSeconds": ctx.client_timeout_s,
         }
         defaults = {
             "model": {"primary": f"clawrl/{ctx.model}"},
@@ -489,7 +482,7 @@ class OpenClawHarness(NodeHarness):
             "--cwd", ctx.task.workspace_path,
             "--json",
             # its own deadline (default 600 s) no shorter than the rollout's
-            "--timeout", str(_harness_timeout_ms(ctx) // 1000),
+            "--timeout", str(ctx.client_timeout_s),
             ctx.task.instruction,
         ]  # fmt: skip
         return HarnessLaunch(

@@ -176,23 +176,19 @@ def plot_curves(rows: list[dict[str, Any]], path: str | Path) -> Path:
             marker="o",
             label=f"train reward ({h})",
         )
-    if evals:
-        ax.plot(
-            [r["step"] for r in evals],
-            [r["eval_reward"] for r in evals],
-            marker="s",
-            linestyle="--",
-            label="held-out eval reward",
-        )
-    greedy = [r for r in evals if r.get("eval_greedy_reward") is not None]
-    if greedy:
-        ax.plot(
-            [r["step"] for r in greedy],
-            [r["eval_greedy_reward"] for r in greedy],
-            marker="^",
-            linestyle=":",
-            label="held-out eval reward, greedy",
-        )
+    for key, marker, style, label in (
+        ("eval_reward", "s", "--", "held-out eval reward"),
+        ("eval_greedy_reward", "^", ":", "held-out eval reward, greedy"),
+    ):
+        pts = [r for r in evals if r.get(key) is not None]
+        if pts:
+            ax.plot(
+                [r["step"] for r in pts],
+                [r[key] for r in pts],
+                marker=marker,
+                linestyle=style,
+                label=label,
+            )
     ax.set_title("reward")
     ax.set_xlabel("RL step (0 = after cold start)")
     ax.set_ylim(-0.05, 1.05)

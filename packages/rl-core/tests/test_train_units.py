@@ -437,3 +437,33 @@ def test_mix_harness_real_recipe(tmp_path: Path) -> None:
     assert {"claude-code", "openclaw"} <= trained and len(trained - {"reference"}) >= 3
     assert set(cfg.eval.harnesses) - trained == {"codex"}
     assert cfg.backend.prefix_cache_mib >= 1024
+
+
+def test_suite_directories_from_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tasks.family = "path" trains on one suite directory and, with tasks.heldout_path,
+    evaluates on another; a missing directory is a one-line configuration error (exit 2)
+    before anything runs, never a traceback."""
+    from clawrl.bench import generate_learnable_tasks
+    from clawrl.rl_core.train import TrainLoop
+    from clawrl.rl_core.train_cli import main as train_main
+
+    generate_learnable_tasks(tmp_path / "tr", "train", 3, 0)
+    generate_learnable_tasks(tmp_path / "ho", "heldout", 2, 0)
+    over = [f'run.out="{tmp_path / "r"}"', 'tasks.family="path"', f'tasks.path="{tmp_path / "tr"}"']
+    train, held = TrainLoop(load_config(None, over))._tasks()
+    assert len(train) == 3 and [t.id for t in held] == [t.id for t in train]
+    train, held = TrainLoop(
+        load_config(None, [*over, f'tasks.heldout_path="{tmp_path / "ho"}"'])
+    )._tasks()
+    assert (len(train), len(held)) == (3, 2)
+    assert {t.metadata["split"] for t in held} == {"heldout"}
+    with pytest.raises(ConfigError, match="heldout_path is for"):
+        load_config(None, [f'tasks.heldout_path="{tmp_path / "ho"}"'])
+    for bad in (
+        [*over[:2], f'tasks.path="{tmp_path / "nope"}"'],
+        [*over, 'tasks.heldout_path="/nope"'],
+    ):
+        args = ["--config", "/dev/null", "--no-progress", *(a for o in bad for a in ("--set", o))]
+        assert train_main(args) == 2
+        err = capsys.readouterr().err
+        assert "nope" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

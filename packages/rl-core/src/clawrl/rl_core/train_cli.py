@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["export-hf"]:
         return _export_hf(argv[1:])
     args = _parser().parse_args(argv)
-    from clawrl.rl_core.errors import RLCoreError
+    from clawrl.rl_core.errors import ConfigError, RLCoreError
     from clawrl.rl_core.train.config import load_config
 
     try:
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"train: error: {exc}", file=sys.stderr)
         else:
             console.log(f"train: error: {exc}")
-        return 1
+        return 2 if isinstance(exc, ConfigError) else 1  # a configuration the run refused
     finally:
         if ranks is not None:
             ranks.stop()  # the followers close and exit, also after an error here

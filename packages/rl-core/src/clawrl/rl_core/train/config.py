@@ -132,6 +132,8 @@ class TasksConfig:
     tasks_per_step: tasks sampled per RL step (each gets ``rollout.samples`` rollouts per
         harness).
     path: the suite directory for ``family = "path"``.
+    heldout_path: for ``family = "path"``, a second suite directory evaluated as the held-out
+        set (empty: the held-out set is ``path`` itself, the training tasks).
     learnable_names, learnable_words: restrict the learnable family to its first file names
         and words (0: all 80 names / 90 words; see :func:`clawrl.bench.learnable_instances`).
     learnable_reward: ``graded`` (the mean of the three sub-scores: a gradient for near
@@ -149,6 +151,7 @@ class TasksConfig:
     heldout_n: int = 16
     tasks_per_step: int = 4
     path: str = ""
+    heldout_path: str = ""
     learnable_names: int = 0
     learnable_words: int = 0
     learnable_reward: Literal["graded", "exact"] = "graded"
@@ -503,6 +506,8 @@ class TrainConfig:
             )
         if self.tasks.family == "path" and not self.tasks.path:
             raise ConfigError("tasks.family = 'path' needs tasks.path")
+        if self.tasks.heldout_path and self.tasks.family != "path":
+            raise ConfigError("tasks.heldout_path is for tasks.family = 'path'")
         if self.algo.updates_per_step < 1:
             raise ConfigError("algo.updates_per_step must be >= 1")
         if self.async_.max_staleness < 0:

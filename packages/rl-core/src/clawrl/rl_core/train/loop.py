@@ -56,6 +56,7 @@ from clawrl.bench import (
     SandboxExecutor,
     SessionHook,
     Task,
+    TaskLoadError,
     check_host_verification,
     generate_chore_tasks,
     generate_learnable_tasks,
@@ -194,11 +195,16 @@ class TrainLoop:
             except ValueError as exc:
                 raise ConfigError(f"[tasks]: {exc}") from exc
             return train, held
-        tasks = load_builtin_suite() if t.family == "builtin" else load_suite(t.path)
-        tasks = list(tasks)
-        if not tasks:
-            raise ConfigError("no tasks found")
-        return tasks, tasks
+        try:
+            tasks = list(load_builtin_suite() if t.family == "builtin" else load_suite(t.path))
+            held = list(load_suite(t.heldout_path)) if t.heldout_path else tasks
+        except TaskLoadError as exc:
+            raise ConfigError(f"[tasks]: {exc}") from exc
+        if not tasks or not held:
+            raise ConfigError(
+                f"[tasks]: no tasks found in {t.path if not tasks else t.heldout_path}"
+            )
+        return tasks, held
 
     # ------------------------------------------------------------------ weights
     async def sync_weights(self, ctx: RunContext, version: int) -> float:
@@ -367,10 +373,11 @@ class TrainLoop:
         loop state of the latest checkpoint (returned, or None)."""
         cfg = self.cfg
         harnesses = [get_harness(h) for h in cfg.rollout.harnesses]  # checked by the config
-        await self._open_run_dir()
-        seed_everything(cfg.run.seed)
+        # the model and the tasks first: a typo in either leaves no run folder behind
         self.model_dir = await asyncio.to_thread(self._model_dir)
         train, held = await asyncio.to_thread(self._tasks)
+        await self._open_run_dir()
+        seed_everything(cfg.run.seed)
         if cfg.rollout.verifier == "host":  # refused before any rollout for such tasks
             try:
                 check_host_verification([*train, *held], LocalExecutor())

@@ -216,6 +216,10 @@ def test_simulate_cli_usage_errors(tmp_path: Path) -> None:
     for agent, simulator in [("scripted", "llm"), ("proxy", "scripted")]:
         argv = ["simulate", "--intents", str(intents), "-o", out]
         assert main([*argv, "--agent", agent, "--simulator", simulator]) == 2, (agent, simulator)
+    scripted = ["simulate", "--intents", str(intents), "-o", out, "--agent", "scripted"]
+    scripted += ["--simulator", "scripted"]
+    assert main([*scripted, "--attempts", "0"]) == 2  # best-of-n needs one session at least
+    assert main([*scripted, "--dtype", "bf16"]) == 2  # the embedded agent's dtype
 
 
 def _verified(reward: float, sim_success: bool, transcript: dict[str, Any] | None = None) -> Any:
@@ -352,3 +356,47 @@ def test_a_call_missing_from_the_executed_log_is_not_a_success() -> None:
         verification={"reward": 1.0, "passed": 1, "checks": 1, "failed": []},
     )
     assert t["stats"]["unexecuted_calls"] == 1 and t["outcome"]["success"] is False
+
+
+async def test_attempts_run_an_intent_again_until_its_checks_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Best-of-n with execution filtering: an intent whose session failed its checks or was
+    discarded runs again, at most ``attempts`` sessions, and stops at the first verified
+    success; every session lands in its file with its attempt; a resumed call counts the
+    sessions already written; runs.jsonl gives the report's yield. Sessions are stand-ins
+    (run_session replaced: no sandbox); the files and the report are real."""
+    import clawrl.ise_synth.pipeline as pipeline
+    from clawrl.ise_synth import SessionResult, synthesize
+    from clawrl.ise_synth.testing import ScriptedUserSimulator
+
+    plan: list[str] = []
+
+    async def fake_session(intent: IntentRecord, *a: Any, **kw: Any) -> SessionResult:
+        kind = plan.pop(0)
+        if kind == "discard":
+            return SessionResult(intent.id, None, "turn_limit", "never completed", {})
+        t = _verified(1.0 if kind == "pass" else 0.0, True)
+        return SessionResult(intent.id, t, stats=t["stats"])
+
+    monkeypatch.setattr(pipeline, "run_session", fake_session)
+    sim, out = ScriptedUserSimulator(), tmp_path / "bo"
+    plan[:] = ["fail", "discard"]
+    run = await synthesize([_intent()], sim, None, out, attempts=2)  # type: ignore[arg-type]
+    assert plan == [] and run.report["trajectories"]["success"] == 0
+    assert [t["attempt"] for t in read_jsonl(out / "failed.jsonl")] == [0]
+    assert [d["attempt"] for d in read_jsonl(out / "discarded.jsonl")] == [1]
+    again = await synthesize([_intent()], sim, None, out, attempts=2)  # type: ignore[arg-type]
+    assert again.skipped == 1  # both attempts spent
+    plan[:] = ["pass", "fail"]  # a larger budget goes on from attempt 2, stops at the pass
+    run = await synthesize([_intent()], sim, None, out, attempts=4)  # type: ignore[arg-type]
+    assert plan == ["fail"]
+    (ok,) = list(read_jsonl(run.trajectories_path))
+    assert ok["attempt"] == 2 and ok["outcome"]["success"] is True
+    y = run.report["yield"]
+    assert (y["sessions"], y["verified"], y["sessions_per_verified"]) == (3, 1, 3.0)
+    assert y["wall_s"] >= 0 and len(list(read_jsonl(out / "runs.jsonl"))) == 3
+    done = await synthesize([_intent()], sim, None, out, attempts=4)  # type: ignore[arg-type]
+    assert done.skipped == 1 and plan == ["fail"]  # solved: never run again
+    with pytest.raises(ValueError, match="attempts"):
+        await synthesize([_intent()], sim, None, out, attempts=0)  # type: ignore[arg-type]

@@ -150,6 +150,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
             "the LLM simulator on the agent's proxy uses it too",
         )
         q.add_argument(
+            "--dtype",
+            choices=["fp32", "bf16"],
+            default="fp32",
+            help="the embedded agent's weights, KV and matmuls (bf16: several times faster "
+            "on CPUs with AMX)",
+        )
+        q.add_argument(
             "--temperature",
             type=float,
             default=None,
@@ -182,6 +189,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
             action="store_true",
             help="also write completed sessions whose checks failed to trajectories.jsonl "
             "(labelled outcome.success=false); by default only failed.jsonl holds them",
+        )
+        q.add_argument(
+            "--attempts",
+            type=int,
+            default=1,
+            help="best-of-n with execution filtering: run an intent again until a session "
+            "passes its checks, at most this many sessions (the report's yield: verified "
+            "trajectories per hour)",
         )
         q.add_argument(
             "--opening",
@@ -338,7 +353,8 @@ async def _simulate_async(
         else:
             factory = simulator = ProxySimulatorFactory(endpoint, args.sim_model, **sim_kw)
         with Progress(*_progress_columns(), console=console) as bar:
-            task = bar.add_task("sessions", total=len(intents))
+            # with attempts, an intent may take several sessions: the bar counts sessions
+            task = bar.add_task("sessions", total=len(intents) if args.attempts == 1 else None)
             counts = {"ok": 0, "discarded": 0}
 
             def on_session(r: SessionResult) -> None:
@@ -364,6 +380,7 @@ async def _simulate_async(
                     intent_stats=intent_stats,
                     on_session=on_session,
                     failed_as_targets=args.failed_as_targets,
+                    attempts=args.attempts,
                 )
             finally:
                 if factory is not None:
@@ -429,7 +446,9 @@ async def _agent_endpoint(
         raise IseSynthError("--model sets the embedded agent's model: use it with --agent embedded")
     model_dir = _model_dir(args.model) if args.model else build_default_model("byte")
     if backend is None:
-        backend = make_backend(BackendConfig(kind="embedded", model_dir=model_dir))
+        backend = make_backend(
+            BackendConfig(kind="embedded", model_dir=model_dir, dtype=args.dtype)
+        )
     async with serve(backend, model_dir, tempdir=owned_tempdir) as endpoint:
         if args.temperature is not None:
             await endpoint.admin.set_sampling(temperature=args.temperature)
@@ -468,10 +487,12 @@ def _simulate(
 
     if args.temperature is not None and (args.agent == "proxy" or args.temperature < 0):
         raise IseSynthError("--temperature (>= 0) is for an embedded or scripted agent's proxy")
-    if args.concurrency < 1 or args.max_user_turns < 1 or args.max_regenerations < 0:
+    if min(args.concurrency, args.max_user_turns, args.attempts) < 1 or args.max_regenerations < 0:
         raise IseSynthError(
-            "--concurrency and --max-user-turns must be >= 1, --max-regenerations >= 0"
+            "--concurrency, --max-user-turns and --attempts must be >= 1, --max-regenerations >= 0"
         )
+    if args.dtype != "fp32" and args.agent != "embedded":
+        raise IseSynthError("--dtype is the embedded agent's: use it with --agent embedded")
     if intents is None:
         intents = load_intents(args.intents)
         if args.intent_stats:
@@ -529,6 +550,7 @@ def _stats(args: argparse.Namespace, console: Console) -> int:
         read_jsonl(args.out / "discarded.jsonl"),
         intent_stats,
         failed=read_jsonl(args.out / "failed.jsonl"),
+        runs=read_jsonl(args.out / "runs.jsonl"),
     )
     (args.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     console.print(report_table(report))

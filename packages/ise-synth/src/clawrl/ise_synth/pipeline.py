@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,17 +113,28 @@ async def synthesize(
     on_session: Callable[[SessionResult], None] | None = None,
     image: str | None = None,
     failed_as_targets: bool = False,
+    attempts: int = 1,
 ) -> SynthesisRun:
     """Run stages 2–3 for ``intents`` (see the module docstring). ``simulator`` is one
     simulator shared by all sessions or a factory building one per session;
     ``failed_as_targets`` writes completed sessions whose checks did not pass to
     ``trajectories.jsonl`` as well as ``failed.jsonl`` (labelled ``outcome.success = false``).
 
+    ``attempts`` > 1 is best-of-n with execution filtering: an intent whose session is not a
+    verified success (failed checks, or discarded) runs again, up to ``attempts`` sessions,
+    until one passes its checks. Every session is written where it belongs (``failed.jsonl``,
+    ``discarded.jsonl``) with its 0-based ``attempt``; a resumed call counts the sessions
+    already written. Each call appends its wall time and outcome counts to ``runs.jsonl``, so
+    the report gives the yield: verified trajectories per hour.
+
     Raises:
-        ValueError: ``concurrency`` < 1.
+        ValueError: ``concurrency`` or ``attempts`` < 1.
     """
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
+    if attempts < 1:
+        raise ValueError("attempts must be >= 1")
+    started = time.time()
     out_dir.mkdir(parents=True, exist_ok=True)
     traj_path = out_dir / "trajectories.jsonl"
     disc_path = out_dir / "discarded.jsonl"
@@ -130,14 +143,16 @@ async def synthesize(
         if p.exists() and p.stat().st_size and not p.read_bytes().endswith(b"\n"):
             data = p.read_bytes()
             p.write_bytes(data[: data.rfind(b"\n") + 1])
-    done = {t["intent"]["id"] for t in read_jsonl(traj_path)}
-    done |= {t["intent"]["id"] for t in read_jsonl(failed_path)}
-    done |= {d["intent_id"] for d in read_jsonl(disc_path)}
-    todo = [i for i in intents if i.id not in done]
+    solved = {
+        t["intent"]["id"] for t in read_jsonl(traj_path) if t["outcome"].get("success") is True
+    }
+    tried: Counter[str] = Counter(t["intent"]["id"] for t in read_jsonl(failed_path))
+    tried.update(d["intent_id"] for d in read_jsonl(disc_path))
+    todo = [i for i in intents if i.id not in solved and tried[i.id] < attempts]
     gate = asyncio.Semaphore(concurrency)
-    counts = {"completed": 0, "discarded": 0, "failed": 0}
+    counts = {"completed": 0, "discarded": 0, "failed": 0, "verified": 0, "sessions": 0}
 
-    async def one(intent: IntentRecord) -> None:
+    async def session(intent: IntentRecord, attempt: int) -> bool:
         async with gate:
             sim = (
                 await simulator.for_session(intent, run_id)
@@ -153,24 +168,49 @@ async def synthesize(
                 agent_hook=agent_hook,
                 image=image,
             )
+        counts["sessions"] += 1
+        ok = False
         if result.trajectory is not None:
             counts["completed"] += 1
-            if result.trajectory["outcome"]["success"] is True:
-                append_jsonl(traj_path, result.trajectory)
+            traj = {**result.trajectory, "attempt": attempt}
+            if traj["outcome"]["success"] is True:
+                ok = True
+                counts["verified"] += 1
+                append_jsonl(traj_path, traj)
             else:
                 counts["failed"] += 1
-                append_jsonl(failed_path, result.trajectory)
+                append_jsonl(failed_path, traj)
                 if failed_as_targets:
-                    append_jsonl(traj_path, result.trajectory)
+                    append_jsonl(traj_path, traj)
         else:
-            append_jsonl(disc_path, result.discard_record())
+            append_jsonl(disc_path, {**result.discard_record(), "attempt": attempt})
             counts["discarded"] += 1
         if on_session is not None:
             on_session(result)
+        return ok
+
+    async def one(intent: IntentRecord) -> None:
+        for attempt in range(tried[intent.id], attempts):
+            if await session(intent, attempt):
+                return
 
     await asyncio.gather(*(one(i) for i in todo))
+    append_jsonl(
+        out_dir / "runs.jsonl",
+        {
+            "started": started,
+            "wall_s": round(time.time() - started, 3),
+            "concurrency": concurrency,
+            "attempts": attempts,
+            **{k: counts[k] for k in ("sessions", "verified", "failed", "discarded")},
+        },
+    )
     report = synthesis_report(
-        read_jsonl(traj_path), read_jsonl(disc_path), intent_stats, failed=read_jsonl(failed_path)
+        read_jsonl(traj_path),
+        read_jsonl(disc_path),
+        intent_stats,
+        failed=read_jsonl(failed_path),
+        runs=read_jsonl(out_dir / "runs.jsonl"),
     )
     report_path = out_dir / "report.json"
     report_path.write_text(json.dumps(report, indent=1) + "\n")

@@ -326,6 +326,7 @@ def synthesis_report(
     discarded: Iterable[Mapping[str, Any]] = (),
     intent_stats: Mapping[str, Any] | None = None,
     failed: Iterable[Mapping[str, Any]] = (),
+    runs: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The paper's statistics of a synthesis run.
 
@@ -340,8 +341,12 @@ def synthesis_report(
     and their ratio; ``unexecuted_calls``; ``distinct_tools_all`` (over the run); ``drift``
     (generations, ``drifted``: left the user role, ``invalid``: not the JSON contract, and
     ``rate`` = drifted / generations, ``rejected_rate`` = (drifted + invalid) / generations,
-    over complete and discarded sessions).
+    over complete and discarded sessions); with ``runs`` (the lines of ``runs.jsonl``, one per
+    call of :func:`~clawrl.ise_synth.synthesize`): ``yield`` — ``sessions`` run,
+    ``verified`` trajectories, ``wall_s`` summed over the calls, ``verified_per_hour`` and
+    ``sessions_per_verified``.
     """
+    runs = list(runs)
     trajs = list(trajectories)
     kept = {str(t.get("id")) for t in trajs}
     trajs += [t for t in failed if str(t.get("id")) not in kept]
@@ -383,6 +388,17 @@ def synthesis_report(
         "rate": (drifted / gens) if gens else 0.0,
         "rejected_rate": ((drifted + invalid) / gens) if gens else 0.0,
     }
+    if runs:
+        sessions = sum(int(r.get("sessions", 0)) for r in runs)
+        verified = sum(int(r.get("verified", 0)) for r in runs)
+        wall = sum(float(r.get("wall_s", 0.0)) for r in runs)
+        report["yield"] = {
+            "sessions": sessions,
+            "verified": verified,
+            "wall_s": round(wall, 1),
+            "verified_per_hour": round(verified * 3600.0 / wall, 2) if wall > 0 else None,
+            "sessions_per_verified": round(sessions / verified, 2) if verified else None,
+        }
     return report
 
 
@@ -441,4 +457,12 @@ def report_table(report: Mapping[str, Any]) -> Any:
     table.add_row("invalid simulator JSON", f"{d.get('invalid', 0)} / {d['generations']}")
     if report.get("unexecuted_calls"):
         table.add_row("call-shaped text never executed", str(report["unexecuted_calls"]))
+    y = report.get("yield")
+    if y:
+        per_hour = y["verified_per_hour"]
+        table.add_row(
+            "yield: verified / sessions (wall)",
+            f"{y['verified']} / {y['sessions']} ({y['wall_s'] / 60:.1f} min; "
+            f"{per_hour if per_hour is not None else '—'} per hour)",
+        )
     return table

@@ -40,9 +40,9 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from clawrl.bench import add_config_flags
 from clawrl.ise_synth.checkable import CheckableIntentGenerator, export_bench_suite
@@ -67,6 +67,8 @@ from clawrl.ise_synth.trajectory import read_jsonl, report_table, synthesis_repo
 from clawrl.ise_synth.vendi import vendi_score
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from clawrl.proxy import InferenceBackend, ModelEndpoint, SessionInfo
@@ -312,6 +314,19 @@ def _progress_columns() -> tuple[Any, ...]:
     )
 
 
+async def _stoppable(work: Coroutine[Any, Any, T]) -> T:
+    """``work``, cancelled by SIGTERM (``kill``, a scheduler's preemption) as Ctrl-C cancels
+    it: the sessions in flight are cancelled and their sandboxes removed."""
+    import asyncio
+    import signal
+
+    task = asyncio.current_task()
+    assert task is not None
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await work
+
+
 async def _simulate_async(
     args: argparse.Namespace,
     intents: list[IntentRecord],
@@ -502,7 +517,15 @@ def _simulate(
             intent_stats = json.loads(guess.read_text()) if guess.exists() else None
     if args.limit:
         intents = intents[: args.limit]
-    run = asyncio.run(_simulate_async(args, intents, intent_stats, console))
+    try:
+        run = asyncio.run(_stoppable(_simulate_async(args, intents, intent_stats, console)))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print(
+            f"synth: interrupted; finished sessions are kept in {args.out}: the same command "
+            "continues with the rest",
+            file=sys.stderr,
+        )
+        return 130
     console.print(report_table(run.report))
     console.print(
         f"{run.completed} complete ({run.completed - run.failed} verified successes, "

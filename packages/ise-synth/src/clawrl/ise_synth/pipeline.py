@@ -194,7 +194,14 @@ async def synthesize(
             if await session(intent, attempt):
                 return
 
-    await asyncio.gather(*(one(i) for i in todo))
+    tasks = [asyncio.create_task(one(i)) for i in todo]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:  # Ctrl-C, SIGTERM or an error: every session ends (sandbox removed,
+        for t in tasks:  # proxy session closed) before the endpoint closes under them
+            t.cancel()
+        await asyncio.wait(tasks)
+        raise
     append_jsonl(
         out_dir / "runs.jsonl",
         {

@@ -1,0 +1,70 @@
+"""Ctrl-C or SIGTERM during a real `synth run` (podman, the scripted test agent and test
+simulator): it stops within 15 s with exit 130 and one line naming how to continue, leaves no
+container of the run and no traceback, and the same command then finishes the rest."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+SYNTH = str(Path(sys.executable).parent / "synth")
+
+
+def _containers(run_id: str) -> list[str]:
+    out = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"label=clawrl.run_id={run_id}", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return out.stdout.split()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupted_synthesis_stops_cleanly_and_resumes(tmp_path: Path, sig: int) -> None:
+    out = tmp_path / "ise"
+    argv = [SYNTH, "run", "-n", "3", "--checkable", "-o", str(out), "--agent", "scripted",
+            "--simulator", "scripted", "--scripted-max-queries", "3", "--concurrency", "3"]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    run_id = f"ise-{proc.pid}"
+    try:
+        deadline = time.monotonic() + 240
+        while not _containers(run_id):  # the sessions' sandboxes are up
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        time.sleep(2)
+        assert proc.poll() is None
+        t0 = time.monotonic()
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)  # Ctrl-C: the whole process group
+        else:
+            os.kill(proc.pid, sig)  # kill: the process only
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            err = ""
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130 and elapsed <= 15.0, f"{proc.returncode} {elapsed:.1f} s {err}"
+    assert "Traceback" not in err and "the same command continues" in err, err
+    assert _containers(run_id) == []
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    # the interrupted sessions were not written as done (discarded): all three ran again
+    assert (report["trajectories"]["complete"], report["trajectories"]["discarded"]) == (3, 0)

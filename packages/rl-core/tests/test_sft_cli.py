@@ -348,3 +348,25 @@ def test_sft_command_bad_input(
     with pytest.raises(SystemExit) as exc:  # argparse: a flag value of the wrong type
         main(["--trajectories", str(good), "--steps", "many"])
     assert exc.value.code == 2
+
+
+def test_target_tokens_equalises_the_assistant_token_budget(tmp_path: Path, byte_dir: Path) -> None:
+    """target_tokens takes trajectories in a seeded order until their assistant tokens reach
+    the budget (the last may cross it): two datasets compared at one budget. 0 takes all."""
+    data = _write(tmp_path / "t.jsonl", [_traj(i) for i in range(8)])
+    base = ["--trajectories", str(data), "--model", str(byte_dir), "--steps", "1", "--no-progress"]
+    assert main([*base, "--out", str(tmp_path / "all")]) == 0
+    every = json.loads((tmp_path / "all" / "summary.json").read_text())["trajectories"]
+    assert every["used"] == 8
+    per = every["target_tokens"] / 8  # the byte model's trajectories are near one length
+    budget = int(2.5 * per)
+    runs = []
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        out = tmp_path / name
+        over = ["--set", f"target_tokens={budget}", "--seed", str(seed), "--out", str(out)]
+        assert main([*base, *over]) == 0
+        runs.append(json.loads((out / "summary.json").read_text())["trajectories"])
+    for t in runs:
+        assert t["used"] == 3 and budget <= t["target_tokens"] < budget + 2 * per
+    assert runs[0] == runs[1]
+    assert main([*base, "--out", str(tmp_path / "bad"), "--set", "target_tokens=-1"]) == 2

@@ -78,6 +78,9 @@ class SFTRunConfig:
         seed: seeds torch / numpy / random and the batch order.
         where: ``dotted.path=VALUE`` filters, all of which a trajectory must match
             (:func:`matches_where`).
+        target_tokens: a token budget for comparing datasets: the used trajectories are
+            taken in a seeded random order until their assistant (trained) tokens reach it
+            (the last one taken may cross it); 0: every trajectory.
         aggregation: SFT loss aggregation (``unique_token_mean``: a token shared by several
             trajectories counts once).
         token_budget: most tokens per forward (trees are split, results unchanged); 0: no
@@ -101,6 +104,7 @@ class SFTRunConfig:
     warmup_steps: int = 0
     seed: int = 0
     where: list[str] = field(default_factory=list)
+    target_tokens: int = 0
     aggregation: str = "unique_token_mean"
     token_budget: int = 8192
     chunk_size: int = 1024
@@ -128,8 +132,8 @@ class SFTRunConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.weight_decay < 0 or self.max_grad_norm <= 0:
             raise ConfigError("need lr > 0, weight_decay >= 0, max_grad_norm > 0")
-        if self.warmup_steps < 0 or self.token_budget < 0:
-            raise ConfigError("need warmup_steps >= 0, token_budget >= 0")
+        if self.warmup_steps < 0 or self.token_budget < 0 or self.target_tokens < 0:
+            raise ConfigError("need warmup_steps >= 0, token_budget >= 0, target_tokens >= 0")
         if self.precision not in ("fp32", "bf16"):
             raise ConfigError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
         if self.aggregation not in get_args(Aggregation):
@@ -318,6 +322,7 @@ class _Loaded:
     read: int = 0
     dropped_by_where: int = 0
     used: list[tuple[str, list[Call]]] = field(default_factory=list)
+    target_tokens: int = 0  # the assistant tokens of ``used``
     skipped: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -372,7 +377,32 @@ def _load_trajectories(
                 say(f"skipped {path} trajectory {k} ({tid}): {reason}")
                 continue
             out.used.append((rid, calls))
+    if cfg.target_tokens:
+        out.used, out.target_tokens = _within_budget(out.used, cfg.target_tokens, cfg.seed)
+    else:
+        out.target_tokens = sum(_target_tokens(calls) for _, calls in out.used)
     return out
+
+
+def _target_tokens(calls: Sequence[Call]) -> int:
+    """The assistant tokens a trajectory trains (its calls' completions)."""
+    return sum(len(c.completion_ids) for c in calls)
+
+
+def _within_budget(
+    used: list[tuple[str, list[Call]]], budget: int, seed: int
+) -> tuple[list[tuple[str, list[Call]]], int]:
+    """Trajectories in a seeded random order until their trained tokens reach ``budget``."""
+    order = list(range(len(used)))
+    random.Random(f"target-tokens:{seed}").shuffle(order)
+    taken: list[tuple[str, list[Call]]] = []
+    total = 0
+    for i in order:
+        if total >= budget:
+            break
+        taken.append(used[i])
+        total += _target_tokens(used[i][1])
+    return taken, total
 
 
 def _copy_calls(calls: Sequence[Call], rid: str) -> list[Call]:
@@ -519,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     n = len(data.used)
     _say(
         f"{data.read} trajectories read: {data.dropped_by_where} dropped by --where, "
-        f"{len(data.skipped)} skipped, {n} used"
+        f"{len(data.skipped)} skipped, {n} used ({data.target_tokens} assistant tokens)"
     )
     if not n:
         _say("error: no trajectory left to train on")
@@ -553,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
             "kept_by_where": data.read - data.dropped_by_where,
             "skipped": len(data.skipped),
             "used": n,
+            "target_tokens": data.target_tokens,
         },
         "skipped": data.skipped,
         "steps": steps,

@@ -180,6 +180,25 @@ async def test_assistant_voice_is_regenerated_and_counted() -> None:
     assert "Done, wrote output/report.md" in prompt and "added output/report.md" in prompt
 
 
+async def test_a_regeneration_is_told_why_the_last_answer_was_rejected() -> None:
+    """Retry with feedback: the regeneration sees its rejected answer and the reason; until
+    the user asked for a check, each turn's instruction says to ask for one before ending."""
+    empty = _json(query="")  # not completed, yet no query: breaks the contract
+    chat = _ScriptedChat([empty, _json(query="Please double-check the totals.")])
+    turn = await LLMUserSimulator(chat, "sim").respond(_intent(), [AgentTurn("q", "done")])
+    assert turn.reply.query == "Please double-check the totals." and turn.invalid == 1
+    first, second = (r["messages"] for r in chat.requests)
+    assert "have not asked the agent to check" in first[1]["content"]
+    assert second[: len(first)] == first and second[-2] == {"role": "assistant", "content": empty}
+    assert second[-1]["role"] == "user" and "rejected: 'query' is empty" in second[-1]["content"]
+    checked = _ScriptedChat([_json(completed=True, is_success=True)])
+    done = await LLMUserSimulator(checked, "sim").respond(
+        _intent(), [AgentTurn("Please check your work", "checked")]
+    )
+    assert done.reply.completed
+    assert "have not asked" not in checked.requests[0]["messages"][1]["content"]
+
+
 async def test_persistent_drift_raises_with_counts() -> None:
     chat = _ScriptedChat([_json(query="As an AI, I will now run the script.")] * 3)
     sim = LLMUserSimulator(chat, "sim", max_regenerations=2)

@@ -358,6 +358,11 @@ def simulator_messages(
         "your next message (one small step, react to what the agent really did). Answer with "
         "the JSON object only."
     )
+    if not any(CHECK_REQUEST.search(t.query) for t in history):
+        lines.append(
+            "You have not asked the agent to check its work yet: if the goal looks met, do not "
+            "end the session now; set completed to false and ask it to check (query)."
+        )
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]
 
 
@@ -423,8 +428,15 @@ class LLMUserSimulator:
     async def respond(self, intent: IntentRecord, history: Sequence[AgentTurn]) -> SimulatorTurn:
         messages = simulator_messages(intent, history, self.max_user_turns)
         reasons: list[str] = []
+        text = ""
         checked = any(CHECK_REQUEST.search(t.query) for t in history)
         for attempt in range(self.max_regenerations + 1):
+            if reasons:  # a regeneration is told why the last answer was rejected
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": _rejected(reasons[-1])},
+                ]
             text = await self._generate(messages)
             try:
                 reply = parse_reply(text)
@@ -451,6 +463,19 @@ class LLMUserSimulator:
             invalid=invalid,
             reasons=reasons,
         )
+
+
+def _rejected(reason: str) -> str:
+    """The note a regeneration gets about the answer that was rejected."""
+    if reason.startswith("invalid: "):
+        why = reason.removeprefix("invalid: ")
+    else:
+        why = f"it does not read as the user ({reason}): write as the user, in the first person"
+    return (
+        f"That answer was rejected: {why}. Answer again with the JSON object only "
+        '({"completed": ..., "query": ..., "reason": ..., "is_success": ...}); when completed '
+        "is false, query must be your next message to the agent."
+    )
 
 
 def _counts(reasons: Sequence[str]) -> tuple[int, int]:

@@ -47,3 +47,61 @@ async def test_the_reward_comes_from_the_checks_after_the_users_follow_up(
     fixer, claimer = by_sample[0], by_sample[1]
     assert fixer.n_calls == 3 and fixer.reward == 1.0
     assert claimer.n_calls == 2 and claimer.reward == 0.0  # it said "done" twice
+
+
+@pytest.mark.slow
+async def test_an_llm_user_drives_the_follow_up_turns_and_the_checks_decide(
+    tmp_path: Path,
+) -> None:
+    """``simulated-user-llm``: after the agent's first run the runner asks the harness for the
+    next turn; its LLM user simulator — a proxy session of its own on the same endpoint,
+    here the ScriptedBackend's default completion (a test backend) — answers the JSON
+    contract, and its query resumes the conversation. The fixer passes the checks, the
+    claimer does not, whatever the simulator's opinion; the simulator's calls are not in the
+    rollout's records. A simulator that breaks its contract ends the turns: the rollout is
+    scored on what the agent did."""
+    import json
+
+    from clawrl.ise_synth import LLMSimulatedUserHarness
+    from clawrl.ise_synth.rl import task_intent
+    from clawrl.proxy.testing import ScriptedCompletion
+
+    (intent,) = generate_checkable_intents(1, seed=5, split="heldout")
+    (task_dir,) = export_bench_suite([intent], tmp_path / "suite")
+    task = load_task(task_dir)
+    assert isinstance(get_harness("simulated-user-llm"), LLMSimulatedUserHarness)
+    played = task_intent(task)  # the user's side from the task's metadata, no checks
+    assert (played.id, played.persona, played.intent) == (intent.id, intent.persona, intent.intent)
+    assert "checks" not in played.extra and "solution" not in played.extra
+    model_dir = build_default_model("byte")
+    backend = ScriptedBackend.from_model_dir(model_dir)
+    ask = "Please check your work: re-read the files and fix whatever is wrong."
+    user = {"completed": False, "query": ask, "reason": "not verified", "is_success": True}
+    backend.default = ScriptedCompletion(text=json.dumps(user))
+    fix = format_assistant_text(tool_calls=[("bash", {"command": intent.extra["solution"]})])
+    done = format_assistant_text(content="All done, everything is in place.")
+    scripts = {0: [done, fix, format_assistant_text(content="Fixed it.")], 1: [done, done]}
+
+    async def script(session: SessionInfo, spec: RolloutSpec) -> None:
+        backend.script(session.session_id, scripts[spec.sample_index])
+
+    harness = LLMSimulatedUserHarness(max_user_turns=2)
+    async with serve(backend, model_dir) as endpoint:
+        runner = RolloutRunner(endpoint, session_hook=script, concurrency=2)
+        results = await runner.run(plan_rollouts([task], [harness], samples=2))
+        backend.default = ScriptedCompletion(text="Sure! I will check.")  # not the contract
+        scripts[1] = [done, done]
+        (broken,) = await runner.run(plan_rollouts([task], [harness], samples=1, seed=1))
+    by_sample = {r.sample_index: r for r in results}
+    for r in results:
+        assert r.status is RolloutStatus.OK, (r.reason, r.stderr)
+        assert {rec["session_id"] for rec in r.records} == {r.session_id}
+        users = [m for m in r.records[-1]["request"]["messages"] if m["role"] == "user"]
+        assert [u["content"] for u in users] == [task.instruction, ask]
+        (turn,) = json.loads(r.logs["user"])["turns"][:1]
+        assert turn["query"] == ask and turn["is_success"] is True
+    assert by_sample[0].n_calls == 3 and by_sample[0].reward == 1.0
+    assert by_sample[1].n_calls == 2 and by_sample[1].reward == 0.0
+    assert not harness._users  # every rollout's user released
+    assert broken.status is RolloutStatus.OK and broken.n_calls == 1 and broken.reward == 0.0
+    assert json.loads(broken.logs["user"])["turns"][-1]["end"] == "simulator_failed"

@@ -36,10 +36,11 @@ backend and yields its :class:`~clawrl.proxy.ModelEndpoint`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, TypedDict, Unpack
 
@@ -49,6 +50,8 @@ from clawrl.bench.harness import (
     HarnessAdapter,
     HarnessContext,
     HarnessInstallError,
+    HarnessLaunch,
+    HarnessTurn,
     get_harness,
 )
 from clawrl.bench.rollout_health import classify_harness_health
@@ -96,6 +99,7 @@ from clawrl.proxy import (
 )
 from clawrl.sandbox import (
     CopyLimits,
+    ExecResult,
     Limits,
     Sandbox,
     SandboxCopyLimitError,
@@ -513,6 +517,43 @@ class RolloutRunner:
             log_dir=HARNESS_LOG_DIR,
         )
 
+    async def _run_turns(
+        self,
+        h: HarnessAdapter,
+        ctx: HarnessContext,
+        sb: Sandbox,
+        launch: HarnessLaunch,
+        t0: float,
+    ) -> tuple[ExecResult, HarnessLaunch]:
+        """The harness's runs: ``launch``, then each :meth:`HarnessAdapter.follow_up` after a
+        run that exited 0, all within the rollout's time limit. Returns the last run's result
+        (its stdout / stderr prefixed with the earlier runs') and launch."""
+        opts, n, out, err = self.options, 0, b"", b""
+        multi_turn = type(h).follow_up is not HarnessAdapter.follow_up
+        while True:
+            left = ctx.timeout_s - (time.time() - t0)
+            res = await sb.exec(
+                list(launch.argv),
+                timeout=max(left, 1.0),
+                env=dict(launch.env),
+                workdir=launch.workdir,
+                max_output_bytes=opts.log_cap_bytes,
+            )
+            n += 1
+            res = dataclasses.replace(res, stdout=out + res.stdout, stderr=err + res.stderr)
+            if not multi_turn or res.timed_out or res.exit_code != 0:
+                return res, launch
+            logs = await _collect_logs(sb, launch.log_paths, opts.log_cap_bytes)
+            stdout = res.stdout.decode("utf-8", errors="replace")
+            turn = HarnessTurn(n, logs, stdout, endpoint=self.endpoint, run_id=self.run_id)
+            nxt = await h.follow_up(ctx, turn)
+            if nxt is None:
+                return res, launch
+            if time.time() - t0 >= ctx.timeout_s:  # no time left for the next run
+                return dataclasses.replace(res, timed_out=True), launch
+            await sb.put_files(dict(nxt.files))
+            launch, out, err = nxt, res.stdout, res.stderr
+
     async def _run_harness(
         self,
         spec: RolloutSpec,
@@ -528,20 +569,19 @@ class RolloutRunner:
         task, h, opts = spec.task, spec.harness, self.options
         timeout = self.agent_timeout(task)
         timing["agent_timeout"] = timeout
-        launch = h.launch(self._context(task, session, timeout))
+        ctx = self._context(task, session, timeout)
+        launch = h.launch(ctx)
         await sb.put_files({f"{HARNESS_LOG_DIR}/.keep": b"", **dict(launch.files)})
         layout = layout_of(task)  # the task's own setup and grading, if its layout has any
         setup = await layout.prepare(task, sb, built=built)
         if setup.error is not None:  # the task's own init / example failed: not the agent's
             return {**_refused(setup.error, None), "status": RolloutStatus.ENV_ERROR}
         t0 = time.time()
-        res = await sb.exec(
-            list(launch.argv),
-            timeout=timeout,
-            env=dict(launch.env),
-            workdir=launch.workdir,
-            max_output_bytes=opts.log_cap_bytes,
-        )
+        host_logs: Mapping[str, str] = {}
+        try:
+            res, launch = await self._run_turns(h, ctx, sb, launch, t0)
+        finally:
+            host_logs = await h.end_rollout(ctx)
         timing["harness"] = time.time() - t0
         t1 = time.time()
         # The agent phase is over: no process it started may survive to touch what is read
@@ -556,7 +596,7 @@ class RolloutRunner:
             if not await sb.alive():
                 raise
             return _refused(f"cannot stop the agent's processes: {exc}", res)
-        logs = await _collect_logs(sb, launch.log_paths, opts.log_cap_bytes)
+        logs = {**await _collect_logs(sb, launch.log_paths, opts.log_cap_bytes), **host_logs}
         graded = await layout.grade(task, sb, logs, setup)  # None: the verifier scores
         state = None  # the verifier sees the agent's whole container: its state, now
         if task.verifier.verify_on_snapshot:

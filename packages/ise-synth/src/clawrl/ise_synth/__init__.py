@@ -48,7 +48,7 @@ from clawrl.ise_synth.intents import IntentStats, dedup_intents, generate_intent
 from clawrl.ise_synth.pipeline import ProxySimulatorFactory, SynthesisRun, synthesize
 from clawrl.ise_synth.records import IntentRecord, load_intents, read_intents, write_intents
 from clawrl.ise_synth.render import LLMRenderer, TemplateRenderer, llm_messages
-from clawrl.ise_synth.rl import SimulatedUserHarness
+from clawrl.ise_synth.rl import LLMSimulatedUserHarness, SimulatedUserHarness
 from clawrl.ise_synth.sampling import DomainSelection, IntentSampler, IntentSpec
 from clawrl.ise_synth.simulator import (
     AgentTurn,
@@ -103,6 +103,7 @@ __all__ = [
     "IntentStats",
     "IseSynthError",
     "LLMRenderer",
+    "LLMSimulatedUserHarness",
     "LLMUserSimulator",
     "Persona",
     "ProxySimulatorFactory",

@@ -563,6 +563,15 @@ _CATEGORY = {
 _DIFFICULTY = {"simple": "easy", "medium": "medium", "complex": "hard"}
 
 
+def _user_side(intent: IntentRecord) -> dict[str, Any]:
+    """What a simulated user of ``intent`` knows: the record without its checks, solution
+    and workspace files."""
+    d = intent.to_dict()
+    for key in ("checks", "solution", "workspace"):
+        d.pop(key, None)
+    return d
+
+
 def export_bench_suite(
     intents: Iterable[IntentRecord], dest: Path | str, *, agent_timeout_s: int = 300
 ) -> list[Path]:
@@ -601,6 +610,9 @@ def export_bench_suite(
             '[metadata]\nfamily = "ise-checkable"\n'
             f"split = {json.dumps(intent.extra.get('split', ''))}\n"
             f"complexity = {json.dumps(intent.complexity)}\n"
+            # the user's side for a simulated user (persona, intent, steps; no checks or
+            # solution): read on the host, never placed in the sandbox
+            f"user = {json.dumps(json.dumps(_user_side(intent)))}\n"
         )
         (task_dir / "tests" / "check.py").write_text(check_program(intent.extra["checks"]))
         (task_dir / "solution" / "solve.sh").write_text(

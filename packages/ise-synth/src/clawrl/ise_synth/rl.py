@@ -11,29 +11,50 @@ The reward is the task's verifier — for checkable intents exported with
 after the last turn. The user has no say in it: the adapter cannot report a reward, and the
 user program writes no verdict anywhere the verifier reads.
 
-The follow-up turns here come from a scripted user: by default one turn asking the agent to
-check its work and fix what is wrong (the simulator's last step before it ends a session).
-An LLM user simulator inside the rollout would need its own model session reachable from the
-sandbox; that is not wired yet.
+:class:`SimulatedUserHarness`'s follow-up turns come from a scripted user: by default one
+turn asking the agent to check its work and fix what is wrong (the simulator's last step
+before it ends a session). :class:`LLMSimulatedUserHarness` (``simulated-user-llm``) has the
+LLM user simulator decide each follow-up from what the agent did, driven by the rollout
+runner on the host (``HarnessAdapter.follow_up``).
 
-With rl-core's train loop: ``[rollout] harnesses = ["simulated-user"]`` and tasks from
-``synth export-tasks``.
+With rl-core's train loop: ``[rollout] harnesses = ["simulated-user"]`` (or
+``"simulated-user-llm"``) and tasks from ``synth export-tasks``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from clawrl.bench import Task
 from clawrl.bench.harness import (
     HarnessContext,
     HarnessLaunch,
     HarnessOutcome,
+    HarnessTurn,
     ReferenceHarness,
 )
+from clawrl.ise_synth.errors import IseSynthError, SimulatorError
+from clawrl.ise_synth.records import IntentRecord
+from clawrl.ise_synth.simulator import (
+    AgentTurn,
+    LLMUserSimulator,
+    SimulatorTurn,
+    UserSimulator,
+    summarise_tool_calls,
+)
+from clawrl.proxy import ProxyError
 
-__all__ = ["DEFAULT_FOLLOW_UPS", "SimulatedUserHarness"]
+__all__ = [
+    "DEFAULT_FOLLOW_UPS",
+    "LLMSimulatedUserHarness",
+    "SimulatedUserHarness",
+    "agent_turn",
+    "task_intent",
+]
 
 #: The scripted user's follow-up turns (after the task's instruction).
 DEFAULT_FOLLOW_UPS = (
@@ -126,3 +147,245 @@ class SimulatedUserHarness(ReferenceHarness):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "follow_ups": list(self.follow_ups)}
+
+
+@dataclass
+class _UserState:
+    """One rollout's simulated user: its intent, simulator, proxy session and the turns so
+    far."""
+
+    intent: IntentRecord
+    simulator: UserSimulator
+    history: list[AgentTurn] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    close: Callable[[], Awaitable[None]] | None = None
+
+
+class LLMSimulatedUserHarness(ReferenceHarness):
+    """The reference agent over several user turns, each follow-up decided by an LLM user
+    simulator (:class:`~clawrl.ise_synth.LLMUserSimulator`, registry name
+    ``simulated-user-llm``) from what the agent really did: its tool calls with their
+    results and its final reply (the workspace itself is not summarised here).
+
+    The rollout runner drives the turns (:meth:`follow_up`): after each agent run that ended
+    well, the simulator — on a proxy session of its own, opened on the runner's endpoint (the
+    model being served: in a train run, the current policy plays the user; its calls are never
+    part of the rollout's records) — answers ``{completed, query, reason, is_success}``; a
+    query resumes the conversation, ``completed`` ends the rollout, as does the user-turn
+    limit. A simulator that fails its JSON contract or leaves the user role on every
+    regeneration ends the turns too: the rollout is scored like any other (the simulator's
+    failures are not the policy's to hide behind). Its verdict is logged (``user`` log), never
+    the reward: the task's verifier scores the workspace after the last turn.
+
+    The intent comes from the task's ``user`` metadata (``synth export-tasks``; persona and
+    intent, without the checks); a task without it is played from its instruction alone.
+
+    Args:
+        max_user_turns: user messages per rollout, the opening one (the task's instruction)
+            included.
+        max_regenerations, sim_max_tokens, temperature: the simulator's
+            (:class:`~clawrl.ise_synth.LLMUserSimulator`).
+        simulator_factory: ``(intent, endpoint, run_id) -> (simulator, close)`` instead of an
+            LLM simulator on the endpoint (tests; any :class:`UserSimulator`).
+        **kwargs: :class:`~clawrl.bench.harness.ReferenceHarness` options.
+    """
+
+    name = "simulated-user-llm"
+
+    def __init__(
+        self,
+        max_user_turns: int = 3,
+        *,
+        max_regenerations: int = 2,
+        sim_max_tokens: int = 160,
+        temperature: float = 0.7,
+        simulator_factory: SimulatorFactoryFn | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if max_user_turns < 1:
+            raise ValueError("max_user_turns must be >= 1")
+        self.max_user_turns = max_user_turns
+        self.max_regenerations = max_regenerations
+        self.sim_max_tokens = sim_max_tokens
+        self.temperature = temperature
+        self.simulator_factory = simulator_factory
+        self._users: dict[str, _UserState] = {}
+
+    def _launch(self, ctx: HarnessContext, query: str, *, resume: bool) -> HarnessLaunch:
+        task_file = f"{ctx.log_dir}/query.md"
+        transcript = f"{ctx.log_dir}/transcript.json"
+        argv = self.agent_argv(
+            base_url=ctx.openai_base_url,
+            model=ctx.model,
+            task_file=task_file,
+            workdir=ctx.task.workspace_path,
+            max_turns=ctx.max_turns,
+            transcript=transcript,
+            max_tokens=ctx.max_tokens,
+            messages_file=transcript if resume else None,
+        )
+        return HarnessLaunch(
+            argv=tuple(argv),
+            env={"OPENAI_API_KEY": ctx.api_key},
+            workdir=ctx.task.workspace_path,
+            files={task_file: query},
+            log_paths={"transcript": transcript},
+        )
+
+    def launch(self, ctx: HarnessContext) -> HarnessLaunch:
+        return self._launch(ctx, ctx.task.instruction, resume=False)
+
+    async def _user(self, ctx: HarnessContext, endpoint: Any, run_id: str) -> _UserState:
+        state = self._users.get(ctx.session_id)
+        if state is not None:
+            return state
+        intent = task_intent(ctx.task)
+        if self.simulator_factory is not None:
+            sim, close = await self.simulator_factory(intent, endpoint, run_id)
+        else:
+            if endpoint is None:
+                raise SimulatorError("no model endpoint for the simulated user")
+            sim, close = await _proxy_simulator(
+                intent,
+                endpoint,
+                run_id,
+                max_regenerations=self.max_regenerations,
+                max_user_turns=self.max_user_turns,
+                temperature=self.temperature,
+                max_tokens=self.sim_max_tokens,
+            )
+        state = self._users[ctx.session_id] = _UserState(intent, sim, close=close)
+        return state
+
+    async def follow_up(self, ctx: HarnessContext, turn: HarnessTurn) -> HarnessLaunch | None:
+        try:
+            state = await self._user(ctx, turn.endpoint, turn.run_id)
+        except (SimulatorError, ProxyError, OSError) as exc:
+            self._users[ctx.session_id] = _UserState(task_intent(ctx.task), _NoUser())
+            self._users[ctx.session_id].turns.append({"error": f"simulator: {exc}"})
+            return None
+        query = ctx.task.instruction if not state.history else state.turns[-1].get("query", "")
+        state.history.append(agent_turn(str(query), turn.logs.get("transcript", "")))
+        if len(state.history) >= self.max_user_turns:
+            state.turns.append({"end": "user_turn_limit"})
+            return None
+        try:
+            sim_turn = await state.simulator.respond(state.intent, state.history)
+        except SimulatorError as exc:
+            state.turns.append({"end": "simulator_failed", "error": str(exc)})
+            return None
+        reply = sim_turn.reply
+        record = {
+            "completed": reply.completed,
+            "query": reply.query,
+            "reason": reply.reason,
+            "is_success": reply.is_success,
+            "generations": sim_turn.generations,
+            "drifted": sim_turn.drifted,
+            "invalid": sim_turn.invalid,
+        }
+        state.turns.append(record)
+        if reply.completed:  # the user ended the session
+            return None
+        return self._launch(ctx, reply.query, resume=True)
+
+    async def end_rollout(self, ctx: HarnessContext) -> Mapping[str, str]:
+        """Close the rollout's simulator session; its turns are the ``user`` log (kept on
+        the host: the agent never had it)."""
+        state = self._users.pop(ctx.session_id, None)
+        if state is None:
+            return {"user": json.dumps({"turns": []})}
+        if state.close is not None:
+            with contextlib.suppress(ProxyError, OSError):
+                await state.close()
+        return {"user": json.dumps({"turns": state.turns})}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **super().describe(),
+            "max_user_turns": self.max_user_turns,
+            "max_regenerations": self.max_regenerations,
+            "sim_max_tokens": self.sim_max_tokens,
+            "temperature": self.temperature,
+            "simulator": "llm" if self.simulator_factory is None else "custom",
+        }
+
+
+SimulatorFactoryFn = Callable[
+    [IntentRecord, Any, str],
+    Awaitable[tuple[UserSimulator, Callable[[], Awaitable[None]] | None]],
+]
+
+
+class _NoUser:
+    """The user of a rollout whose simulator could not be set up: no follow-up."""
+
+    name = "none"
+
+    async def respond(self, intent: IntentRecord, history: Sequence[AgentTurn]) -> SimulatorTurn:
+        raise SimulatorError("no simulator")
+
+
+def task_intent(task: Task) -> IntentRecord:
+    """The simulated user's intent for ``task``: its ``user`` metadata (``synth
+    export-tasks``), else a bare record built from the instruction."""
+    raw = task.metadata.get("user")
+    if isinstance(raw, str):
+        with contextlib.suppress(ValueError, IseSynthError):
+            return IntentRecord.from_dict(json.loads(raw))
+    return IntentRecord(
+        id=task.id,
+        intent=task.instruction,
+        persona={},
+        domains=[],
+        tools=[],
+        skills=[],
+        complexity="",
+        renderer="task",
+        seed=0,
+        index=0,
+    )
+
+
+def agent_turn(query: str, transcript_text: str) -> AgentTurn:
+    """What the simulator sees of the agent's last run: the reply after the last user
+    message of the reference harness's transcript, and its tool calls with their results."""
+    try:
+        messages = json.loads(transcript_text or "{}").get("messages") or []
+    except (ValueError, AttributeError):
+        messages = []
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    this_turn = messages[last_user + 1 :]
+    reply = next(
+        (str(m.get("content") or "") for m in reversed(this_turn) if m.get("role") == "assistant"),
+        "",
+    )
+    return AgentTurn(query, reply, "", summarise_tool_calls(this_turn))
+
+
+async def _proxy_simulator(
+    intent: IntentRecord, endpoint: Any, run_id: str, **sim_kwargs: Any
+) -> tuple[UserSimulator, Callable[[], Awaitable[None]]]:
+    """An LLM simulator on a proxy session of its own (harness ``user-simulator``)."""
+    import httpx
+    import openai
+
+    s = await endpoint.admin.create_session(
+        run_id=run_id, task_id=intent.id, harness="user-simulator", group_id=intent.id
+    )
+    http: Any = httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(uds=str(endpoint.model_socket)), timeout=600.0
+    )
+    client = openai.AsyncOpenAI(
+        base_url=s.openai_base_url, api_key=s.api_key, http_client=http, max_retries=2
+    )
+    sim = LLMUserSimulator(client, "simulator", require_check=True, **sim_kwargs)
+
+    async def close() -> None:
+        try:
+            await endpoint.admin.close_session(s.session_id)
+        finally:
+            await http.aclose()
+
+    return sim, close

@@ -43,6 +43,7 @@ __all__ = [
     "HarnessInstallError",
     "HarnessLaunch",
     "HarnessOutcome",
+    "HarnessTurn",
     "ProgressFn",
     "WireAPI",
 ]
@@ -136,6 +137,28 @@ class HarnessOutcome:
     turns: int | None = None
 
 
+@dataclass(frozen=True)
+class HarnessTurn:
+    """What a multi-turn adapter is told after one of its runs ended with exit 0 (see
+    :meth:`HarnessAdapter.follow_up`).
+
+    Attributes:
+        number: runs done so far in this rollout (1 after the first).
+        logs: the last run's logs collected by name (its launch's ``log_paths``).
+        stdout: the last run's standard output.
+        endpoint: the runner's model endpoint (a ``clawrl.proxy.ModelEndpoint``; ``None``
+            without a model): an adapter may open sessions of its own on it, such as a
+            simulated user's, which are never part of the rollout's records.
+        run_id: the rollout runner's run id (labels for such sessions).
+    """
+
+    number: int
+    logs: Mapping[str, str]
+    stdout: str
+    endpoint: Any = None
+    run_id: str = ""
+
+
 def exit_code_outcome(exit_code: int, ok_reason: str = "exited", what: str = "") -> HarnessOutcome:
     """The verdict from the exit status alone: 0 = ok (``ok_reason``), else
     ``exit_code_<n>`` with the reason ``"<what> exit code <n>"``."""
@@ -192,6 +215,19 @@ class HarnessAdapter(ABC):
     def outcome(self, exit_code: int, logs: Mapping[str, str], stdout: str) -> HarnessOutcome:
         """Judge a finished process (default: exit 0 = ok)."""
         return exit_code_outcome(exit_code)
+
+    async def follow_up(self, ctx: HarnessContext, turn: HarnessTurn) -> HarnessLaunch | None:
+        """Another run in the same sandbox after a run ended with exit 0 — a multi-turn
+        harness: a user's next message resuming the conversation — or ``None`` when the
+        rollout's agent phase is over (the default: one run). All runs share the rollout's
+        time limit; the outcome is judged on the last run. Called by the runner only."""
+        return None
+
+    async def end_rollout(self, ctx: HarnessContext) -> Mapping[str, str]:
+        """Release what :meth:`follow_up` held for this rollout (called once per rollout
+        that launched, whatever happened) and return logs kept on the host, by name: they
+        join the rollout's logs, and the agent's sandbox never held them (default: none)."""
+        return {}
 
     def describe(self) -> dict[str, Any]:
         """JSON-able description saved with results (name, version, options)."""

@@ -99,12 +99,17 @@ BARE = '{"name": "read_file", "arguments": {"path": "notes/meeting.md"}}'
         ("I will read it.\n" + FENCED + "\nthen answer", 1, "I will read it.\nthen answer"),
         (BARE, 1, ""),
         (BARE + "\n" + BARE, 2, ""),
+        # Qwen2.5-Coder's parallel calls: several call objects in one fenced block
+        ("```json\n" + BARE + "\n" + BARE + "\n```", 2, ""),
+        ("Both:\n```json\n" + BARE + "\n\n" + BARE + "\n```", 2, "Both:"),
         ("<tool_call>\n" + BARE + "\n</tool_call>", 1, ""),
         # prose, not calls
         ("The object " + BARE + " is a call.", 0, None),
         ('{"name": "rm_rf", "arguments": {}}', 0, None),  # not a declared tool
         ('{"name": "read_file", "arguments": {}, "note": 1}', 0, None),  # extra key
         ('```json\n{"path": "x"}\n```', 0, None),
+        ("```json\n" + BARE + '\n{"name": "rm_rf", "arguments": {}}\n```', 0, None),
+        ("```json\n" + BARE + " trailing words\n```", 0, None),
         ('{"name": "read_file", "arguments": "not json"}', 0, None),
     ],
 )

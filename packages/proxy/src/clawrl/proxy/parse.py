@@ -23,8 +23,9 @@ call. A *call object* is a JSON object whose keys are exactly ``name`` and ``arg
 declared tools nothing is a JSON call) and ``arguments`` an object. Accepted placements:
 
 - a fenced block (```` ```json ```` or a bare ```` ``` ````, fence lines on their own) whose
-  whole body is one call object or a JSON list of call objects; text outside such blocks
-  stays content;
+  whole body is one call object, a JSON list of call objects, or call objects one after the
+  other separated only by whitespace (how Qwen2.5-Coder writes parallel calls); text outside
+  such blocks stays content;
 - the whole reply (stripped) being one or more call objects separated only by whitespace.
 
 Anything else — an object inside a sentence, an unknown tool name, extra keys, a fenced block
@@ -140,11 +141,15 @@ def _fenced_calls(text: str, names: frozenset[str]) -> tuple[str, list[ParsedToo
         end = text.find("\n```", head_end) if head_end >= 0 else -1
         if end < 0 or text[start + 3 : head_end].strip() not in ("", "json"):
             break
+        body = text[head_end + 1 : end]
         try:
-            obj = json.loads(text[head_end + 1 : end])
-        except (ValueError, RecursionError):
-            obj = None
-        found = [_json_call(o, names) for o in (obj if isinstance(obj, list) else [obj])]
+            obj = json.loads(body)
+        except (ValueError, RecursionError):  # several call objects one after the other?
+            obj = _bare_calls(body.strip(), names)
+        if isinstance(obj, list) and obj and all(isinstance(o, ParsedToolCall) for o in obj):
+            found: list[ParsedToolCall | None] = list(obj)
+        else:
+            found = [_json_call(o, names) for o in (obj if isinstance(obj, list) else [obj])]
         close = end + 4
         if found and all(c is not None for c in found):
             kept.append(text[pos:start])

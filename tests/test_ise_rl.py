@@ -105,3 +105,46 @@ async def test_an_llm_user_drives_the_follow_up_turns_and_the_checks_decide(
     assert not harness._users  # every rollout's user released
     assert broken.status is RolloutStatus.OK and broken.n_calls == 1 and broken.reward == 0.0
     assert json.loads(broken.logs["user"])["turns"][-1]["end"] == "simulator_failed"
+
+
+@pytest.mark.slow
+def test_train_runs_through_the_llm_user_harness(tmp_path: Path) -> None:
+    """One GRPO step of ``train`` through ``simulated-user-llm`` on exported checkable intents
+    (the tiny byte model as agent and, on its own proxy sessions, as user): the run ends,
+    every rollout has the user's log, and the simulator's sessions are recorded apart from
+    the rollouts' (never trained on)."""
+    import json
+    import subprocess
+    import sys
+
+    from clawrl.rl_core.train import read_jsonl
+
+    intents = generate_checkable_intents(2, seed=3, split="train")
+    export_bench_suite(intents, tmp_path / "suite")
+    out = tmp_path / "run"
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[run]\nout = "{out}"\nsteps = 1\n'
+        f'[tasks]\nfamily = "path"\npath = "{tmp_path / "suite"}"\ntasks_per_step = 1\n'
+        '[rollout]\nharnesses = ["simulated-user-llm"]\nsamples = 2\nmax_turns = 2\n'
+        "max_tokens = 16\nconcurrency = 2\n"
+        "[eval]\nenabled = false\n[logging]\nprogress = false\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rollouts = list(read_jsonl(out / "rollouts" / "step-0001.jsonl"))
+    assert len(rollouts) == 2 and {r["harness"] for r in rollouts} == {"simulated-user-llm"}
+    for r in rollouts:
+        assert "turns" in json.loads(r["logs"]["user"])
+    lines = [ln for f in (out / "capture").rglob("*.jsonl") for ln in f.read_text().splitlines()]
+    records = [json.loads(ln) for ln in lines]
+    sim_sessions = {
+        x["session_id"] for x in records if x["metadata"].get("harness") == "user-simulator"
+    }
+    assert sim_sessions and not sim_sessions & {r["session_id"] for r in rollouts}

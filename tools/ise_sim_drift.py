@@ -30,7 +30,7 @@ from clawrl.sandbox import owned_tempdir
 
 async def main(n: int, model: str) -> None:
     model_dir = resolve_model(model)
-    backend = make_backend(BackendConfig(kind="embedded", model_dir=model_dir))
+    backend = make_backend(BackendConfig(kind="embedded", model_dir=model_dir, dtype="bf16"))
     intents = generate_checkable_intents(n, seed=11, split="train")
     tot = {"generations": 0, "drifted": 0, "invalid": 0, "turns": 0, "discarded": 0}
     reasons: list[str] = []

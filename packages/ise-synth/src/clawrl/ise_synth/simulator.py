@@ -440,8 +440,8 @@ class LLMUserSimulator:
             text = await self._generate(messages)
             try:
                 reply = parse_reply(text)
-            except SimulatorError as exc:
-                reasons.append(f"invalid: {exc}")
+            except SimulatorError as exc:  # the answer's start, to see what the model wrote
+                reasons.append(f"invalid: {exc} (answer: {text[:60]!r})")
                 continue
             if not history and reply.completed:
                 reasons.append("invalid: completed before the first query")

@@ -63,8 +63,11 @@ def test_interrupted_synthesis_stops_cleanly_and_resumes(tmp_path: Path, sig: in
     assert proc.returncode == 130 and elapsed <= 15.0, f"{proc.returncode} {elapsed:.1f} s {err}"
     assert "Traceback" not in err and "the same command continues" in err, err
     assert _containers(run_id) == []
+    (cut,) = [json.loads(ln) for ln in (out / "runs.jsonl").read_text().splitlines()]
+    assert cut["interrupted"] is True and cut["wall_s"] > 0  # counted in the yield
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     # the interrupted sessions were not written as done (discarded): all three ran again
     assert (report["trajectories"]["complete"], report["trajectories"]["discarded"]) == (3, 0)
+    assert report["yield"]["wall_s"] > cut["wall_s"]  # both calls' time

@@ -195,23 +195,27 @@ async def synthesize(
                 return
 
     tasks = [asyncio.create_task(one(i)) for i in todo]
+    interrupted = False
     try:
         await asyncio.gather(*tasks)
     except BaseException:  # Ctrl-C, SIGTERM or an error: every session ends (sandbox removed,
-        for t in tasks:  # proxy session closed) before the endpoint closes under them
+        interrupted = True  # proxy session closed) before the endpoint closes under them
+        for t in tasks:
             t.cancel()
         await asyncio.wait(tasks)
         raise
-    append_jsonl(
-        out_dir / "runs.jsonl",
-        {
-            "started": started,
-            "wall_s": round(time.time() - started, 3),
-            "concurrency": concurrency,
-            "attempts": attempts,
-            **{k: counts[k] for k in ("sessions", "verified", "failed", "discarded")},
-        },
-    )
+    finally:  # an interrupted call's time and sessions count towards the yield too
+        append_jsonl(
+            out_dir / "runs.jsonl",
+            {
+                "started": started,
+                "wall_s": round(time.time() - started, 3),
+                "concurrency": concurrency,
+                "attempts": attempts,
+                "interrupted": interrupted,
+                **{k: counts[k] for k in ("sessions", "verified", "failed", "discarded")},
+            },
+        )
     report = synthesis_report(
         read_jsonl(traj_path),
         read_jsonl(disc_path),

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,18 +36,10 @@ def _task(root: Path, name: str, verifier: str) -> Path:
     return d
 
 
-def _containers(run_id: str) -> list[str]:
-    out = subprocess.run(
-        ["podman", "ps", "-a", "--filter", f"label=clawrl.run_id={run_id}", "-q"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return out.stdout.split()
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_ctrl_c_saves_finished_rollouts_and_leaves_nothing(tmp_path: Path, sig: int) -> None:
+def test_ctrl_c_saves_finished_rollouts_and_leaves_nothing(
+    tmp_path: Path, sig: int, interrupts: Any
+) -> None:
     """One task is done, the other's verifier is still running (a 200 s sleep) when SIGINT
     comes (Ctrl-C: the whole process group) or SIGTERM (``kill``: bench's process only):
     bench exits 130 within 10 s, results.json holds the finished rollout, and no
@@ -77,16 +70,7 @@ def test_ctrl_c_saves_finished_rollouts_and_leaves_nothing(tmp_path: Path, sig: 
             time.sleep(0.2)
         time.sleep(3)  # the slow task's verifier is running now
         assert proc.poll() is None, "".join(lines)
-        t0 = time.monotonic()
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, sig)
-        else:
-            os.kill(proc.pid, sig)
-        try:
-            rc = proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            rc = None
-        elapsed = time.monotonic() - t0
+        rc, elapsed = interrupts.send(proc, sig)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -101,7 +85,7 @@ def test_ctrl_c_saves_finished_rollouts_and_leaves_nothing(tmp_path: Path, sig: 
     assert [r["task_id"] for r in doc["rollouts"]] == ["fast"]
     assert doc["rollouts"][0]["reward"] == 1.0
     assert doc["meta"]["interrupted"] is True and doc["meta"]["n_planned"] == 2
-    assert _containers(run_id) == []
+    assert interrupts.containers(run_id) == []
     assert [p.name for p in tmp.iterdir() if p.name.startswith("clawrl-")] == []
     group = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True)
     assert group.stdout.split() == []

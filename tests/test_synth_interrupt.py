@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,18 +20,10 @@ pytestmark = [pytest.mark.podman, pytest.mark.slow]
 SYNTH = str(Path(sys.executable).parent / "synth")
 
 
-def _containers(run_id: str) -> list[str]:
-    out = subprocess.run(
-        ["podman", "ps", "-a", "--filter", f"label=clawrl.run_id={run_id}", "-q"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return out.stdout.split()
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_interrupted_synthesis_stops_cleanly_and_resumes(tmp_path: Path, sig: int) -> None:
+def test_interrupted_synthesis_stops_cleanly_and_resumes(
+    tmp_path: Path, sig: int, interrupts: Any
+) -> None:
     out = tmp_path / "ise"
     argv = [SYNTH, "run", "-n", "3", "--checkable", "-o", str(out), "--agent", "scripted",
             "--simulator", "scripted", "--scripted-max-queries", "3", "--concurrency", "3"]  # fmt: skip
@@ -40,29 +33,21 @@ def test_interrupted_synthesis_stops_cleanly_and_resumes(tmp_path: Path, sig: in
     run_id = f"ise-{proc.pid}"
     try:
         deadline = time.monotonic() + 240
-        while not _containers(run_id):  # the sessions' sandboxes are up
+        while not interrupts.containers(run_id):  # the sessions' sandboxes are up
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.5)
         time.sleep(2)
         assert proc.poll() is None
-        t0 = time.monotonic()
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, sig)  # Ctrl-C: the whole process group
-        else:
-            os.kill(proc.pid, sig)  # kill: the process only
-        try:
-            _, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            err = ""
-        elapsed = time.monotonic() - t0
+        _, elapsed = interrupts.send(proc, sig)
+        _, err = proc.communicate()  # the output, and the pipes closed
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode == 130 and elapsed <= 15.0, f"{proc.returncode} {elapsed:.1f} s {err}"
     assert "Traceback" not in err and "the same command continues" in err, err
-    assert _containers(run_id) == []
+    assert interrupts.containers(run_id) == []
     (cut,) = [json.loads(ln) for ln in (out / "runs.jsonl").read_text().splitlines()]
     assert cut["interrupted"] is True and cut["wall_s"] > 0  # counted in the yield
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)

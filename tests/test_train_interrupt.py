@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,18 +39,10 @@ plot = false
 """
 
 
-def _containers(run_id: str) -> list[str]:
-    out = subprocess.run(
-        ["podman", "ps", "-a", "--filter", f"label=clawrl.run_id={run_id}", "-q"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return out.stdout.split()
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
-def test_sigterm_stops_train_and_removes_its_sandboxes(tmp_path: Path, sig: int) -> None:
+def test_sigterm_stops_train_and_removes_its_sandboxes(
+    tmp_path: Path, sig: int, interrupts: Any
+) -> None:
     """SIGTERM to train's process, or Ctrl-C (SIGINT to its process group). Revert tried:
     train_cli without its SIGTERM handler — the process dies at once (status -15) and the
     run's sandboxes stay up; without catching KeyboardInterrupt, Ctrl-C ends in a
@@ -68,23 +61,14 @@ def test_sigterm_stops_train_and_removes_its_sandboxes(tmp_path: Path, sig: int)
     try:
         deadline = time.monotonic() + 240
         run_id = ""
-        while not (run_id and _containers(run_id)):
+        while not (run_id and interrupts.containers(run_id)):
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             assert time.monotonic() < deadline, "no sandbox of the run came up"
             runs = out / "runs.jsonl"
             if runs.exists() and runs.read_text().strip():
                 run_id = json.loads(runs.read_text().splitlines()[0])["run_id"]
             time.sleep(0.5)
-        t0 = time.monotonic()
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, sig)
-        else:
-            os.kill(proc.pid, sig)
-        try:
-            rc = proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            rc = None
-        elapsed = time.monotonic() - t0
+        rc, elapsed = interrupts.send(proc, sig)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -94,4 +78,4 @@ def test_sigterm_stops_train_and_removes_its_sandboxes(tmp_path: Path, sig: int)
         proc.stdout.close()
     assert rc == 130 and elapsed <= 30.0, f"rc {rc} after {elapsed:.1f} s\n{text[-3000:]}"
     assert "--resume" in text and "Traceback" not in text, text[-3000:]
-    assert _containers(run_id) == []
+    assert interrupts.containers(run_id) == []

@@ -261,6 +261,7 @@ def test_sft_command_end_to_end(
         "kept_by_where": 5,
         "skipped": 2,
         "used": 3,
+        "target_tokens": rows[0]["assistant_tokens"],  # each step trains all three
     }
     reasons = {s["id"]: s["reason"] for s in summary["skipped"]}
     assert reasons == {"ise-9": "message 0 has no role", "ise-8": "has no assistant message"}

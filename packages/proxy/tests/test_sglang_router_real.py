@@ -198,7 +198,12 @@ def _kill_one_mid_step(
 
         # the dead worker is reported and routed around
         deadline = time.monotonic() + 30
-        while victim.url in backend.live_worker_urls and time.monotonic() < deadline:
+        # marked dead first, then the router's DELETE is confirmed: wait for both (under
+        # load the confirmation comes well after the mark)
+        while time.monotonic() < deadline and not (
+            victim.url not in backend.live_worker_urls
+            and {w.url: w for w in backend.workers}[victim.url].removed_from_router
+        ):
             time.sleep(0.5)
         status = {w.url: w for w in backend.workers}
         assert not status[victim.url].alive and status[victim.url].error

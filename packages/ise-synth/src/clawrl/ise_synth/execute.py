@@ -39,7 +39,7 @@ from clawrl.ise_synth.simulator import (
     SimulatorReply,
     SimulatorTurn,
     UserSimulator,
-    summarise_tool_calls,
+    last_agent_turn,
 )
 from clawrl.ise_synth.trajectory import build_trajectory, tool_call_stats
 from clawrl.proxy import ModelEndpoint, ProxyError, SessionInfo
@@ -411,19 +411,10 @@ class _SessionRun:
         for call in transcript.get("tool_calls", []):
             self.tool_log.append({**call, "user_turn": len(self.history)})
         changes = workspace_changes(out["before"], out["after"])
-        messages = transcript["messages"]
-        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-        this_turn = messages[last_user + 1 :]
-        final = next(
-            (
-                str(m.get("content") or "")
-                for m in reversed(this_turn)
-                if m.get("role") == "assistant"
-            ),
-            "",
-        )
         summary = changes if self.config.workspace_summary else ""
-        self.history.append(AgentTurn(query, final, summary, summarise_tool_calls(this_turn)))
+        turn = last_agent_turn(query, transcript["messages"], summary)
+        final = turn.reply
+        self.history.append(turn)
         self.turn_records.append(
             {
                 "query": query,

@@ -38,13 +38,13 @@ from clawrl.bench.harness import (
     ReferenceHarness,
 )
 from clawrl.ise_synth.errors import IseSynthError, SimulatorError
+from clawrl.ise_synth.pipeline import ProxySimulatorFactory
 from clawrl.ise_synth.records import IntentRecord
 from clawrl.ise_synth.simulator import (
     AgentTurn,
-    LLMUserSimulator,
     SimulatorTurn,
     UserSimulator,
-    summarise_tool_calls,
+    last_agent_turn,
 )
 from clawrl.proxy import ProxyError
 
@@ -246,15 +246,18 @@ class LLMSimulatedUserHarness(ReferenceHarness):
         else:
             if endpoint is None:
                 raise SimulatorError("no model endpoint for the simulated user")
-            sim, close = await _proxy_simulator(
-                intent,
+            factory = ProxySimulatorFactory(  # one per rollout: aclose ends its session
                 endpoint,
-                run_id,
                 max_regenerations=self.max_regenerations,
                 max_user_turns=self.max_user_turns,
                 temperature=self.temperature,
                 max_tokens=self.sim_max_tokens,
             )
+            try:
+                sim, close = await factory.for_session(intent, run_id), factory.aclose
+            except BaseException:
+                await factory.aclose()
+                raise
         state = self._users[ctx.session_id] = _UserState(intent, sim, close=close)
         return state
 
@@ -349,43 +352,10 @@ def task_intent(task: Task) -> IntentRecord:
 
 
 def agent_turn(query: str, transcript_text: str) -> AgentTurn:
-    """What the simulator sees of the agent's last run: the reply after the last user
-    message of the reference harness's transcript, and its tool calls with their results."""
+    """What the simulator sees of the agent's last run, from the reference harness's
+    transcript (JSON text)."""
     try:
         messages = json.loads(transcript_text or "{}").get("messages") or []
     except (ValueError, AttributeError):
         messages = []
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    this_turn = messages[last_user + 1 :]
-    reply = next(
-        (str(m.get("content") or "") for m in reversed(this_turn) if m.get("role") == "assistant"),
-        "",
-    )
-    return AgentTurn(query, reply, "", summarise_tool_calls(this_turn))
-
-
-async def _proxy_simulator(
-    intent: IntentRecord, endpoint: Any, run_id: str, **sim_kwargs: Any
-) -> tuple[UserSimulator, Callable[[], Awaitable[None]]]:
-    """An LLM simulator on a proxy session of its own (harness ``user-simulator``)."""
-    import httpx
-    import openai
-
-    s = await endpoint.admin.create_session(
-        run_id=run_id, task_id=intent.id, harness="user-simulator", group_id=intent.id
-    )
-    http: Any = httpx.AsyncClient(
-        transport=httpx.AsyncHTTPTransport(uds=str(endpoint.model_socket)), timeout=600.0
-    )
-    client = openai.AsyncOpenAI(
-        base_url=s.openai_base_url, api_key=s.api_key, http_client=http, max_retries=2
-    )
-    sim = LLMUserSimulator(client, "simulator", require_check=True, **sim_kwargs)
-
-    async def close() -> None:
-        try:
-            await endpoint.admin.close_session(s.session_id)
-        finally:
-            await http.aclose()
-
-    return sim, close
+    return last_agent_turn(query, messages)

@@ -43,6 +43,7 @@ __all__ = [
     "SimulatorTurn",
     "UserSimulator",
     "detect_drift",
+    "last_agent_turn",
     "parse_reply",
     "scripted_queries",
     "simulator_messages",
@@ -244,6 +245,21 @@ _CALL_RESULT_CHARS = 160
 def _clip(text: str, n: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def last_agent_turn(
+    query: str, messages: Sequence[Mapping[str, Any]], workspace_changes: str = ""
+) -> AgentTurn:
+    """What the simulator sees of the agent's last run, from the conversation's chat
+    ``messages``: the final assistant reply after the last user message, and that turn's
+    tool calls with their results (:func:`summarise_tool_calls`)."""
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    this_turn = messages[last_user + 1 :]
+    reply = next(
+        (str(m.get("content") or "") for m in reversed(this_turn) if m.get("role") == "assistant"),
+        "",
+    )
+    return AgentTurn(query, reply, workspace_changes, summarise_tool_calls(this_turn))
 
 
 def summarise_tool_calls(

@@ -90,3 +90,34 @@ def test_one_mix_harness_step_through_pi_and_codex(tmp_path: Path) -> None:
     apis = {rec["api"] for f in files for rec in read_records(f)}
     assert apis == {"openai.chat", "openai.responses"}
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_calls_longer_than_the_token_budget_end_context_overflow_not_the_run(
+    tmp_path: Path,
+) -> None:
+    """``algo.token_budget`` below a harness's prompt (Codex's is 6-9k tokens here, pi's
+    1.3k): the proxy serves at most the budget per call, so Codex's calls get the typed
+    context-length error and its rollouts end ``context-overflow`` (counted, never trained
+    on), while pi's are trained on. Without the cap the step's update met a path longer than
+    one forward may hold and the run died (TokenBudgetError)."""
+    from clawrl.rl_core.train import read_jsonl
+
+    out = tmp_path / "run"
+    cfg = tmp_path / "mix.toml"
+    cfg.write_text(CONFIG.format(out=out).replace("token_budget = 32768", "token_budget = 4096"))
+    res = subprocess.run(
+        [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=840,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (row,) = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("kind") == "train"]
+    assert row["status/context-overflow"] == 2
+    assert row["context_overflow_rate/codex"] == 1.0
+    assert row["context_overflow_rate/pi"] == 0.0
+    assert row["trajectories"] >= 2 and "tree_tokens/codex" not in row
+    rollouts = list(read_jsonl(out / "rollouts" / "step-0001.jsonl"))
+    assert {r["harness"] for r in rollouts if r["status"] == "context-overflow"} == {"codex"}

@@ -257,3 +257,35 @@ def test_sdks_see_a_context_overflow_as_a_typed_400_and_the_proxy_records_it(
         assert "context_overflow" in rec["flags"]
     assert "no_model_turns" in recs[0]["flags"]
     assert "no_model_turns" not in recs[1]["flags"]
+
+
+def test_a_context_cap_below_the_backends_refuses_longer_calls_the_same_typed_way(
+    live_factory: Any, model_dir: Any
+) -> None:
+    """``max_context`` (a trainer's one-forward budget) below the backend's own limit: a
+    call that fits the backend but not the cap gets the same typed 400 and record as a real
+    overflow, a call within the cap is served, and ``/v1/models`` reports the cap."""
+    from clawrl.proxy.testing import ScriptedBackend
+
+    live = live_factory(ScriptedBackend.from_model_dir(model_dir, max_context=4096), max_context=96)
+    with live.admin() as admin:
+        s = admin.create_session(run_id="sdk", task_id="t", harness="sdk")
+        admin.script(s.session_id, ["short answer"])
+    oai = openai.OpenAI(
+        base_url=s.openai_base_url, api_key=s.api_key, http_client=live.http_client(), max_retries=0
+    )
+    assert oai.models.list().data[0].model_extra["max_model_len"] == 96
+    ok = oai.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_completion_tokens=8
+    )
+    assert ok.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as e1:
+        oai.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "w " * 150}]
+        )  # within the characters 96 tokens may hold, so it is tokenized and counted
+    assert e1.value.code == "context_length_exceeded"
+    assert "> 95 maximum" in e1.value.message
+    with live.admin() as admin:
+        recs = admin.records(s.session_id)
+    assert recs[-1]["error_code"] == "context_length_exceeded"
+    assert "context_overflow" in recs[-1]["flags"]

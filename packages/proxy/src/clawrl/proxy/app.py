@@ -242,7 +242,7 @@ class ProxyApp:
                     "object": "model",
                     "created": 0,
                     "owned_by": "clawrl",
-                    "max_model_len": self.core.backend.max_context,
+                    "max_model_len": self.core.max_context,
                 }
             ],
         }
@@ -392,7 +392,7 @@ class ProxyApp:
             {
                 "backend": self.core.backend.name,
                 "policy_version": self.core.backend.policy_version,
-                "max_context": self.core.backend.max_context,
+                "max_context": self.core.max_context,
                 "paused": self.core.paused,
                 "training_sampling": None if ts is None else ts.__dict__,
                 "sessions": len(self.core.sessions.all()),

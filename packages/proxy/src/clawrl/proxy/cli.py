@@ -125,6 +125,13 @@ def _add_serve_parser(sub: Any) -> None:
         "context window)",
     )
     s.add_argument(
+        "--max-context",
+        type=int,
+        default=None,
+        help="most tokens per call (prompt + completion), below the model's own limit: longer "
+        "calls get the context-length error (default: the model's limit)",
+    )
+    s.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -317,6 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 msg = flag + msg[len(key) :]
         print(f"proxy serve: {msg}", file=sys.stderr)
         return 2
+    if args.max_context is not None and args.max_context < 2:
+        print(f"proxy serve: --max-context must be >= 2, got {args.max_context}", file=sys.stderr)
+        return 2
     if args.workers > 1:
         if args.launch_sglang:
             print("proxy serve: --workers needs --sglang-url (one server for all)", file=sys.stderr)
@@ -366,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_body_bytes=int(args.max_body_mb * (1 << 20)),
             keepalive_s=args.keepalive,
             default_max_tokens=args.default_max_tokens,
+            max_context=args.max_context,
             log_level=args.log_level,
             worker_index=args.worker_index,
             max_connections_per_peer=args.max_connections_per_sandbox,

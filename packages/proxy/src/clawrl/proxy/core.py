@@ -68,6 +68,10 @@ class ProxyCore:
             in the context window (``max_context - prompt tokens``) is the only cap. Either
             way the cap applied is recorded in ``sampling.max_tokens`` (with
             ``sampling.max_tokens_source``).
+        max_context: serve at most this many tokens per call (prompt + completion), below
+            the backend's own limit: a longer call gets the typed context-length error the
+            backend's limit gives. A trainer sets it to what it can train on in one forward.
+            None: the backend's limit.
     """
 
     def __init__(
@@ -80,9 +84,13 @@ class ProxyCore:
         body_capture_limit: int = 1 << 20,
         abort_grace_s: float = 5.0,
         default_max_tokens: int | None = None,
+        max_context: int | None = None,
     ):
         if default_max_tokens is not None and default_max_tokens < 1:
             raise ValueError("default_max_tokens must be >= 1")
+        if max_context is not None and max_context < 2:
+            raise ValueError("max_context must be >= 2 (a prompt token and a completion token)")
+        self.context_cap = max_context
         self.default_max_tokens = default_max_tokens
         self.renderer = renderer
         self.backend = backend
@@ -95,6 +103,13 @@ class ProxyCore:
         self._gate.set()
         self.paused = False
         self._inflight: dict[str, asyncio.Task[Any]] = {}
+
+    @property
+    def max_context(self) -> int:
+        """Most tokens one call may hold (prompt + completion): the backend's limit, or the
+        lower ``max_context`` this proxy was given."""
+        limit = self.backend.max_context
+        return limit if self.context_cap is None else min(limit, self.context_cap)
 
     # -- admin operations --------------------------------------------------------------------
 
@@ -148,7 +163,7 @@ class ProxyCore:
             ProxyRequestError: the template cannot render the conversation, or it nests so
                 deeply that rendering would reach Python's recursion limit.
         """
-        limit = self.backend.max_context
+        limit = self.max_context
         cache = session.prompt_cache if session is not None else None
         if cache is not None:
             chars = cache.text_chars(call.messages, call.tools)
@@ -186,11 +201,12 @@ class ProxyCore:
         Raises:
             ContextLengthExceededError: the prompt fills the context window.
         """
-        room = self.backend.max_context - prompt_len
+        limit = self.max_context
+        room = limit - prompt_len
         if room < 1:
             raise ContextLengthExceededError(
-                f"prompt is too long: {prompt_len} tokens > {self.backend.max_context - 1} "
-                f"maximum (this model's maximum context length is {self.backend.max_context} "
+                f"prompt is too long: {prompt_len} tokens > {limit - 1} "
+                f"maximum (this model's maximum context length is {limit} "
                 "tokens, one of which the completion needs)",
                 param="messages",
             )

@@ -41,7 +41,9 @@ class ServerConfig:
     ``--admin-token`` or the environment variable ``CLAWRL_PROXY_ADMIN_TOKEN``, and
     :class:`~clawrl.proxy.AdminClient` sends the same variable when given no token.
     ``default_max_tokens``: completion cap of requests that give none (default: the room
-    left in the context window only). ``worker_index``: set on a worker of ``proxy serve
+    left in the context window only). ``max_context``: most tokens per call (prompt +
+    completion) when below the backend's own limit (a trainer's one-forward budget); longer
+    calls get the typed context-length error. ``worker_index``: set on a worker of ``proxy serve
     --workers N`` (its session ids end in ``-w<index>``, :mod:`clawrl.proxy.workers`). ``public_base_url`` defaults to the in-sandbox forwarder address
     ``http://127.0.0.1:8000`` when serving on a socket only, else ``http://<host>:<port>``.
 
@@ -68,6 +70,7 @@ class ServerConfig:
     keepalive_s: float = 10.0
     log_level: str = "warning"
     default_max_tokens: int | None = None
+    max_context: int | None = None
     worker_index: int | None = None
     max_connections_per_peer: int = 64
     max_calls_per_session: int = 32
@@ -93,6 +96,7 @@ def build_proxy_app(
         served_model=config.served_model,
         body_capture_limit=config.body_capture_limit,
         default_max_tokens=config.default_max_tokens,
+        max_context=config.max_context,
     )
     return ProxyApp(
         core,

@@ -214,6 +214,7 @@ async def serve(
     start_timeout_s: float = 300.0,
     tempdir: TempDirFactory | None = None,
     tempdir_prefix: str = "clawrl-px-",
+    max_context: int | None = None,
 ) -> AsyncIterator[ModelEndpoint]:
     """Serve ``backend`` behind a clawrl proxy for the duration of the ``async with``.
 
@@ -228,6 +229,10 @@ async def serve(
     model serving never waits on the caller's work, nor the caller on a long prefill. With
     ``in_thread=False`` it runs in the caller's loop (the RL loop, whose embedded backend
     syncs weights in-process).
+
+    ``max_context``: most tokens per call (prompt + completion) when below the backend's own
+    limit; a longer call gets the typed context-length error (a trainer passes what it can
+    train on in one forward).
 
     Yields:
         ModelEndpoint: the admin client (closed on exit) and the model socket path.
@@ -244,6 +249,7 @@ async def serve(
             socket=str(sock_root / "model.sock"),
             admin_socket=str(sock_root / "admin.sock"),
             capture_dir=str(cap),
+            max_context=max_context,
         )
         renderer = await asyncio.to_thread(ChatRenderer.from_model_dir, Path(model_dir))
         server = ProxyServer(build_proxy_app(renderer, backend, config), config)

@@ -60,7 +60,9 @@ def _truncate(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
         kth = torch.topk(out, top_k).values[-1]
         out = out.masked_fill(out < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_logits, order = torch.sort(out, descending=True)
+        # stable: tied logits keep index order, so which of them the nucleus keeps is fixed
+        # (the first maximal one, argmax's, always) rather than up to the sort's internals
+        sorted_logits, order = torch.sort(out, descending=True, stable=True)
         probs = torch.softmax(sorted_logits, dim=-1)
         before = torch.cumsum(probs, dim=-1) - probs  # mass strictly before each token
         drop_sorted = before >= top_p

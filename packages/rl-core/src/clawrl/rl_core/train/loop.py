@@ -493,6 +493,9 @@ class TrainLoop:
             in_thread=False,
             tempdir=owned_tempdir,
             tempdir_prefix="clawrl-train-px-",
+            # a call longer than one forward can hold could not be trained on: the proxy
+            # answers it with the typed context-length error (a context-overflow rollout)
+            max_context=self.cfg.algo.trainer.token_budget,
         )
 
     def _backend(self) -> InferenceBackend:

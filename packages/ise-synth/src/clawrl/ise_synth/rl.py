@@ -101,22 +101,15 @@ class SimulatedUserHarness(ReferenceHarness):
     def launch(self, ctx: HarnessContext) -> HarnessLaunch:
         task_file = f"{ctx.log_dir}/query.md"
         transcript = f"{ctx.log_dir}/transcript.json"
-        common: dict[str, Any] = {
-            "base_url": ctx.openai_base_url,
-            "model": ctx.model,
-            "task_file": task_file,
-            "workdir": ctx.task.workspace_path,
-            "max_turns": ctx.max_turns,
-            "transcript": transcript,
-            "max_tokens": ctx.max_tokens,
-        }
         user_log = f"{ctx.log_dir}/user.json"
         spec: dict[str, Any] = {
             "queries": [ctx.task.instruction, *self.follow_ups],
             "task_file": task_file,
             "workdir": ctx.task.workspace_path,
-            "first": self.agent_argv(**common),
-            "resume": self.agent_argv(**common, messages_file=transcript),
+            "first": self.context_argv(ctx, task_file=task_file, transcript=transcript),
+            "resume": self.context_argv(
+                ctx, task_file=task_file, transcript=transcript, resume=True
+            ),
             "user_log": user_log,
         }
         driver, spec_file = f"{ctx.log_dir}/user_driver.py", f"{ctx.log_dir}/user_spec.json"
@@ -212,29 +205,8 @@ class LLMSimulatedUserHarness(ReferenceHarness):
         self.simulator_factory = simulator_factory
         self._users: dict[str, _UserState] = {}
 
-    def _launch(self, ctx: HarnessContext, query: str, *, resume: bool) -> HarnessLaunch:
-        task_file = f"{ctx.log_dir}/query.md"
-        transcript = f"{ctx.log_dir}/transcript.json"
-        argv = self.agent_argv(
-            base_url=ctx.openai_base_url,
-            model=ctx.model,
-            task_file=task_file,
-            workdir=ctx.task.workspace_path,
-            max_turns=ctx.max_turns,
-            transcript=transcript,
-            max_tokens=ctx.max_tokens,
-            messages_file=transcript if resume else None,
-        )
-        return HarnessLaunch(
-            argv=tuple(argv),
-            env={"OPENAI_API_KEY": ctx.api_key},
-            workdir=ctx.task.workspace_path,
-            files={task_file: query},
-            log_paths={"transcript": transcript},
-        )
-
     def launch(self, ctx: HarnessContext) -> HarnessLaunch:
-        return self._launch(ctx, ctx.task.instruction, resume=False)
+        return self.query_launch(ctx, ctx.task.instruction, task_name="query.md")
 
     async def _user(self, ctx: HarnessContext, endpoint: Any, run_id: str) -> _UserState:
         state = self._users.get(ctx.session_id)
@@ -291,7 +263,7 @@ class LLMSimulatedUserHarness(ReferenceHarness):
         state.turns.append(record)
         if reply.completed:  # the user ended the session
             return None
-        return self._launch(ctx, reply.query, resume=True)
+        return self.query_launch(ctx, reply.query, task_name="query.md", resume=True)
 
     async def end_rollout(self, ctx: HarnessContext) -> Mapping[str, str]:
         """Close the rollout's simulator session; its turns are the ``user`` log (kept on

@@ -96,10 +96,12 @@ class ReferenceHarness(HarnessAdapter):
             argv += ["--messages-file", messages_file]
         return argv
 
-    def launch(self, ctx: HarnessContext) -> HarnessLaunch:
-        task_file = f"{ctx.log_dir}/task.md"
-        transcript = f"{ctx.log_dir}/transcript.json"
-        argv = self.agent_argv(
+    def context_argv(
+        self, ctx: HarnessContext, *, task_file: str, transcript: str, resume: bool = False
+    ) -> list[str]:
+        """:meth:`agent_argv` for a rollout: endpoint, model, workspace and limits from
+        ``ctx``; ``resume``: continue ``transcript``'s conversation."""
+        return self.agent_argv(
             base_url=ctx.openai_base_url,
             model=ctx.model,
             task_file=task_file,
@@ -107,14 +109,29 @@ class ReferenceHarness(HarnessAdapter):
             max_turns=ctx.max_turns,
             transcript=transcript,
             max_tokens=ctx.max_tokens,
+            messages_file=transcript if resume else None,
         )
+
+    def query_launch(
+        self, ctx: HarnessContext, query: str, *, task_name: str = "task.md", resume: bool = False
+    ) -> HarnessLaunch:
+        """One run of the agent on ``query`` (written to ``<log_dir>/<task_name>``), its
+        transcript at ``<log_dir>/transcript.json``; ``resume``: as the next user message of
+        that transcript's conversation (a follow-up turn)."""
+        task_file = f"{ctx.log_dir}/{task_name}"
+        transcript = f"{ctx.log_dir}/transcript.json"
         return HarnessLaunch(
-            argv=tuple(argv),
+            argv=tuple(
+                self.context_argv(ctx, task_file=task_file, transcript=transcript, resume=resume)
+            ),
             env={"OPENAI_API_KEY": ctx.api_key},
             workdir=ctx.task.workspace_path,
-            files={task_file: ctx.task.instruction},
+            files={task_file: query},
             log_paths={"transcript": transcript},
         )
+
+    def launch(self, ctx: HarnessContext) -> HarnessLaunch:
+        return self.query_launch(ctx, ctx.task.instruction)
 
     def outcome(self, exit_code: int, logs: Mapping[str, str], stdout: str) -> HarnessOutcome:
         transcript = json_or_empty(logs.get("transcript", ""))

@@ -298,6 +298,39 @@ def test_scripted_turns_for_learnable_tasks(tmp_path: Path) -> None:
     assert args == {"path": task.metadata["file"], "content": task.metadata["word"]}
 
 
+@pytest.mark.parametrize("harness", ["pi", "mini-swe-agent", "claude-code", "reference"])
+def test_fenced_scripted_turns_carry_the_same_calls(tmp_path: Path, harness: str) -> None:
+    """``cold_start.call_style = "fenced"``: the scripted turns write each call as a fenced
+    JSON block (no ``<tool_call>`` token), and a JSON-call family's parser reads back
+    exactly the calls and final answer of the ``tags`` turns."""
+    from clawrl.bench import generate_chore_tasks
+    from clawrl.bench.harness import get_harness
+    from clawrl.proxy import parse_completion
+
+    task = generate_chore_tasks(tmp_path, "train", 1, 0, templates=["config_key"])[0]
+    h = get_harness(harness)
+    tags, fenced = scripted_turns(task, h), scripted_turns(task, h, "fenced")
+    assert len(tags) == len(fenced) >= 3
+
+    def read(text: str) -> tuple[str, list[tuple[str, Any]]]:
+        p = parse_completion(
+            text + "<|im_end|>",
+            finish_reason="stop",
+            json_calls=True,
+            tool_names=[h.shell_tool[0] if hasattr(h, "shell_tool") else "bash"],
+        )
+        return p.content, [(c.name, c.arguments) for c in p.tool_calls]
+
+    assert [read(t) for t in fenced] == [read(t) for t in tags]
+    assert all("<tool_call>" not in t for t in fenced)
+    assert sum(bool(read(t)[1]) for t in fenced) >= 2
+
+
+def test_an_unknown_call_style_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="cold_start.call_style must be 'tags' or 'fenced'"):
+        load_config(None, ["cold_start.call_style='xml'"])
+
+
 # ------------------------------------------------------------------ logs
 def test_jsonl_skips_torn_line_and_plot_writes_png(tmp_path: Path) -> None:
     log = MetricsLog(tmp_path)

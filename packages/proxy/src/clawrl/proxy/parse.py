@@ -41,12 +41,23 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ParsedCompletion", "ParsedToolCall", "format_assistant_text", "parse_completion"]
+__all__ = [
+    "CALL_STYLES",
+    "ParsedCompletion",
+    "ParsedToolCall",
+    "format_assistant_text",
+    "parse_completion",
+    "restyle_assistant_text",
+]
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 TOOL_OPEN = "<tool_call>"
 TOOL_CLOSE = "</tool_call>"
+#: how :func:`format_assistant_text` writes tool calls: ``tags`` (the chat template's
+#: ``<tool_call>`` blocks) or ``fenced`` (each call object in a ```` ```json ```` block, as
+#: Qwen2.5-Coder writes them; read back as calls for families with JSON calls)
+CALL_STYLES = ("tags", "fenced")
 
 
 @dataclass(frozen=True)
@@ -238,12 +249,20 @@ def format_assistant_text(
     content: str = "",
     reasoning: str | None = None,
     tool_calls: list[tuple[str, dict[str, Any]]] | None = None,
+    call_style: str = "tags",
 ) -> str:
     """The text a model in this format generates for an assistant turn (without the stop).
 
-    Used to script completions (oracle trajectories, harness tests). Matches the chat
-    template's rendering of the same assistant message.
+    Used to script completions (oracle trajectories, harness tests). With ``call_style``
+    ``tags`` it matches the chat template's rendering of the same assistant message; with
+    ``fenced`` each call is a ```` ```json ```` block holding the call object (indented, as
+    Qwen2.5-Coder writes calls), which :func:`parse_completion` reads with ``json_calls``.
+
+    Raises:
+        ValueError: ``call_style`` is not one of :data:`CALL_STYLES`.
     """
+    if call_style not in CALL_STYLES:
+        raise ValueError(f"call_style must be one of {', '.join(CALL_STYLES)}, got {call_style!r}")
     out = ""
     if reasoning:
         out += f"{THINK_OPEN}\n{reasoning}\n{THINK_CLOSE}\n\n"
@@ -251,8 +270,30 @@ def format_assistant_text(
     for name, args in tool_calls or []:
         if out:
             out += "\n"
+        if call_style == "fenced":
+            body = json.dumps({"name": name, "arguments": args}, indent=2, ensure_ascii=False)
+            out += f"```json\n{body}\n```"
+            continue
         out += (
             f'{TOOL_OPEN}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
             f"{json.dumps(args, ensure_ascii=False)}}}\n{TOOL_CLOSE}"
         )
     return out
+
+
+def restyle_assistant_text(text: str, call_style: str) -> str:
+    """``text`` (an assistant turn as :func:`format_assistant_text` writes it with ``tags``)
+    with its tool calls written in ``call_style``; reasoning and content unchanged.
+
+    Raises:
+        ValueError: ``call_style`` is unknown, or ``text`` holds an ill-formed tool call.
+    """
+    parsed = parse_completion(text, finish_reason="stop", stop_texts=())
+    if parsed.flags:
+        raise ValueError(f"cannot restyle an assistant turn with {parsed.flags[0]}: {text[:80]!r}")
+    return format_assistant_text(
+        content=parsed.content,
+        reasoning=parsed.reasoning,
+        tool_calls=[(c.name, c.arguments) for c in parsed.tool_calls],
+        call_style=call_style,
+    )

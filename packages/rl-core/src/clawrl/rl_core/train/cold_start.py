@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 from clawrl.bench import RolloutResult, RolloutSpec, Task, plan_rollouts
 from clawrl.bench.harness import HarnessAdapter, demonstration_turns, oracle_completions
 from clawrl.prefixtree import Call, PrefixTree
-from clawrl.proxy import BackendConfig, SessionInfo, format_assistant_text, make_backend
+from clawrl.proxy import (
+    BackendConfig,
+    SessionInfo,
+    format_assistant_text,
+    make_backend,
+    restyle_assistant_text,
+)
 from clawrl.rl_core.config import LossConfig, OptimConfig, TrainerConfig
 from clawrl.rl_core.sft import epoch_batches
 from clawrl.rl_core.train.errors import TrainError
@@ -28,9 +34,12 @@ if TYPE_CHECKING:
 __all__ = ["run_cold_start", "scripted_turns"]
 
 
-def scripted_turns(task: Task, harness: HarnessAdapter | None = None) -> list[str]:
+def scripted_turns(
+    task: Task, harness: HarnessAdapter | None = None, call_style: str = "tags"
+) -> list[str]:
     """The scripted policy's assistant turns for ``task`` through ``harness`` (cold-start
-    data).
+    data), tool calls written in ``call_style`` (``"tags"`` or ``"fenced"``, see
+    :class:`~clawrl.rl_core.train.config.ColdStartConfig`).
 
     For a learnable-family task (``metadata`` has ``file`` and ``word``) through the reference
     harness (or no harness given): one ``write_file`` call creating the file — the skill the
@@ -43,10 +52,11 @@ def scripted_turns(task: Task, harness: HarnessAdapter | None = None) -> list[st
     reference = harness is None or harness.name == "reference"
     if reference and isinstance(meta.get("file"), str) and isinstance(meta.get("word"), str):
         call = ("write_file", {"path": meta["file"], "content": meta["word"]})
-        return [format_assistant_text(tool_calls=[call])]
-    if harness is None:
-        return oracle_completions(task)
-    return demonstration_turns(harness, task)
+        return [format_assistant_text(tool_calls=[call], call_style=call_style)]
+    turns = oracle_completions(task) if harness is None else demonstration_turns(harness, task)
+    if call_style == "tags":
+        return turns
+    return [restyle_assistant_text(t, call_style) for t in turns]
 
 
 async def _capture(
@@ -55,13 +65,15 @@ async def _capture(
     """One scripted rollout per task and harness (the scripted backend's proxy)."""
     scripted = make_backend(BackendConfig(kind="scripted", model_dir=loop.model_dir))
     async with loop.serve_backend(scripted) as sep:
+        style = loop.cfg.cold_start.call_style
 
         async def hook(session: SessionInfo, spec: RolloutSpec) -> None:
-            await sep.admin.script(session.session_id, scripted_turns(spec.task, spec.harness))
+            turns = scripted_turns(spec.task, spec.harness, style)
+            await sep.admin.script(session.session_id, turns)
 
         runner = loop.runner(
             sep,
-            max_turns=max(len(scripted_turns(t, h)) for t in tasks for h in harnesses),
+            max_turns=max(len(scripted_turns(t, h, style)) for t in tasks for h in harnesses),
             session_hook=hook,
             run_id=f"{loop.run_id}-coldstart",
             scripted=True,

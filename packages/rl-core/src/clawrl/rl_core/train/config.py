@@ -376,6 +376,10 @@ class ColdStartConfig:
 
     tasks: training tasks whose scripted trajectories are captured.
     steps: SFT optimiser steps at most; batch_size: trajectories per step.
+    call_style: how the scripted turns write tool calls: ``"tags"`` (the chat template's
+    ``<tool_call>`` blocks) or ``"fenced"`` (a ```` ```json ```` block per call, the way
+    Qwen2.5-Coder writes them: its ``<tool_call>`` token is near-impossible for it, log-prob
+    about -22 at a turn's start, and SFT on it taught it ``<|im_start|>`` in its place).
     eval_every: evaluate on held-out tasks every N SFT steps (0: only at the end);
     eval_from: ... but not before SFT step ``eval_from`` (the last step is always
     evaluated); stop_at_reward: stop the cold start once the held-out eval reward reaches it.
@@ -386,6 +390,7 @@ class ColdStartConfig:
     steps: int = 40
     batch_size: int = 16
     lr: float = 1e-3
+    call_style: Literal["tags", "fenced"] = "tags"
     eval_every: int = 0
     eval_from: int = 0
     stop_at_reward: float = 1.0
@@ -510,6 +515,11 @@ class TrainConfig:
             raise ConfigError("tasks.heldout_path is for tasks.family = 'path'")
         if self.algo.updates_per_step < 1:
             raise ConfigError("algo.updates_per_step must be >= 1")
+        if self.cold_start.call_style not in ("tags", "fenced"):
+            raise ConfigError(
+                "cold_start.call_style must be 'tags' or 'fenced', "
+                f"got {self.cold_start.call_style!r}"
+            )
         if self.async_.max_staleness < 0:
             raise ConfigError("async.max_staleness must be >= 0")
         if self.eval.greedy and self.async_.enabled:

@@ -42,7 +42,9 @@ def test_every_style_reads_back_the_same_turn(
 
 def test_fenced_is_the_indented_block_qwen_coder_writes() -> None:
     text = format_assistant_text(tool_calls=[("bash", {"command": "ls"})], call_style="fenced")
-    assert text == '```json\n{\n  "name": "bash",\n  "arguments": {\n    "command": "ls"\n  }\n}\n```'
+    assert (
+        text == '```json\n{\n  "name": "bash",\n  "arguments": {\n    "command": "ls"\n  }\n}\n```'
+    )
 
 
 def test_an_unknown_style_or_an_ill_formed_turn_is_refused() -> None:

@@ -327,7 +327,7 @@ def test_fenced_scripted_turns_carry_the_same_calls(tmp_path: Path, harness: str
 
 
 def test_an_unknown_call_style_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="cold_start.call_style must be 'tags' or 'fenced'"):
+    with pytest.raises(ConfigError, match=r"cold_start\.call_style must be 'tags' or 'fenced'"):
         load_config(None, ["cold_start.call_style='xml'"])
 
 

@@ -111,7 +111,11 @@ def _solved(loop: TrainLoop, results: list[RolloutResult], t0: float) -> list[Ro
 
 def _sft_trainer(loop: TrainLoop) -> Trainer:
     """SFT fits the model's own distribution (T = 1); rollouts then sample it at
-    ``rollout.temperature``."""
+    ``rollout.temperature``. The run's memory and precision settings apply to it as to the
+    RL updates (``precision``, ``gradient_checkpointing``, ``freeze_embeddings``, ``token_budget``,
+    ``chunk_size``; without checkpointing a real model's SFT step held ~23 GB and was killed
+    for memory); the cold start trains every weight even when RL trains LoRA adapters, and
+    is not sharded (the RL trainer shards the policy with ``fsdp``)."""
     cs, trainer = loop.cfg.cold_start, loop.cfg.algo.trainer
     return loop.new_trainer(
         TrainerConfig(
@@ -121,6 +125,8 @@ def _sft_trainer(loop: TrainLoop) -> Trainer:
             chunk_size=trainer.chunk_size,
             seed=loop.cfg.run.seed,
             precision=trainer.precision,
+            gradient_checkpointing=trainer.gradient_checkpointing,
+            freeze_embeddings=trainer.freeze_embeddings,
         ),
     )
 

@@ -104,3 +104,26 @@ def test_serving_contexts_compares_in_place_appends_with_concatenation(tmp_path:
     for c in cases:
         assert c["decode_tok_s"] > 0 and c["decode_over_bound"] > 0 and c["kv_bytes"] > 0
     assert cases[0]["speedup_over_concatenate"] > 0
+
+
+@pytest.mark.slow
+def test_harness_update_benchmark_compares_the_tree_with_flat_sequences(tmp_path: Path) -> None:
+    """One tiny shared prompt, both modes: the tree holds the prompt once (token ratio
+    (G·(P+L)) / (P+G·L)), and every figure and roofline ratio is written."""
+    out = tmp_path / "harness_update.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools/perf/bench_harness_update.py"),
+            *("--prompts", "200", "--layers", "1", "--branch-tokens", "20", "--out", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["tree"]["tokens"] == 200 + 4 * 20 and row["flat"]["tokens"] == 4 * 220
+    assert row["token_ratio"] == pytest.approx(880 / 280)
+    for mode in ("tree", "flat"):
+        assert row[mode]["ratio_to_bf16_roofline"] > 0 and row[mode]["peak_rss_bytes"] > 0

@@ -67,8 +67,8 @@ TRAIN_EXTRA: dict[tuple[str, str], str] = {
     ("cold_start", "enabled"): "run a supervised cold start on scripted-policy trajectories "
     "before RL.",
     ("cold_start", "lr"): "the cold start's learning rate.",
-    ("cold_start", "call_style"): "how the scripted turns write tool calls: `\"tags\"` (the "
-    "chat template's `<tool_call>` blocks) or `\"fenced\"` (a fenced JSON block per call, "
+    ("cold_start", "call_style"): 'how the scripted turns write tool calls: `"tags"` (the '
+    'chat template\'s `<tool_call>` blocks) or `"fenced"` (a fenced JSON block per call, '
     "for models that write calls that way, such as Qwen2.5-Coder).",
     ("eval", "enabled"): "evaluate on the held-out tasks (before RL, at the end, and every "
     "`every` steps).",

@@ -470,6 +470,11 @@ def test_mix_harness_real_recipe(tmp_path: Path) -> None:
     assert {"claude-code", "openclaw"} <= trained and len(trained - {"reference"}) >= 3
     assert set(cfg.eval.harnesses) - trained == {"codex"}
     assert cfg.backend.prefix_cache_mib >= 1024
+    # a cold start in the model's own call format, SFT under the run's memory settings
+    assert cfg.cold_start.enabled and cfg.cold_start.call_style == "fenced"
+    assert cfg.algo.trainer.gradient_checkpointing
+    # every call the harnesses make fits one forward (Claude Code's prompt is ~19k tokens)
+    assert cfg.algo.trainer.token_budget is not None and cfg.algo.trainer.token_budget > 24_000
 
 
 def test_suite_directories_from_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

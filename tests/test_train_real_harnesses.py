@@ -52,6 +52,19 @@ progress = false
 """
 
 
+def _train(cfg: Path) -> None:
+    """``train --config cfg`` as a user runs it; it must succeed."""
+    res = subprocess.run(
+        [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=840,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+
 def test_one_mix_harness_step_through_pi_and_codex(tmp_path: Path) -> None:
     from clawrl.proxy import read_records
     from clawrl.rl_core.train import read_jsonl
@@ -59,16 +72,7 @@ def test_one_mix_harness_step_through_pi_and_codex(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cfg = tmp_path / "mix.toml"
     cfg.write_text(CONFIG.format(out=out))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    res = subprocess.run(
-        [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=840,
-        env=env,
-        check=False,
-    )
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    _train(cfg)
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("kind") == "train"]
     assert len(rows) == 1
     row = rows[0]
@@ -105,15 +109,7 @@ def test_calls_longer_than_the_token_budget_end_context_overflow_not_the_run(
     out = tmp_path / "run"
     cfg = tmp_path / "mix.toml"
     cfg.write_text(CONFIG.format(out=out).replace("token_budget = 32768", "token_budget = 4096"))
-    res = subprocess.run(
-        [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=840,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
-    )
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    _train(cfg)
     (row,) = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("kind") == "train"]
     assert row["status/context-overflow"] == 2
     assert row["context_overflow_rate/codex"] == 1.0

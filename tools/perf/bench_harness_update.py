@@ -31,15 +31,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from tree_step import QWEN25_05B_SHAPE as SHAPE
+
 RESULTS = Path(__file__).parent / "results"
-#: Qwen2.5-0.5B's shape
-SHAPE = {
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "vocab_size": 151936,
-}
 MODES = ("tree", "flat")
 
 
@@ -78,19 +72,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         prepare_rl,
         split_by_token_budget,
     )
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    from tree_step import forward_flops
+    from tree_step import forward_flops, qwen25_05b_model
 
     torch.set_num_threads(args.threads)
-    cfg = Qwen2Config(
-        **SHAPE,
-        num_hidden_layers=args.layers,
-        tie_word_embeddings=False,
-        attn_implementation="sdpa",
-        max_position_embeddings=32768,
-    )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg)
+    model = qwen25_05b_model(args.layers)
     model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.get_input_embeddings().requires_grad_(False)
     model.train()

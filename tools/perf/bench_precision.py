@@ -38,9 +38,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tree_step import (
+    QWEN25_05B_SHAPE as SHAPE,
+)
+from tree_step import (
     add_workload_args,
     forward_flops,
     grpo_workload,
+    qwen25_05b_model,
     rss_bytes,
     run_workers,
     throughput,
@@ -49,30 +53,13 @@ from tree_step import (
 
 RESULTS = Path(__file__).parent / "results"
 SCHEMES = ("fp32", "bf16", "bf16-params")
-#: Qwen2.5-0.5B's shape
-SHAPE = {
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "vocab_size": 151936,
-}
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.set_num_threads(args.threads)
-    cfg = Qwen2Config(
-        **SHAPE,
-        num_hidden_layers=args.layers,
-        tie_word_embeddings=False,
-        attn_implementation="sdpa",
-        max_position_embeddings=32768,
-    )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg)
+    model = qwen25_05b_model(args.layers)
     if args.scheme == "bf16-params":
         model = model.to(torch.bfloat16)
     if args.grad_ckpt:

@@ -17,6 +17,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+#: Qwen2.5-0.5B's shape (hidden 896, MLP 4864, 14 / 2 heads, vocabulary 151,936)
+QWEN25_05B_SHAPE = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+}
+
+
+def qwen25_05b_model(layers: int) -> Any:
+    """A Qwen2 with random weights (seed 0) at Qwen2.5-0.5B's shape, ``layers`` of its 24,
+    untied head, sdpa (the dense tree mask)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        **QWEN25_05B_SHAPE,
+        num_hidden_layers=layers,
+        tie_word_embeddings=False,
+        attn_implementation="sdpa",
+        max_position_embeddings=32768,
+    )
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(cfg)
+
 
 def rss_bytes() -> int:
     """This process's resident set size now."""

@@ -56,3 +56,33 @@ async def test_demonstrations_solve_chores_through_every_harness(tmp_path: Path)
         assert r.status is RolloutStatus.OK and r.reward == 1.0, detail
         # look, solve, check, then the way to finish (a final answer, or mini's submit)
         assert r.n_calls == steps[r.task_id] + 1, detail
+
+
+async def test_checkable_intents_worked_solutions_solve_through_harnesses(tmp_path: Path) -> None:
+    """ISE's checkable intents, exported as a bench suite, carry the same kind of worked
+    solution (look, do, per step; then check): played through the reference harness and
+    mini-swe-agent they score 1, one recorded call per command (the cold start of a
+    teacher on the intents' train split)."""
+    from clawrl.bench import load_task
+    from clawrl.ise_synth import export_bench_suite, generate_checkable_intents
+
+    intents = generate_checkable_intents(3, seed=0, split="train")
+    tasks = [load_task(d) for d in export_bench_suite(intents, tmp_path / "suite")]
+    assert {len(i.extra["steps"]) for i in intents} != {1}  # a multi-step intent among them
+    harnesses = [get_harness(n) for n in ("reference", "mini-swe-agent")]
+    model_dir = Path(build_default_model("qwen3"))
+    backend = ScriptedBackend.from_model_dir(model_dir)
+    async with serve(backend, model_dir) as endpoint:
+
+        async def script(session: SessionInfo, spec: RolloutSpec) -> None:
+            backend.script(session.session_id, demonstration_turns(spec.harness, spec.task))
+
+        options = RolloutOptions(max_turns=10, memory_mb=3072, agent_timeout_s=600)
+        runner = RolloutRunner(endpoint, options, session_hook=script, concurrency=3)
+        results = await runner.run(plan_rollouts(tasks, harnesses))
+    steps = {t.id: len(t.metadata["demonstration"]) for t in tasks}
+    assert len(results) == len(tasks) * len(harnesses)
+    for r in results:
+        detail = f"{r.harness} {r.task_id}: {r.status.value} {r.reason} {r.stderr[-500:]}"
+        assert r.status is RolloutStatus.OK and r.reward == 1.0, detail
+        assert r.n_calls == steps[r.task_id] + 1, detail

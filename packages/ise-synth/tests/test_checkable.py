@@ -101,6 +101,15 @@ def test_oracle_passes_and_untouched_workspace_fails(
     subprocess.run(["bash", "-c", intent.extra["solution"]], cwd=solved, check=True)
     after = _run_checks(intent.extra["checks"], solved)
     assert after["reward"] == 1.0 and after["passed"] == after["checks"], after
+    # the worked solution, one command at a time (as a shell tool runs it), solves it too,
+    # and each step's look at its input comes before the step
+    shown = tmp_path_factory.mktemp("ws")
+    _materialise(intent, shown)
+    demo = intent.extra["demonstration"]
+    assert len(demo) == 2 * len(intent.extra["steps"]) + 1
+    for command in demo:
+        subprocess.run(["bash", "-c", command], cwd=shown, check=True, capture_output=True)
+    assert _run_checks(intent.extra["checks"], shown)["reward"] == 1.0
 
 
 def test_checks_refuse_links_escapes_and_junk(tmp_path: Path) -> None:
@@ -149,6 +158,8 @@ def test_exported_suite_loads_and_scores_in_bench(tmp_path: Path) -> None:
         task = load_task(d)
         assert task.instruction.strip() == intent.intent
         assert task.metadata["family"] == "ise-checkable"
+        assert task.metadata["demonstration"] == intent.extra["demonstration"]
+        assert "demonstration" not in task.metadata["user"]  # the simulated user's side
         ws = prepare_workspace(task, tmp_path / f"ws-{d.name}")
         untouched = verify(task, ws)
         assert untouched.ok and untouched.reward == 0.0

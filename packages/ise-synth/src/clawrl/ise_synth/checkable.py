@@ -13,7 +13,10 @@ Complexity structure, restricted to work the offline sandbox can execute, and ca
   JSON object whose key ``text[0]`` equals ``text[1]``; ``text`` is a JSON array) and
   ``absent`` (nothing at ``path``);
 * ``solution``: a bash script that does the work (the oracle);
-* ``steps``: the request's steps, one sentence each; ``split``: ``train`` or ``heldout``.
+* ``steps``: the request's steps, one sentence each; ``split``: ``train`` or ``heldout``;
+* ``demonstration``: a worked solution as shell commands, step by step (look at the step's
+  input, do it, then look at the results): cold-start data for any harness with a shell
+  tool, like the chores family's (bench's ``demonstration_turns``).
 
 Complexity sets the number of steps (simple 1, medium 2, complex 3, each from a different
 step kind); the persona sets the register (the template renderer's openers). Draw ``i`` of
@@ -411,8 +414,22 @@ class CheckableIntentGenerator:
                 "checks": [c for s in steps for c in s.checks],
                 "solution": "\n".join(["set -e", *(line for s in steps for line in s.solution)])
                 + "\n",
+                "demonstration": _demonstration(steps),
             },
         )
+
+
+def _demonstration(steps: Sequence[_Step]) -> list[str]:
+    """Shell commands that solve the steps in order, run in the workspace: per step, look
+    at its input files (``ls`` when it has none), then its oracle lines; last, look at
+    every file a check reads (``ls`` when every check is ``absent``)."""
+    commands: list[str] = []
+    for s in steps:
+        commands.append("cat " + " ".join(map(_q, sorted(s.files))) if s.files else "ls")
+        commands.append("\n".join(s.solution))
+    outputs = [c["path"] for s in steps for c in s.checks if c["kind"] != "absent"]
+    commands.append("cat " + " ".join(map(_q, dict.fromkeys(outputs))) if outputs else "ls")
+    return commands
 
 
 def _digest(seed: int, split: str, index: int, text: str) -> str:
@@ -564,12 +581,18 @@ _DIFFICULTY = {"simple": "easy", "medium": "medium", "complex": "hard"}
 
 
 def _user_side(intent: IntentRecord) -> dict[str, Any]:
-    """What a simulated user of ``intent`` knows: the record without its checks, solution
-    and workspace files."""
+    """What a simulated user of ``intent`` knows: the record without its checks, solution,
+    demonstration and workspace files."""
     d = intent.to_dict()
-    for key in ("checks", "solution", "workspace"):
+    for key in ("checks", "solution", "workspace", "demonstration"):
         d.pop(key, None)
     return d
+
+
+def _demo(intent: IntentRecord) -> list[str]:
+    demo = intent.extra.get("demonstration")
+    ok = isinstance(demo, list) and all(isinstance(c, str) for c in demo)
+    return list(demo) if ok and demo else []
 
 
 def export_bench_suite(
@@ -578,7 +601,8 @@ def export_bench_suite(
     """Write each checkable intent as a bench task directory (built-in layout) under
     ``dest``: ``task.toml`` (id, the intent text as the instruction, category from the primary
     domain, difficulty from the complexity, timeouts, ``[metadata] family =
-    "ise-checkable"``), ``environment/`` (the workspace files), ``tests/check.py``
+    "ise-checkable"``, the user's side for a simulated user and the ``demonstration``),
+    ``environment/`` (the workspace files), ``tests/check.py``
     (:func:`check_program`; the reward is 1 iff every check passes, each check a sub-score)
     and ``solution/solve.sh`` (the oracle). Returns the directories in order.
 
@@ -613,6 +637,8 @@ def export_bench_suite(
             # the user's side for a simulated user (persona, intent, steps; no checks or
             # solution): read on the host, never placed in the sandbox
             f"user = {json.dumps(json.dumps(_user_side(intent)))}\n"
+            # the worked solution for a cold start (records drawn before it existed lack it)
+            + (f"demonstration = {json.dumps(demo)}\n" if (demo := _demo(intent)) else "")
         )
         (task_dir / "tests" / "check.py").write_text(check_program(intent.extra["checks"]))
         (task_dir / "solution" / "solve.sh").write_text(

@@ -624,6 +624,7 @@ def export_bench_suite(
                 raise ValueError(f"intent {intent.id}: workspace path {f['path']!r}")
             (env / rel).parent.mkdir(parents=True, exist_ok=True)
             (env / rel).write_text(f["content"])
+        demo = _demo(intent)
         (task_dir / "task.toml").write_text(
             f"id = {json.dumps(intent.id)}\n"
             f"instruction = {json.dumps(intent.intent)}\n"
@@ -638,7 +639,7 @@ def export_bench_suite(
             # solution): read on the host, never placed in the sandbox
             f"user = {json.dumps(json.dumps(_user_side(intent)))}\n"
             # the worked solution for a cold start (records drawn before it existed lack it)
-            + (f"demonstration = {json.dumps(demo)}\n" if (demo := _demo(intent)) else "")
+            + (f"demonstration = {json.dumps(demo)}\n" if demo else "")
         )
         (task_dir / "tests" / "check.py").write_text(check_program(intent.extra["checks"]))
         (task_dir / "solution" / "solve.sh").write_text(

@@ -256,3 +256,67 @@ async def test_checkable_intents_are_verified_in_the_sandbox(tmp_path: Path) -> 
         )
         rows[name] = [o["verified"] for o in ds["outcome"]]
     assert rows == {"kept": [1.0, 1.0], "failed": [0.0]}
+
+
+@pytest.mark.slow
+def test_sim_embedded_plays_the_user_on_its_own_proxy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``synth simulate --sim-embedded MODEL`` serves the simulator's model in a second proxy:
+    every simulator call lands there and none on the agent's proxy (each proxy's own call
+    records, written through a capture directory per served proxy)."""
+    import clawrl.proxy
+    from clawrl.ise_synth import write_intents
+    from clawrl.ise_synth.cli import main
+
+    served: list[Path] = []
+    real_serve = clawrl.proxy.serve
+
+    def capturing_serve(*args, **kwargs):  # type: ignore[no-untyped-def]
+        capture = tmp_path / f"capture{len(served)}"
+        served.append(capture)
+        return real_serve(*args, capture_dir=capture, **kwargs)
+
+    monkeypatch.setattr(clawrl.proxy, "serve", capturing_serve)
+    intents = tmp_path / "intents.jsonl"
+    write_intents(intents, _intents(2, seed=3))
+    model = str(build_default_model("byte"))
+    argv = ["simulate", "--intents", str(intents), "-o", str(tmp_path / "out"), "--model", model]
+    argv += ["--sim-embedded", model, "--opening", "intent", "--max-user-turns", "2"]
+    argv += ["--agent-max-turns", "2", "--agent-max-tokens", "16", "--sim-max-tokens", "24"]
+    argv += ["--max-regenerations", "1", "--memory-mb", "256", "--concurrency", "2"]
+    assert main(argv) == 0
+    assert len(served) == 2  # the agent's proxy, then the simulator's
+
+    def kinds(capture: Path) -> Counter[str]:
+        first = [
+            orjson.loads(p.read_bytes().splitlines()[0])
+            for p in capture.rglob("*.jsonl")
+            if p.stat().st_size > 0
+        ]
+        return Counter("agent" if r["request"].get("tools") else "simulator" for r in first)
+
+    assert kinds(served[0]) == {"agent": 2}, kinds(served[0])
+    assert kinds(served[1]) == {"simulator": 2}, kinds(served[1])
+    report = orjson.loads((tmp_path / "out" / "report.json").read_bytes())
+    assert report["drift"]["generations"] >= 2  # the simulator really generated there
+
+
+def test_sim_embedded_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from clawrl.ise_synth import write_intents
+    from clawrl.ise_synth.cli import main
+
+    intents = tmp_path / "intents.jsonl"
+    write_intents(intents, _intents(1))
+    argv = ["simulate", "--intents", str(intents), "-o", str(tmp_path / "out")]
+    model = str(build_default_model("byte"))
+    for extra in (
+        ["--sim-embedded", model, "--simulator", "scripted", "--agent", "scripted"],
+        ["--sim-embedded", model, "--sim-base-url", "http://127.0.0.1:9/v1"],
+        ["--sim-embedded", str(tmp_path / "no-such-model"), "--model", model],
+    ):
+        capsys.readouterr()
+        assert main([*argv, *extra]) == 2, extra
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "--sim-embedded" in err, err
+    assert not (tmp_path / "out" / "trajectories.jsonl").exists()

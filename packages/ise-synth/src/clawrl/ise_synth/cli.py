@@ -17,6 +17,7 @@ Stages 2–3 (one podman sandbox per session; the agent is the reference harness
     synth run -n 20 -o out/ --agent scripted --simulator scripted   # intents + simulate + stats
     synth simulate --intents train.jsonl -o out/ --model qwen2.5-coder-0.5b-instruct  # real model
     synth simulate --intents train.jsonl -o out-1t/ --model M --single-turn   # the ablation
+    synth simulate --intents train.jsonl -o out/ --model TEACHER --sim-embedded M  # own user
     synth stats out/                                                # the report table
     synth run --config examples/ise_synth.toml --set run.num=50 -o out/  # a TOML + overrides
 
@@ -181,6 +182,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
             "--sim-base-url",
             help="OpenAI-compatible endpoint of the simulator "
             "(default: the agent's proxy, one session per ISE session)",
+        )
+        q.add_argument(
+            "--sim-embedded",
+            metavar="MODEL",
+            default=None,
+            help="serve the simulator's own model (a model-kit name or an HF directory) in a "
+            "second in-process proxy, apart from the agent's (default: the agent's proxy "
+            "and model); --dtype applies to it too, --temperature only to the agent",
         )
         q.add_argument("--sim-model", default="simulator")
         q.add_argument("--sim-api-key", default=None)
@@ -347,7 +356,7 @@ async def _simulate_async(
     scripted_sim = ScriptedUserSimulator(max_queries=args.scripted_max_queries)
     backend, hook = _agent_backend(args, scripted_sim)
 
-    async def go(endpoint: ModelEndpoint) -> SynthesisRun:
+    async def go(endpoint: ModelEndpoint, sim_endpoint: ModelEndpoint | None) -> SynthesisRun:
         factory: ProxySimulatorFactory | None = None
         simulator: UserSimulator | SimulatorFactory
         sim_kw = {
@@ -357,6 +366,8 @@ async def _simulate_async(
         }
         if args.simulator == "scripted":
             simulator = scripted_sim
+        elif sim_endpoint is not None:
+            factory = simulator = ProxySimulatorFactory(sim_endpoint, args.sim_model, **sim_kw)
         elif args.sim_base_url:
             import openai
 
@@ -403,8 +414,26 @@ async def _simulate_async(
             bar.update(task, completed=len(intents))
         return run
 
-    async with _agent_endpoint(args, backend) as endpoint:
-        return await go(endpoint)
+    async with contextlib.AsyncExitStack() as stack:
+        endpoint = await stack.enter_async_context(_agent_endpoint(args, backend))
+        sim_endpoint = None
+        if args.sim_embedded:
+            sim_endpoint = await stack.enter_async_context(_simulator_endpoint(args))
+        return await go(endpoint, sim_endpoint)
+
+
+@contextlib.asynccontextmanager
+async def _simulator_endpoint(args: argparse.Namespace) -> AsyncIterator[ModelEndpoint]:
+    """The simulator's own in-process proxy (``--sim-embedded``): a second embedded model,
+    so that the user is played by a model other than the one being distilled (a policy that
+    plays its own user drifts into writing tool calls)."""
+    from clawrl.proxy import BackendConfig, make_backend, serve
+    from clawrl.sandbox import owned_tempdir
+
+    model_dir = _model_dir(args.sim_embedded, flag="--sim-embedded")
+    backend = make_backend(BackendConfig(kind="embedded", model_dir=model_dir, dtype=args.dtype))
+    async with serve(backend, model_dir, tempdir=owned_tempdir) as endpoint:
+        yield endpoint
 
 
 def _agent_backend(
@@ -470,14 +499,14 @@ async def _agent_endpoint(
         yield endpoint
 
 
-def _model_dir(name: str) -> Path:
+def _model_dir(name: str, flag: str = "--model") -> Path:
     """A model-kit name or an HF directory as a model directory (fetched on first use)."""
     from clawrl.proxy import ModelKitError, resolve_model
 
     try:
         return resolve_model(name)
     except (ModelKitError, ValueError, OSError) as exc:
-        raise IseSynthError(f"--model {name}: {exc}") from exc
+        raise IseSynthError(f"{flag} {name}: {exc}") from exc
 
 
 def _export_tasks(args: argparse.Namespace, console: Console) -> int:
@@ -506,8 +535,15 @@ def _simulate(
         raise IseSynthError(
             "--concurrency, --max-user-turns and --attempts must be >= 1, --max-regenerations >= 0"
         )
-    if args.dtype != "fp32" and args.agent != "embedded":
-        raise IseSynthError("--dtype is the embedded agent's: use it with --agent embedded")
+    if args.dtype != "fp32" and args.agent != "embedded" and not args.sim_embedded:
+        raise IseSynthError(
+            "--dtype is the embedded models': use it with --agent embedded or --sim-embedded"
+        )
+    if args.sim_embedded and (args.simulator != "llm" or args.sim_base_url):
+        raise IseSynthError(
+            "--sim-embedded serves the LLM simulator: not with --simulator scripted or "
+            "--sim-base-url"
+        )
     if intents is None:
         intents = load_intents(args.intents)
         if args.intent_stats:

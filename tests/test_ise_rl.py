@@ -148,3 +148,55 @@ def test_train_runs_through_the_llm_user_harness(tmp_path: Path) -> None:
         x["session_id"] for x in records if x["metadata"].get("harness") == "user-simulator"
     }
     assert sim_sessions and not sim_sessions & {r["session_id"] for r in rollouts}
+
+
+@pytest.mark.slow
+def test_train_user_model_plays_the_user_on_its_own_proxy(tmp_path: Path) -> None:
+    """``rollout.user_model``: a second model, served apart, plays the simulated user. Its
+    calls are recorded in ``capture-user`` only; the policy's proxy (``capture``, what is
+    trained on) holds the rollouts' calls and no user-simulator session."""
+    import json
+    import subprocess
+    import sys
+
+    from clawrl.rl_core.train import read_jsonl
+
+    intents = generate_checkable_intents(2, seed=3, split="train")
+    export_bench_suite(intents, tmp_path / "suite")
+    out = tmp_path / "run"
+    config = tmp_path / "c.toml"
+    user = build_default_model("byte")
+    config.write_text(
+        f'[run]\nout = "{out}"\nsteps = 1\n'
+        f'[tasks]\nfamily = "path"\npath = "{tmp_path / "suite"}"\ntasks_per_step = 1\n'
+        '[rollout]\nharnesses = ["simulated-user-llm"]\nsamples = 2\nmax_turns = 2\n'
+        f'max_tokens = 16\nconcurrency = 2\nuser_model = "{user}"\n'
+        "[eval]\nenabled = false\n[logging]\nprogress = false\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rollouts = list(read_jsonl(out / "rollouts" / "step-0001.jsonl"))
+    assert len(rollouts) == 2
+
+    def harnesses(capture: Path) -> dict[str, set[str]]:
+        by: dict[str, set[str]] = {}
+        for f in capture.rglob("*.jsonl"):
+            for ln in f.read_text().splitlines():
+                x = json.loads(ln)
+                by.setdefault(x["metadata"].get("harness"), set()).add(x["session_id"])
+        return by
+
+    policy, played = harnesses(out / "capture"), harnesses(out / "capture-user")
+    assert "user-simulator" not in policy, policy  # no user session on the policy's proxy
+    assert policy["simulated-user-llm"] == {r["session_id"] for r in rollouts}
+    assert set(played) == {"user-simulator"} and len(played["user-simulator"]) == 2, played
+    for r in rollouts:  # the user generated there (the tiny model fails its JSON contract),
+        turns = json.loads(r["logs"]["user"])["turns"]  # not a user that could not start
+        assert turns and not turns[0].get("error", "").startswith("simulator:"), turns
+        assert "query" in turns[0] or turns[0].get("end") == "simulator_failed", turns

@@ -161,9 +161,10 @@ class LLMSimulatedUserHarness(ReferenceHarness):
     results and its final reply (the workspace itself is not summarised here).
 
     The rollout runner drives the turns (:meth:`follow_up`): after each agent run that ended
-    well, the simulator — on a proxy session of its own, opened on the runner's endpoint (the
-    model being served: in a train run, the current policy plays the user; its calls are never
-    part of the rollout's records) — answers ``{completed, query, reason, is_success}``; a
+    well, the simulator — on a proxy session of its own, opened on ``user_endpoint`` when set
+    (``train``'s ``rollout.user_model``: another model plays the user), else on the runner's
+    endpoint (the model being served: in a train run, the current policy plays the user); its
+    calls are never part of the rollout's records — answers ``{completed, query, reason, is_success}``; a
     query resumes the conversation, ``completed`` ends the rollout, as does the user-turn
     limit. A simulator that fails its JSON contract or leaves the user role on every
     regeneration ends the turns too: the rollout is scored like any other (the simulator's
@@ -184,6 +185,7 @@ class LLMSimulatedUserHarness(ReferenceHarness):
     """
 
     name = "simulated-user-llm"
+    plays_user = True
 
     def __init__(
         self,
@@ -216,6 +218,8 @@ class LLMSimulatedUserHarness(ReferenceHarness):
         if self.simulator_factory is not None:
             sim, close = await self.simulator_factory(intent, endpoint, run_id)
         else:
+            if self.user_endpoint is not None:  # a model of its own plays the user
+                endpoint = self.user_endpoint
             if endpoint is None:
                 raise SimulatorError("no model endpoint for the simulated user")
             factory = ProxySimulatorFactory(  # one per rollout: aclose ends its session

@@ -190,11 +190,18 @@ class HarnessAdapter(ABC):
         name: registry name (``reference``, ``mini-swe-agent``, ``oracle``, ...).
         api: the wire API the harness speaks (``None`` for harnesses without a model).
         needs_model: whether the sandbox needs the model socket + forwarder.
+        plays_user: a multi-turn adapter whose follow-up turns come from a model playing the
+            user; such an adapter reads ``user_endpoint``.
+        user_endpoint: the ``clawrl.proxy.ModelEndpoint`` the user is played on (set by the
+            caller, e.g. ``train``'s ``rollout.user_model``); ``None``: the runner's own
+            endpoint (``HarnessTurn.endpoint``), i.e. the model being served plays the user.
     """
 
     name: str = ""
     api: WireAPI | None = "openai.chat"
     needs_model: bool = True
+    plays_user: bool = False
+    user_endpoint: Any = None
 
     def prepare(self, progress: ProgressFn | None = None) -> None:  # noqa: B027
         """Install or locate the runtime on the host (idempotent, cached; may take minutes

@@ -182,6 +182,10 @@ class RolloutConfig:
         the agent sandboxes spread over several podman hosts by free capacity, a host that
         disappears failing its rollouts as infra-errors (docs/scale-out.md). Empty: the
         local podman only. Verifier sandboxes stay local.
+    user_model: the model that plays the user of multi-turn harnesses with a simulated user
+        (``simulated-user-llm``): a model-kit name or an HF directory, served for the run by
+        a second embedded backend (``backend.dtype``), its calls recorded in
+        ``<out>/capture-user`` and never trained on. Empty: the policy plays the user too.
     """
 
     harnesses: list[str] = field(default_factory=lambda: ["reference"])
@@ -196,6 +200,7 @@ class RolloutConfig:
     max_leaves: int = 8
     verifier: Literal["sandbox", "host"] = "sandbox"
     sandbox_hosts: list[dict[str, Any]] = field(default_factory=list)
+    user_model: str = ""
 
     def hosts(self) -> list[SandboxHost]:
         """The :class:`clawrl.sandbox.SandboxHost` of each ``sandbox_hosts`` table.
@@ -477,12 +482,18 @@ class TrainConfig:
             )
         if self.logging.wandb and not self.logging.wandb_project.strip():
             raise ConfigError("[logging] wandb_project is empty")
+        plays_user = False
         for section, names in (("rollout", self.rollout.harnesses), ("eval", self.eval.harnesses)):
             for harness in names:
                 try:
-                    get_harness(harness)
+                    plays_user |= get_harness(harness).plays_user
                 except UnknownHarnessError as exc:
                     raise ConfigError(f"[{section}] harnesses: {exc}") from None
+        if self.rollout.user_model and not plays_user:
+            raise ConfigError(
+                "rollout.user_model is the model that plays a simulated user: none of the "
+                "harnesses has one (e.g. simulated-user-llm)"
+            )
         if self.rollout.samples < 1 or self.tasks.tasks_per_step < 1:
             raise ConfigError("need rollout.samples >= 1 and tasks.tasks_per_step >= 1")
         if self.algo.name == "grpo" and self.rollout.samples < 2:

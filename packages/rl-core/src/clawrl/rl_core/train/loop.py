@@ -39,7 +39,7 @@ import random
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -154,6 +154,7 @@ class TrainLoop:
         hosts = config.rollout.hosts()
         self.sandbox_hosts: SandboxHosts | None = SandboxHosts(hosts) if hosts else None
         self.log: MetricsLog | None = None
+        self.user_model_dir: Path | None = None  # rollout.user_model, resolved
         self.progress: Callable[[RolloutEvent], None] | None = None
 
     # ------------------------------------------------------------------ setup
@@ -347,9 +348,12 @@ class TrainLoop:
         train, held, harnesses, latest = await self._prepare()
         backend = self._backend()
         hosts = self.sandbox_hosts or contextlib.nullcontext()
-        async with self.serve_backend(backend) as endpoint, hosts:
+        async with self.serve_backend(backend) as endpoint, hosts, self._user_proxy() as user:
             named = self.cfg.eval.harnesses
             evals = [get_harness(h) for h in named] if named else harnesses
+            for adapter in {id(a): a for a in [*harnesses, *evals]}.values():
+                if adapter.plays_user and user is not None:
+                    adapter.user_endpoint = user
             ctx = RunContext(endpoint, backend, train, held, harnesses, evals)
             r = self.cfg.rollout
             await endpoint.admin.set_sampling(
@@ -375,6 +379,13 @@ class TrainLoop:
         harnesses = [get_harness(h) for h in cfg.rollout.harnesses]  # checked by the config
         # the model and the tasks first: a typo in either leaves no run folder behind
         self.model_dir = await asyncio.to_thread(self._model_dir)
+        if cfg.rollout.user_model:
+            try:
+                self.user_model_dir = await asyncio.to_thread(
+                    resolve_model, os.path.expanduser(cfg.rollout.user_model)
+                )
+            except (ModelKitError, ValueError, OSError) as exc:
+                raise ConfigError(f"[rollout] user_model: {exc}") from exc
         train, held = await asyncio.to_thread(self._tasks)
         await self._open_run_dir()
         seed_everything(cfg.run.seed)
@@ -497,6 +508,34 @@ class TrainLoop:
             # answers it with the typed context-length error (a context-overflow rollout)
             max_context=self.cfg.algo.trainer.token_budget,
         )
+
+    @contextlib.asynccontextmanager
+    async def _user_proxy(self) -> AsyncIterator[ModelEndpoint | None]:
+        """``rollout.user_model`` served by an embedded backend of its own (None: unset)."""
+        model_dir = self.user_model_dir
+        if model_dir is None:
+            yield None
+            return
+        b = self.cfg.backend
+        backend = make_backend(
+            BackendConfig(
+                kind="embedded",
+                model_dir=model_dir,
+                dtype=b.dtype,
+                max_batch_size=b.max_batch_size,
+                num_threads=b.num_threads,
+                seed=self.cfg.run.seed * 1000 + 999,
+            )
+        )
+        async with serve(
+            backend,
+            model_dir,
+            capture_dir=self.out / "capture-user",
+            in_thread=False,
+            tempdir=owned_tempdir,
+            tempdir_prefix="clawrl-train-user-",
+        ) as endpoint:
+            yield endpoint
 
     def _backend(self) -> InferenceBackend:
         b = self.cfg.backend

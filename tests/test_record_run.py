@@ -30,6 +30,7 @@ def _run_dir(tmp_path: Path) -> Path:
         {"task_id": "chores-count-matches-aa", "harness": "pi", "reward": 1.0, "status": "ok"},
         {"task_id": "chores-log-value-bb", "harness": "pi", "reward": 0.0, "status": "ok"},
     ]
+    rows[1]["workspace_diff"] = "x" * 300_000  # the loop's lines also hold diffs and logs
     (run / "rollouts/eval-step-1.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
     # an RGBA picture of thousands of colours (noise: it does not compress)
     im = Image.frombytes("RGB", (320, 240), random.Random(0).randbytes(320 * 240 * 3))
@@ -58,6 +59,13 @@ def test_record_keeps_the_small_files_and_a_palette_curve(tmp_path: Path) -> Non
     with Image.open(dest / "curves.png") as im:
         assert im.mode == "P" and im.size == (320, 240)
     assert (dest / "curves.png").stat().st_size < (run / "curves.png").stat().st_size
+    kept = [json.loads(x) for x in (dest / "eval-step-1.jsonl").read_text().splitlines()]
+    assert kept[1] == {
+        "task_id": "chores-log-value-bb",
+        "harness": "pi",
+        "reward": 0.0,
+        "status": "ok",
+    }
     table = json.loads((dest / "eval_table.json").read_text())
     assert table["evals"]["step-1"]["per_harness"]["pi"]["pass_rate"] == 0.5
     readme = (dest / "README.md").read_text()

@@ -4,7 +4,8 @@
         --title "Cold start and GRPO, seed 0" --command "uv run train --config ... --steps 5"
 
 Keeps `config.json`, `metrics.jsonl`, `summary.json`, the held-out evaluations
-(`rollouts/eval-*.jsonl`, one line per rollout) with their table (`eval_table.json`, from
+(`rollouts/eval-*.jsonl`, one line per rollout: task, harness, status, end, reward, calls,
+sub-scores) with their table (`eval_table.json`, from
 tools/train/eval_table.py) and `curves.png` re-encoded with a 64-colour palette; leaves
 checkpoints, call records (`capture/`), train rollout logs and tasks behind. Writes a README.md
 stub (title, command, the held-out table) unless the record has one.
@@ -17,12 +18,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import sys
 import tempfile
 from pathlib import Path
 
 LIMIT_BYTES = 200_000
 KEEP = ("config.json", "metrics.jsonl", "summary.json")
+#: the fields kept of each held-out rollout line
+ROW_FIELDS = ("task_id", "harness", "status", "reason", "end_reason", "reward", "n_calls")
+ROW_FIELDS += ("excluded", "subscores")
 
 
 class RecordError(Exception):
@@ -36,6 +41,19 @@ def _quantised_png(src: Path) -> bytes:
         out = io.BytesIO()
         im.convert("RGB").quantize(colors=64).save(out, format="PNG", optimize=True)
         return out.getvalue()
+
+
+def _compact_rows(path: Path) -> bytes:
+    """An evaluation's rollout lines with only the fields a reader of the record needs (the
+    loop's lines also hold logs, verifier output and workspace diffs)."""
+    out = []
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        small = {k: row[k] for k in ROW_FIELDS if k in row}
+        if isinstance(small.get("reason"), str):
+            small["reason"] = small["reason"][:200]
+        out.append(json.dumps(small) + "\n")
+    return "".join(out).encode()
 
 
 def _eval_table(run: Path) -> tuple[str, bytes]:
@@ -71,7 +89,7 @@ def record(run: Path, dest: Path, title: str | None = None, command: str | None 
     table = ""
     evals = sorted((run / "rollouts").glob("eval-*.jsonl"))
     for p in evals:
-        files[p.name] = p.read_bytes()
+        files[p.name] = _compact_rows(p)
     if evals:
         table, files["eval_table.json"] = _eval_table(run)
     if (run / "curves.png").is_file():

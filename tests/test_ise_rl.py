@@ -5,6 +5,7 @@ test backend: predetermined tool calls). The reward is the task's execution chec
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clawrl.bench import RolloutRunner, RolloutSpec, RolloutStatus, load_task, plan_rollouts
@@ -107,13 +108,10 @@ async def test_an_llm_user_drives_the_follow_up_turns_and_the_checks_decide(
     assert json.loads(broken.logs["user"])["turns"][-1]["end"] == "simulator_failed"
 
 
-@pytest.mark.slow
-def test_train_runs_through_the_llm_user_harness(tmp_path: Path) -> None:
-    """One GRPO step of ``train`` through ``simulated-user-llm`` on exported checkable intents
-    (the tiny byte model as agent and, on its own proxy sessions, as user): the run ends,
-    every rollout has the user's log, and the simulator's sessions are recorded apart from
-    the rollouts' (never trained on)."""
-    import json
+def _one_llm_user_step(tmp_path: Path, rollout_extra: str = "") -> tuple[Path, list[Any]]:
+    """One GRPO step of ``train`` (a subprocess) through ``simulated-user-llm`` on 2 exported
+    checkable intents, the tiny byte model as policy; ``rollout_extra``: more ``[rollout]``
+    lines. Returns the run folder and the step's rollout lines."""
     import subprocess
     import sys
 
@@ -127,7 +125,7 @@ def test_train_runs_through_the_llm_user_harness(tmp_path: Path) -> None:
         f'[run]\nout = "{out}"\nsteps = 1\n'
         f'[tasks]\nfamily = "path"\npath = "{tmp_path / "suite"}"\ntasks_per_step = 1\n'
         '[rollout]\nharnesses = ["simulated-user-llm"]\nsamples = 2\nmax_turns = 2\n'
-        "max_tokens = 16\nconcurrency = 2\n"
+        f"max_tokens = 16\nconcurrency = 2\n{rollout_extra}"
         "[eval]\nenabled = false\n[logging]\nprogress = false\n"
     )
     done = subprocess.run(
@@ -138,7 +136,18 @@ def test_train_runs_through_the_llm_user_harness(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    rollouts = list(read_jsonl(out / "rollouts" / "step-0001.jsonl"))
+    return out, list(read_jsonl(out / "rollouts" / "step-0001.jsonl"))
+
+
+@pytest.mark.slow
+def test_train_runs_through_the_llm_user_harness(tmp_path: Path) -> None:
+    """One GRPO step of ``train`` through ``simulated-user-llm`` on exported checkable intents
+    (the tiny byte model as agent and, on its own proxy sessions, as user): the run ends,
+    every rollout has the user's log, and the simulator's sessions are recorded apart from
+    the rollouts' (never trained on)."""
+    import json
+
+    out, rollouts = _one_llm_user_step(tmp_path)
     assert len(rollouts) == 2 and {r["harness"] for r in rollouts} == {"simulated-user-llm"}
     for r in rollouts:
         assert "turns" in json.loads(r["logs"]["user"])
@@ -156,32 +165,9 @@ def test_train_user_model_plays_the_user_on_its_own_proxy(tmp_path: Path) -> Non
     calls are recorded in ``capture-user`` only; the policy's proxy (``capture``, what is
     trained on) holds the rollouts' calls and no user-simulator session."""
     import json
-    import subprocess
-    import sys
 
-    from clawrl.rl_core.train import read_jsonl
-
-    intents = generate_checkable_intents(2, seed=3, split="train")
-    export_bench_suite(intents, tmp_path / "suite")
-    out = tmp_path / "run"
-    config = tmp_path / "c.toml"
     user = build_default_model("byte")
-    config.write_text(
-        f'[run]\nout = "{out}"\nsteps = 1\n'
-        f'[tasks]\nfamily = "path"\npath = "{tmp_path / "suite"}"\ntasks_per_step = 1\n'
-        '[rollout]\nharnesses = ["simulated-user-llm"]\nsamples = 2\nmax_turns = 2\n'
-        f'max_tokens = 16\nconcurrency = 2\nuser_model = "{user}"\n'
-        "[eval]\nenabled = false\n[logging]\nprogress = false\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "clawrl.rl_core.train_cli", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    rollouts = list(read_jsonl(out / "rollouts" / "step-0001.jsonl"))
+    out, rollouts = _one_llm_user_step(tmp_path, f'user_model = "{user}"\n')
     assert len(rollouts) == 2
 
     def harnesses(capture: Path) -> dict[str, set[str]]:

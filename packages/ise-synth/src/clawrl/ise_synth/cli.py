@@ -427,12 +427,8 @@ async def _simulator_endpoint(args: argparse.Namespace) -> AsyncIterator[ModelEn
     """The simulator's own in-process proxy (``--sim-embedded``): a second embedded model,
     so that the user is played by a model other than the one being distilled (a policy that
     plays its own user drifts into writing tool calls)."""
-    from clawrl.proxy import BackendConfig, make_backend, serve
-    from clawrl.sandbox import owned_tempdir
-
     model_dir = _model_dir(args.sim_embedded, flag="--sim-embedded")
-    backend = make_backend(BackendConfig(kind="embedded", model_dir=model_dir, dtype=args.dtype))
-    async with serve(backend, model_dir, tempdir=owned_tempdir) as endpoint:
+    async with _served(model_dir, args.dtype) as endpoint:
         yield endpoint
 
 
@@ -467,15 +463,7 @@ async def _agent_endpoint(
 ) -> AsyncIterator[ModelEndpoint]:
     """The agent's proxy: the running one (``--agent proxy``), or ``backend`` (default: the
     embedded tiny model) served for the run."""
-    from clawrl.proxy import (
-        AsyncAdminClient,
-        BackendConfig,
-        ModelEndpoint,
-        build_default_model,
-        make_backend,
-        serve,
-    )
-    from clawrl.sandbox import owned_tempdir
+    from clawrl.proxy import AsyncAdminClient, ModelEndpoint, build_default_model
 
     if args.agent == "proxy":
         if not (args.admin_socket and args.model_socket):
@@ -489,13 +477,23 @@ async def _agent_endpoint(
     if args.model and args.agent != "embedded":
         raise IseSynthError("--model sets the embedded agent's model: use it with --agent embedded")
     model_dir = _model_dir(args.model) if args.model else build_default_model("byte")
-    if backend is None:
-        backend = make_backend(
-            BackendConfig(kind="embedded", model_dir=model_dir, dtype=args.dtype)
-        )
-    async with serve(backend, model_dir, tempdir=owned_tempdir) as endpoint:
+    async with _served(model_dir, args.dtype, backend) as endpoint:
         if args.temperature is not None:
             await endpoint.admin.set_sampling(temperature=args.temperature)
+        yield endpoint
+
+
+@contextlib.asynccontextmanager
+async def _served(
+    model_dir: Path, dtype: str, backend: InferenceBackend | None = None
+) -> AsyncIterator[ModelEndpoint]:
+    """An in-process proxy for ``backend`` (default: ``model_dir`` on the embedded backend)."""
+    from clawrl.proxy import BackendConfig, make_backend, serve
+    from clawrl.sandbox import owned_tempdir
+
+    if backend is None:
+        backend = make_backend(BackendConfig(kind="embedded", model_dir=model_dir, dtype=dtype))
+    async with serve(backend, model_dir, tempdir=owned_tempdir) as endpoint:
         yield endpoint
 
 

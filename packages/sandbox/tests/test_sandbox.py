@@ -145,13 +145,19 @@ async def test_output_caps_hold() -> None:
         assert r.stdout == b"small\n" and not r.stdout_truncated
 
 
-async def test_memory_limit_kills_twice_the_allocation() -> None:
+async def test_memory_limit_kills_twice_the_allocation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the caller's directory: nothing may appear in it
     async with await Sandbox.create(SandboxSpec(limits=Limits(memory="128m"))) as sb:
         ok = await sb.exec("python3 -c \"b = b'x' * (64 << 20); print(len(b))\"", timeout=60)
         assert ok.ok, ok
         r = await sb.exec("python3 -c \"b = b'x' * (256 << 20); print('survived')\"", timeout=60)
         assert r.exit_code == 137 and b"survived" not in r.stdout, r
         assert (await sb.exec("echo alive")).ok  # the sandbox itself lives on
+    # conmon (podman's monitor) creates an ``oom`` file in its working directory after an
+    # OOM kill: podman runs in a private directory, not the caller's
+    assert list(tmp_path.iterdir()) == []
 
 
 async def test_fork_bomb_hits_pids_limit_host_stays_responsive() -> None:

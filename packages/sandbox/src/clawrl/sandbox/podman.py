@@ -30,6 +30,19 @@ _PR_SET_PDEATHSIG = 1
 
 
 @functools.cache
+def conmon_dir() -> str:
+    """The working directory podman runs in. conmon (podman's container monitor, started by
+    ``podman run`` / ``exec``) inherits it, and older versions create an empty ``oom`` file
+    there whenever a process in the container is OOM-killed: a private directory keeps that
+    out of the caller's current directory."""
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / f"clawrl-conmon-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return str(path)
+
+
+@functools.cache
 def _prctl() -> Callable[..., int] | None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -129,6 +142,7 @@ class Podman:
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
             preexec_fn=die_with_parent,
+            cwd=conmon_dir(),
         )
 
     async def run(

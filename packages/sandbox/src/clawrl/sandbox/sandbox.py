@@ -49,7 +49,7 @@ from .hostfs import (
     read_file,
     wipe_tree,
 )
-from .podman import CommandResult, Podman, shared_podman
+from .podman import CommandResult, Podman, conmon_dir, shared_podman
 from .reaper import RunIdentity, current_identity
 from .run_args import FORWARDER_PATH, FORWARDER_READY, run_args
 from .run_args import FORWARDER_SOURCE as FORWARDER_SOURCE  # re-exported
@@ -87,6 +87,7 @@ def _register_exit_cleanup(pm: Podman) -> None:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run(
                     podman.argv("rm", "-f", "--ignore", "-t", "0", *ids),
+                    cwd=conmon_dir(),
                     capture_output=True,
                     timeout=120,
                     check=False,

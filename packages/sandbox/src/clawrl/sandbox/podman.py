@@ -29,12 +29,17 @@ __all__ = ["Podman", "cgroup_mode", "default_runtime"]
 _PR_SET_PDEATHSIG = 1
 
 
+_STARTS_CONMON = frozenset({"run", "start", "exec", "restart"})
+
+
 @functools.cache
 def conmon_dir() -> str:
-    """The working directory podman runs in. conmon (podman's container monitor, started by
-    ``podman run`` / ``exec``) inherits it, and older versions create an empty ``oom`` file
-    there whenever a process in the container is OOM-killed: a private directory keeps that
-    out of the caller's current directory."""
+    """The working directory of the podman commands that start a container monitor
+    (``run``, ``start``, ``exec``, ``restart``; the sandbox passes them absolute host paths
+    only). conmon inherits
+    it, and older versions create an empty ``oom`` file there whenever a process in the
+    container is OOM-killed: a private directory keeps that out of the caller's current
+    directory. Other commands keep the caller's directory (their relative host paths)."""
     import tempfile
 
     path = Path(tempfile.gettempdir()) / f"clawrl-conmon-{os.getuid()}"
@@ -142,7 +147,7 @@ class Podman:
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
             preexec_fn=die_with_parent,
-            cwd=conmon_dir(),
+            cwd=conmon_dir() if args and args[0] in _STARTS_CONMON else None,
         )
 
     async def run(

@@ -6,6 +6,7 @@ chosen from the spec (image, rootfs directory, or the shared host-``/usr`` skele
 
 from __future__ import annotations
 
+import os
 import resource
 from collections.abc import Mapping
 from pathlib import Path
@@ -112,9 +113,10 @@ def run_args(
         if not spec.model_socket.exists():
             raise SandboxSpecError(f"model_socket {spec.model_socket} does not exist")
         # read-only: connecting still works, chmod / unlink / replacing it do not
-        a += ["-v", f"{spec.model_socket}:{MODEL_SOCKET_PATH}:ro"]
+        # absolute: podman starts containers from a directory of its own (podman.conmon_dir)
+        a += ["-v", f"{os.path.abspath(spec.model_socket)}:{MODEL_SOCKET_PATH}:ro"]
         a += ["-v", f"{FORWARDER_SOURCE}:{FORWARDER_PATH}:ro"]
-    for host, inside in spec.read_only_mounts.items():
+    for host, inside in spec.read_only_mounts.items():  # absolute (the spec checks it)
         a += ["-v", f"{host}:{inside}:ro"]
     main = [*_MAIN, "infinity" if lim.wall_clock_s is None else f"{lim.wall_clock_s:g}"]
     root = ["--rootfs", f"{image_root}:O"] if image_root is not None else _root_args(spec, home)

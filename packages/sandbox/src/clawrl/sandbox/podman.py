@@ -40,10 +40,10 @@ def conmon_dir() -> str:
     it, and older versions create an empty ``oom`` file there whenever a process in the
     container is OOM-killed: a private directory keeps that out of the caller's current
     directory. Other commands keep the caller's directory (their relative host paths)."""
-    import tempfile
+    from .rootfs import cache_dir
 
-    path = Path(tempfile.gettempdir()) / f"clawrl-conmon-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
+    path = cache_dir() / "conmon"  # not a temporary directory: it is never removed
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return str(path)
 
 

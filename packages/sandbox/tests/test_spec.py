@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -12,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 import clawrl.sandbox as sbx
 import pytest
+from clawrl.sandbox.podman import conmon_dir
 from clawrl.sandbox.reaper import ContainerInfo, current_identity, process_start_ticks
 from clawrl.sandbox.sandbox import _build_tar
 from clawrl.sandbox.spec import check_sandbox_path
@@ -187,3 +189,14 @@ def test_owned_tempdirs_of_dead_processes_are_reaped(
     assert sbx.gc_tempdirs(tmp_path) == []
     with pytest.raises(ValueError, match="prefix"):
         sbx.owned_tempdir("rollout")
+
+
+def test_podman_working_directory_survives_a_wiped_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CLAWRL_SANDBOX_CACHE", "rel-cache")  # a relative cache is made absolute
+    first = conmon_dir()
+    assert first == str(tmp_path / "rel-cache" / "conmon") and os.path.isdir(first)
+    shutil.rmtree(tmp_path / "rel-cache")
+    assert conmon_dir() == first and os.path.isdir(first)  # re-created, not a stale path

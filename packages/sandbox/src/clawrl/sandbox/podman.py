@@ -32,7 +32,6 @@ _PR_SET_PDEATHSIG = 1
 _STARTS_CONMON = frozenset({"run", "start", "exec", "restart"})
 
 
-@functools.cache
 def conmon_dir() -> str:
     """The working directory of the podman commands that start a container monitor
     (``run``, ``start``, ``exec``, ``restart``; the sandbox passes them absolute host paths
@@ -43,7 +42,7 @@ def conmon_dir() -> str:
     from .rootfs import cache_dir
 
     path = cache_dir() / "conmon"  # not a temporary directory: it is never removed
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)  # again each time: a cache may be wiped
     return str(path)
 
 

@@ -74,9 +74,9 @@ def cache_dir() -> Path:
     """Where clawrl-sandbox caches its artefacts (``$CLAWRL_SANDBOX_CACHE`` or XDG cache)."""
     env = os.environ.get("CLAWRL_SANDBOX_CACHE")
     if env:
-        return Path(env)
+        return Path(env).absolute()  # podman may run from another directory (conmon_dir)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
+    base = Path(xdg).absolute() if xdg else Path.home() / ".cache"
     return base / "clawrl" / "sandbox"
 
 

@@ -551,7 +551,17 @@ class RolloutRunner:
                 return res, launch
             if time.time() - t0 >= ctx.timeout_s:  # no time left for the next run
                 return dataclasses.replace(res, timed_out=True), launch
-            await sb.put_files(dict(nxt.files))
+            try:
+                await sb.put_files(dict(nxt.files))
+            except SandboxError as exc:
+                if not await sb.alive():
+                    raise
+                # the agent's files are in the way of the next turn's (e.g. the query file
+                # made a directory, its tmpfs filled): its failure, scored, never an
+                # infra-error that would leave the rollout out of its GRPO group
+                raise _TurnRefusedError(
+                    f"cannot write the next user turn into the sandbox: {exc}", res
+                ) from exc
             launch, out, err = nxt, res.stdout, res.stderr
 
     async def _run_harness(
@@ -580,6 +590,8 @@ class RolloutRunner:
         host_logs: Mapping[str, str] = {}
         try:
             res, launch = await self._run_turns(h, ctx, sb, launch, t0)
+        except _TurnRefusedError as exc:
+            return _refused(exc.reason, exc.result)
         finally:
             host_logs = await h.end_rollout(ctx)
         timing["harness"] = time.time() - t0
@@ -651,6 +663,15 @@ class RolloutRunner:
             if state is None
             else _outside_changes(state, task.workspace_path),
         }
+
+
+class _TurnRefusedError(Exception):
+    """A follow-up turn that the agent's own files kept from starting (``reason``);
+    ``result``: the last run's exec result."""
+
+    def __init__(self, reason: str, result: ExecResult) -> None:
+        super().__init__(reason)
+        self.reason, self.result = reason, result
 
 
 async def run_rollouts(

@@ -1,0 +1,72 @@
+"""Reward hacking against exported ISE checkable intents (``synth export-tasks``) used as RL
+tasks through the simulated-user harnesses: the policy controls every command of its sandbox
+and the text it sends back to the user. Real podman sandboxes, the real rollout runner and
+proxy; the model is the proxy's ScriptedBackend (predetermined tool calls)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clawrl.bench import (
+    RolloutOptions,
+    RolloutRunner,
+    RolloutSpec,
+    RolloutStatus,
+    load_task,
+    plan_rollouts,
+)
+from clawrl.bench.harness import HarnessAdapter
+from clawrl.ise_synth import (
+    LLMSimulatedUserHarness,
+    export_bench_suite,
+    generate_checkable_intents,
+)
+from clawrl.proxy import SessionInfo, build_default_model, format_assistant_text, serve
+from clawrl.proxy.testing import ScriptedBackend, ScriptedCompletion
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+_ASK = "Please check your work: re-read the files and fix whatever is wrong."
+
+
+async def _llm_user_rollout(
+    tmp_path: Path, first_turn: list[str], harness: HarnessAdapter | None = None
+) -> Any:
+    """One ``simulated-user-llm`` rollout (or through ``harness``) whose agent runs
+    ``first_turn`` (bash commands) in its first run and then claims it is done; the user
+    always asks once more."""
+    (intent,) = generate_checkable_intents(1, seed=5, split="heldout")
+    (task_dir,) = export_bench_suite([intent], tmp_path / "suite")
+    task = load_task(task_dir)
+    model_dir = build_default_model("byte")
+    backend = ScriptedBackend.from_model_dir(model_dir)
+    user = {"completed": False, "query": _ASK, "reason": "not verified", "is_success": False}
+    backend.default = ScriptedCompletion(text=json.dumps(user))
+    done = format_assistant_text(content="All done.")
+    calls = [format_assistant_text(tool_calls=[("bash", {"command": c})]) for c in first_turn]
+
+    async def script(session: SessionInfo, spec: RolloutSpec) -> None:
+        backend.script(session.session_id, [*calls, done, done, done])
+
+    harness = harness or LLMSimulatedUserHarness(max_user_turns=2)
+    async with serve(backend, model_dir) as endpoint:
+        runner = RolloutRunner(endpoint, RolloutOptions(retries=0), session_hook=script)
+        (result,) = await runner.run(plan_rollouts([task], [harness], samples=1))
+    return result
+
+
+async def test_agent_breaking_the_next_user_turn_is_not_an_infra_error(tmp_path: Path) -> None:
+    """The agent replaces the file the runner writes the user's next message to
+    (``/tmp/clawrl-harness/query.md``) by a non-empty directory, so that writing the
+    follow-up turn into its sandbox fails. That is the agent's doing: a scored failure
+    (reward 0, trained on), never an ``infra-error`` that drops the rollout from its
+    GRPO group."""
+    result = await _llm_user_rollout(
+        tmp_path,
+        ["rm -f /tmp/clawrl-harness/query.md && mkdir -p /tmp/clawrl-harness/query.md/x"],
+    )
+    assert result.status is not RolloutStatus.INFRA_ERROR, result.reason
+    assert result.counts and not result.excluded and result.reward == 0.0, result

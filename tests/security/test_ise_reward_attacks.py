@@ -21,6 +21,7 @@ from clawrl.bench import (
 from clawrl.bench.harness import HarnessAdapter
 from clawrl.ise_synth import (
     LLMSimulatedUserHarness,
+    SimulatedUserHarness,
     export_bench_suite,
     generate_checkable_intents,
 )
@@ -70,3 +71,40 @@ async def test_agent_breaking_the_next_user_turn_is_not_an_infra_error(tmp_path:
     )
     assert result.status is not RolloutStatus.INFRA_ERROR, result.reason
     assert result.counts and not result.excluded and result.reward == 0.0, result
+
+
+async def test_a_transcript_rewritten_behind_the_harness_cannot_crash_the_batch(
+    tmp_path: Path,
+) -> None:
+    """A process the agent leaves running rewrites the harness's transcript (which the LLM
+    user reads between turns) with JSON of the wrong shape after the agent's run ends. The
+    user must shrug it off: the rollout ends scored (reward 0), and no exception escapes the
+    rollout runner (it would take the whole GRPO batch, and the train step, down)."""
+    forged = json.dumps({"messages": [1, {"role": "user"}, 2], "end_reason": "final_answer"})
+    forge = (
+        f"echo '{forged}' > /tmp/forged.json; cd /; nohup setsid sh -c 'for i in $(seq 400); "
+        "do cp /tmp/forged.json /tmp/clawrl-harness/transcript.json; sleep 0.02; done' "
+        ">/dev/null 2>&1 &"
+    )
+    result = await _llm_user_rollout(tmp_path, [forge])
+    assert result.status is not RolloutStatus.INFRA_ERROR, result.reason
+    assert result.counts and result.reward == 0.0, result
+    turns = json.loads(result.logs["user"])["turns"]
+    assert turns, result.logs
+
+
+async def test_a_user_log_rewritten_behind_the_scripted_user_cannot_crash_the_batch(
+    tmp_path: Path,
+) -> None:
+    """``simulated-user``: the user program's log (``user.json``, which says whether every
+    user turn was sent) lies in the agent's sandbox; a process the agent left running
+    rewrites it with a ``turns`` that is not a list after the program wrote it. The rollout
+    ends scored, no exception escapes the runner."""
+    forge = (
+        "echo '{\"turns\": 5}' > /tmp/forged.json; cd /; nohup setsid sh -c 'while :; "
+        "do cp /tmp/forged.json /tmp/clawrl-harness/user.json; done' >/dev/null 2>&1 &"
+    )
+    result = await _llm_user_rollout(tmp_path, [forge], SimulatedUserHarness())
+    assert result.status is not RolloutStatus.INFRA_ERROR, result.reason
+    assert result.counts and result.reward == 0.0, result
+    assert result.logs["user"] == '{"turns": 5}\n', result.logs  # the forged log was read

@@ -125,9 +125,11 @@ class SimulatedUserHarness(ReferenceHarness):
         """The reference harness's verdict on the last user turn's run; a user program that
         stopped before its last turn (an agent run failed) is not ``ok``."""
         verdict = super().outcome(exit_code, logs, stdout)
-        try:
+        try:  # the user log lies in the agent's sandbox: any shape may be there
             turns = json.loads(logs.get("user") or "{}").get("turns", [])
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
+            turns = []
+        if not isinstance(turns, list):
             turns = []
         if verdict.ok and len(turns) != 1 + len(self.follow_ups):
             return HarnessOutcome(
@@ -332,6 +334,36 @@ def agent_turn(query: str, transcript_text: str) -> AgentTurn:
     transcript (JSON text)."""
     try:
         messages = json.loads(transcript_text or "{}").get("messages") or []
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         messages = []
-    return last_agent_turn(query, messages)
+    return last_agent_turn(query, _chat_messages(messages))
+
+
+def _chat_messages(messages: Any) -> list[dict[str, Any]]:
+    """The chat messages of a transcript's ``messages`` as the simulator reads them: the
+    transcript lies in the agent's sandbox, where a process the agent left running can
+    rewrite it after the run, so anything not of that shape is dropped (never an exception
+    that would take the rollout's batch down)."""
+    if not isinstance(messages, list):
+        return []
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        msg = {k: v for k, v in m.items() if k in ("role", "content", "tool_call_id")}
+        msg = {k: v if isinstance(v, str) else str(v) for k, v in msg.items() if v is not None}
+        calls = m.get("tool_calls")
+        if isinstance(calls, list):
+            msg["tool_calls"] = [
+                {
+                    "id": str(c.get("id", "")),
+                    "function": {
+                        "name": str(fn.get("name", "")),
+                        "arguments": a if isinstance(a := fn.get("arguments"), str) else str(a),
+                    },
+                }
+                for c in calls
+                if isinstance(c, dict) and isinstance(fn := c.get("function") or {}, dict)
+            ]
+        out.append(msg)
+    return out

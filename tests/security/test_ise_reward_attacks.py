@@ -108,3 +108,25 @@ async def test_a_user_log_rewritten_behind_the_scripted_user_cannot_crash_the_ba
     assert result.status is not RolloutStatus.INFRA_ERROR, result.reason
     assert result.counts and result.reward == 0.0, result
     assert result.logs["user"] == '{"turns": 5}\n', result.logs  # the forged log was read
+
+
+async def test_a_forged_conversation_cannot_turn_a_follow_up_into_an_excluded_overflow(
+    tmp_path: Path,
+) -> None:
+    """The follow-up turn resumes the conversation from the transcript in the agent's
+    sandbox; a process the agent left running replaces it by one huge user message, with no
+    assistant or tool message, so that the resumed prompt does not fit the context window
+    and looks like the harness's own prompt (``no_model_turns``). The policy had its say in
+    the first turn: the overflow is its doing, scored, never an excluded rollout."""
+    forge = (
+        '{ printf \'[{"role": "user", "content": "\'; head -c 200000 /dev/zero | tr \'\\0\' x;'
+        " printf '\"}]'; } > /tmp/forged.json; cd /; nohup setsid sh -c 'while :; "
+        "do cp /tmp/forged.json /tmp/clawrl-harness/transcript.json; done' "
+        ">/dev/null 2>&1 &"
+    )
+    for attempt in range(3):  # the forger races the user program's next run
+        result = await _llm_user_rollout(tmp_path / str(attempt), [forge], SimulatedUserHarness())
+        if result.records[-1].get("error_code") == "context_length_exceeded":
+            break
+    assert result.records[-1].get("error_code") == "context_length_exceeded", result.reason
+    assert not result.excluded and result.counts and result.reward == 0.0, result.reason

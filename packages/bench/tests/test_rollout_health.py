@@ -34,6 +34,12 @@ def test_rules() -> None:
     # the policy's turns filled the context: typed, but scored
     got = c(_out(herr), [_rec(0, "tool_calls"), _overflow(1, False)], needs_model=True)
     assert got["status"] is RolloutStatus.CONTEXT_OVERFLOW and not got["excluded"]
+    # no model turn in the prompt, but an earlier call was answered (a resumed conversation
+    # the agent rewrote between user turns): the policy had its say, scored
+    got = c(_out(herr, 2), [_rec(0, "tool_calls"), _rec(1), _overflow(2, True)], needs_model=True)
+    assert got["status"] is RolloutStatus.CONTEXT_OVERFLOW and not got["excluded"]
+    got = c(_out(herr, 2), [_rec(0, "error"), _overflow(1, True)], needs_model=True)
+    assert got["excluded"]  # nothing answered before it: still the harness's own prompt
     # an overflow the harness recovered from (an answered call after it): not an overflow
     got = c(_out(ok, 0), [_overflow(0, True), _rec(1)], needs_model=True)
     assert got["status"] is ok and not got["excluded"]

@@ -16,10 +16,13 @@ zero. Records are taken in ``seq`` order.
    prompt does not fit the context window (``error_code`` ``context_length_exceeded``), so
    the harness never got an answer after it, whatever its exit status. It is *excluded*
    (left out of scores and GRPO groups) when that prompt held no assistant or tool message
-   (record flag ``no_model_turns``): the harness's own system prompt, tools and task do not
-   fit, which says nothing about the policy. When the policy's own turns filled the context,
-   the rollout keeps the status but is scored (and trained on) with its verified reward:
-   an agent must not escape a zero by flooding its context.
+   (record flag ``no_model_turns``) and no earlier call of the session was answered: the
+   harness's own system prompt, tools and task do not fit, which says nothing about the
+   policy. When the policy's own turns filled the context, or the policy already had its
+   say (a multi-turn harness resumes the conversation from a transcript that the agent
+   can rewrite between user turns), the rollout keeps the status but is scored (and
+   trained on) with its verified reward: an agent must not escape a zero by flooding its
+   context.
 2. ``timeout`` (start-up): the harness was killed at the agent timeout and the proxy never
    received a call from it; excluded. A timeout after the first call stays a scored
    ``timeout``.
@@ -79,7 +82,13 @@ def classify_harness_health(
     recs = sorted(records, key=lambda r: int(r.get("seq", 0)))
     last = recs[-1] if recs else None
     if last is not None and last.get("error_code") == CONTEXT_LENGTH_EXCEEDED:
-        first_turn = NO_MODEL_TURNS_FLAG in (last.get("flags") or [])
+        # the harness's own prompt, before the policy had a say: once a call of the session
+        # was answered, a prompt without model turns is what the harness made of the policy's
+        # doings (a multi-turn harness resumes the conversation from a transcript in the
+        # agent's sandbox, which the agent can rewrite), never a way out of a zero
+        first_turn = NO_MODEL_TURNS_FLAG in (last.get("flags") or []) and not any(
+            is_answered(r) for r in recs[:-1]
+        )
         whose = (
             "the harness's own prompt (no model turn yet)"
             if first_turn

@@ -34,12 +34,16 @@ _ASK = "Please check your work: re-read the files and fix whatever is wrong."
 
 
 async def _llm_user_rollout(
-    tmp_path: Path, first_turn: list[str], harness: HarnessAdapter | None = None
+    tmp_path: Path,
+    first_turn: list[str],
+    harness: HarnessAdapter | None = None,
+    intent: Any = None,
 ) -> Any:
     """One ``simulated-user-llm`` rollout (or through ``harness``) whose agent runs
     ``first_turn`` (bash commands) in its first run and then claims it is done; the user
     always asks once more."""
-    (intent,) = generate_checkable_intents(1, seed=5, split="heldout")
+    if intent is None:
+        (intent,) = generate_checkable_intents(1, seed=5, split="heldout")
     (task_dir,) = export_bench_suite([intent], tmp_path / "suite")
     task = load_task(task_dir)
     model_dir = build_default_model("byte")
@@ -130,3 +134,51 @@ async def test_a_forged_conversation_cannot_turn_a_follow_up_into_an_excluded_ov
             break
     assert result.records[-1].get("error_code") == "context_length_exceeded", result.reason
     assert not result.excluded and result.counts and result.reward == 0.0, result.reason
+
+
+def _train_intent(index: int, kinds: list[str]) -> Any:
+    (intent,) = generate_checkable_intents(1, seed=5, split="train", start=index)
+    assert intent.extra["step_kinds"] == kinds
+    return intent
+
+
+async def test_planted_rewards_and_verifier_files_do_not_pass(tmp_path: Path) -> None:
+    """Blocked: the agent does none of the work but plants a reward where the verifier
+    writes one (``/logs/verifier``), a check program where the verifier's lies (``/tests``)
+    and in the workspace, Python modules the check's interpreter might import (``json.py``,
+    ``sitecustomize.py``, a ``.pth``), and leaves a process that keeps planting them. The
+    verifier runs in a fresh sandbox on a copy of the workspace's plain files, with its own
+    files and an empty reward directory: reward 0, scored."""
+    intent = _train_intent(9, ["json_key", "upper"])
+    fake = "import json, os; open(os.environ['CLAWRL_REWARD_DIR'] + '/reward.json', 'w')"
+    fake += ".write(json.dumps({'reward': 1.0}))"
+    plant = " && ".join(
+        [
+            "mkdir -p /logs/verifier tests reward 2>/dev/null; true",
+            "echo '{\"reward\": 1.0}' > /logs/verifier/reward.json 2>/dev/null; true",
+            "echo 1 > /logs/verifier/reward.txt 2>/dev/null; true",
+            f'echo "{fake}" > tests/check.py',
+            f'echo "{fake}" > json.py',
+            f'echo "{fake}" > sitecustomize.py',
+            "echo 'import sitecustomize' > zz.pth",
+            "echo '{\"reward\": 1.0}' > reward.json",
+            "(cd /; nohup setsid sh -c 'while :; do echo 1 > /logs/verifier/reward.txt; "
+            "done' >/dev/null 2>&1 &) ; true",
+        ]
+    )
+    result = await _llm_user_rollout(tmp_path, [plant], SimulatedUserHarness(), intent)
+    assert result.status is RolloutStatus.OK, result.reason
+    assert result.reward == 0.0 and result.verifier.ok, result.verifier
+
+
+async def test_a_check_that_crashes_on_the_agents_json_scores_zero(tmp_path: Path) -> None:
+    """Blocked: a JSON file nested deeper than Python's recursion limit crashes the check
+    program (RecursionError). A verifier that exits non-zero is a ``verifier-error``,
+    scored 0 and trained on (never a pass, never excluded)."""
+    intent = _train_intent(9, ["json_key", "upper"])
+    path = intent.extra["checks"][0]["path"]
+    deep = f"mkdir -p config && head -c 200000 /dev/zero | tr '\\0' '[' > {path}"
+    result = await _llm_user_rollout(tmp_path, [deep], SimulatedUserHarness(), intent)
+    assert result.status is RolloutStatus.VERIFIER_ERROR, result.reason
+    assert "RecursionError" in result.verifier.stderr
+    assert result.counts and not result.excluded and result.reward == 0.0

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 from clawrl.ise_synth import (
+    AgentTurn,
     IntentRecord,
     IntentSampler,
     SimulatorReply,
@@ -18,6 +19,8 @@ from clawrl.ise_synth import (
     call_shaped_text,
     load_taxonomy,
     read_jsonl,
+    requested_files,
+    simulator_messages,
     synthesis_report,
     tool_call_stats,
     validate_trajectory,
@@ -150,6 +153,31 @@ def test_workspace_changes_summary() -> None:
     after = {"a.txt": [1, "x"], "b.md": [4, "w"], "d/e.csv": [5, "v"]}
     assert workspace_changes(before, after) == "added d/e.csv (5 B); changed b.md (4 B); removed c"
     assert workspace_changes(after, after) == ""
+
+
+def test_the_user_sees_which_of_the_files_it_asked_for_are_missing() -> None:
+    """A checkable intent's check paths, as the user would see them in the workspace: the
+    simulator is told which requested files are missing (it called sessions a success whose
+    files did not exist), never the checks' verdict."""
+    intent = IntentRecord.from_dict(
+        {
+            **_intent().to_dict(),
+            "checks": [
+                {"kind": "equals", "path": "notes.txt", "text": "x"},
+                {"kind": "lines", "path": "a/README.md", "text": "y"},
+                {"kind": "json_key", "path": "a/README.md", "text": "z"},
+                {"kind": "absent", "path": "old.log", "text": ""},
+            ],
+        }
+    )
+    after = {"a/README.md": [7, "h"], "old.log": [3, "g"]}
+    seen = requested_files(intent, after)
+    assert seen == "notes.txt MISSING; a/README.md present (7 B); old.log still there"
+    assert requested_files(intent, {"notes.txt": [1, "h"]}).endswith("old.log gone")
+    assert requested_files(_intent(), after) == ""  # no checks: nothing to show
+    turn = AgentTurn(query="do it", reply="Done.", requested_files=seen)
+    prompt = simulator_messages(intent, [turn], 5)[1]["content"]
+    assert "the files you asked for, as they are now: notes.txt MISSING" in prompt
 
 
 def test_report_matches_the_papers_statistics() -> None:

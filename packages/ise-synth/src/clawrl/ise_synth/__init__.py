@@ -41,6 +41,7 @@ from clawrl.ise_synth.errors import (
 from clawrl.ise_synth.execute import (
     SessionConfig,
     SessionResult,
+    requested_files,
     run_session,
     workspace_changes,
 )
@@ -148,6 +149,7 @@ __all__ = [
     "read_intents",
     "read_jsonl",
     "report_table",
+    "requested_files",
     "run_session",
     "simulator_agreement",
     "simulator_messages",

@@ -27,7 +27,7 @@ import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from clawrl.bench.harness import REFERENCE_AGENT_MOUNT, ReferenceHarness, reference_agent_path
@@ -189,6 +189,26 @@ def workspace_changes(before: dict[str, Any], after: dict[str, Any]) -> str:
             parts.append(f"changed {path} ({after[path][0]} B)")
     for path in sorted(before.keys() - after.keys()):
         parts.append(f"removed {path}")
+    return "; ".join(parts)
+
+
+def requested_files(intent: IntentRecord, after: dict[str, Any]) -> str:
+    """What the user can see of the files its request names (a checkable intent's check
+    paths, which the intent text names too) in a workspace listing (path → [size, sha256]):
+    ``notes.txt MISSING; a/README.md present (7 B); old.log gone``; ``""`` for an intent
+    without checks. Only the simulator reads it: the checks alone decide success."""
+    parts, seen = [], set()
+    for c in intent.extra.get("checks") or []:
+        path = c.get("path") if isinstance(c, dict) else None
+        if not isinstance(path, str) or path in seen:
+            continue
+        seen.add(path)
+        if c.get("kind") == "absent":
+            parts.append(f"{path} {'still there' if path in after else 'gone'}")
+        else:
+            parts.append(
+                f"{path} present ({after[path][0]} B)" if path in after else f"{path} MISSING"
+            )
     return "; ".join(parts)
 
 
@@ -413,6 +433,9 @@ class _SessionRun:
         changes = workspace_changes(out["before"], out["after"])
         summary = changes if self.config.workspace_summary else ""
         turn = last_agent_turn(query, transcript["messages"], summary)
+        if self.config.workspace_summary:
+            asked = requested_files(self.intent, out["after"])
+            turn = replace(turn, requested_files=asked)
         final = turn.reply
         self.history.append(turn)
         self.turn_records.append(

@@ -72,13 +72,16 @@ class SimulatorReply:
 @dataclass(frozen=True)
 class AgentTurn:
     """What the simulator sees of one exchange: the user query it sent, the agent's final
-    reply, and optionally a summary of the workspace changes that turn made and of the tool
-    calls the agent executed with their results (:func:`summarise_tool_calls`)."""
+    reply, and optionally a summary of the workspace changes that turn made, of the tool
+    calls the agent executed with their results (:func:`summarise_tool_calls`), and the state
+    of the files the request names (``requested_files``: present with their size, or
+    missing)."""
 
     query: str
     reply: str
     workspace_changes: str = ""
     tool_summary: str = ""
+    requested_files: str = ""
 
 
 @dataclass
@@ -368,6 +371,10 @@ def simulator_messages(
         lines.append(f"[turn {i}] AGENT replied: {reply}")
         if turn.workspace_changes:
             lines.append(f"[turn {i}] workspace changes: {turn.workspace_changes}")
+        if turn.requested_files:
+            lines.append(
+                f"[turn {i}] the files you asked for, as they are now: {turn.requested_files}"
+            )
     left = max_turns - len(history)
     lines.append(
         f"\nYou have at most {left} more message(s). Decide: is your goal met? If not, write "

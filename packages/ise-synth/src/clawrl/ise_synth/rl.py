@@ -336,34 +336,4 @@ def agent_turn(query: str, transcript_text: str) -> AgentTurn:
         messages = json.loads(transcript_text or "{}").get("messages") or []
     except (ValueError, AttributeError, RecursionError):
         messages = []
-    return last_agent_turn(query, _chat_messages(messages))
-
-
-def _chat_messages(messages: Any) -> list[dict[str, Any]]:
-    """The chat messages of a transcript's ``messages`` as the simulator reads them: the
-    transcript lies in the agent's sandbox, where a process the agent left running can
-    rewrite it after the run, so anything not of that shape is dropped (never an exception
-    that would take the rollout's batch down)."""
-    if not isinstance(messages, list):
-        return []
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        if not isinstance(m, dict):
-            continue
-        msg = {k: v for k, v in m.items() if k in ("role", "content", "tool_call_id")}
-        msg = {k: v if isinstance(v, str) else str(v) for k, v in msg.items() if v is not None}
-        calls = m.get("tool_calls")
-        if isinstance(calls, list):
-            msg["tool_calls"] = [
-                {
-                    "id": str(c.get("id", "")),
-                    "function": {
-                        "name": str(fn.get("name", "")),
-                        "arguments": a if isinstance(a := fn.get("arguments"), str) else str(a),
-                    },
-                }
-                for c in calls
-                if isinstance(c, dict) and isinstance(fn := c.get("function") or {}, dict)
-            ]
-        out.append(msg)
-    return out
+    return last_agent_turn(query, messages)

@@ -250,12 +250,12 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def last_agent_turn(
-    query: str, messages: Sequence[Mapping[str, Any]], workspace_changes: str = ""
-) -> AgentTurn:
+def last_agent_turn(query: str, messages: Any, workspace_changes: str = "") -> AgentTurn:
     """What the simulator sees of the agent's last run, from the conversation's chat
     ``messages``: the final assistant reply after the last user message, and that turn's
-    tool calls with their results (:func:`summarise_tool_calls`)."""
+    tool calls with their results (:func:`summarise_tool_calls`). ``messages`` comes from a
+    transcript in the agent's sandbox, so it may have any shape (:func:`_chat_messages`)."""
+    messages = _chat_messages(messages)
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     this_turn = messages[last_user + 1 :]
     reply = next(
@@ -263,6 +263,38 @@ def last_agent_turn(
         "",
     )
     return AgentTurn(query, reply, workspace_changes, summarise_tool_calls(this_turn))
+
+
+def _chat_messages(messages: Any) -> list[dict[str, Any]]:
+    """The chat messages of a transcript's ``messages`` as the simulator reads them: the
+    transcript lies in the agent's sandbox, where a process the agent left running can
+    rewrite it after the run, so anything not of that shape is dropped (never an exception
+    that would take the rollout's batch down)."""
+    if not isinstance(messages, list):
+        return []
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        msg = {k: v for k, v in m.items() if k in ("role", "content", "tool_call_id")}
+        msg = {k: v if isinstance(v, str) else str(v) for k, v in msg.items() if v is not None}
+        calls = m.get("tool_calls")
+        if isinstance(calls, list):
+            msg["tool_calls"] = [
+                {
+                    "id": str(c.get("id", "")),
+                    "function": {
+                        "name": str(fn.get("name", "")),
+                        "arguments": a  # summarise_tool_calls writes a dict or list as JSON
+                        if isinstance(a := fn.get("arguments"), str | dict | list)
+                        else str(a),
+                    },
+                }
+                for c in calls
+                if isinstance(c, dict) and isinstance(fn := c.get("function") or {}, dict)
+            ]
+        out.append(msg)
+    return out
 
 
 def summarise_tool_calls(

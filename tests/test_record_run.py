@@ -21,7 +21,8 @@ def _run_dir(tmp_path: Path) -> Path:
     for d in ("rollouts", "capture/s0", "checkpoints/step-1"):
         (run / d).mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({"run": {"seed": 0}}))
-    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 0.5}) + "\n")
+    row = {"step": 1, "reward": 0.5, "loss": 5.6310811042785645, "xs": [0.1234567891, 3]}
+    (run / "metrics.jsonl").write_text(json.dumps(row) + "\n")
     (run / "summary.json").write_text(json.dumps({"steps": 1}))
     (run / "capture/s0/calls.jsonl").write_text("{}\n")
     (run / "checkpoints/step-1/model.safetensors").write_bytes(b"\0" * 1000)
@@ -58,6 +59,9 @@ def test_record_keeps_the_small_files_and_a_palette_curve(tmp_path: Path) -> Non
     ]
     with Image.open(dest / "curves.png") as im:
         assert im.mode == "P" and im.size == (320, 240)
+    # floats keep 6 significant digits; ints and the keys stay
+    rows = [json.loads(line) for line in (dest / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [{"step": 1, "reward": 0.5, "loss": 5.63108, "xs": [0.123457, 3]}]
     assert (dest / "curves.png").stat().st_size < (run / "curves.png").stat().st_size
     kept = [json.loads(x) for x in (dest / "eval-step-1.jsonl").read_text().splitlines()]
     assert kept[1] == {

@@ -56,6 +56,28 @@ def _compact_rows(path: Path) -> bytes:
     return "".join(out).encode()
 
 
+def _round(value: object) -> object:
+    """Floats to 6 significant digits, through lists and dicts (a record is read, not
+    replayed: ``0.6310811042785645`` and ``0.631081`` tell a reader the same)."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, list):
+        return [_round(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _round(v) for k, v in value.items()}
+    return value
+
+
+def _rounded_metrics(data: bytes) -> bytes:
+    """``metrics.jsonl`` with its floats rounded (:func:`_round`); unchanged if a line is not
+    JSON."""
+    try:
+        rows = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+    except ValueError:
+        return data
+    return "".join(json.dumps(_round(row)) + "\n" for row in rows).encode()
+
+
 def _eval_table(run: Path) -> tuple[str, bytes]:
     """tools/train/eval_table.py's Markdown tables and JSON for ``run``."""
     sys.path.insert(0, str(Path(__file__).parent))
@@ -86,6 +108,8 @@ def record(run: Path, dest: Path, title: str | None = None, command: str | None 
     for name in KEEP:
         if (run / name).is_file():
             files[name] = (run / name).read_bytes()
+    if "metrics.jsonl" in files:
+        files["metrics.jsonl"] = _rounded_metrics(files["metrics.jsonl"])
     table = ""
     evals = sorted((run / "rollouts").glob("eval-*.jsonl"))
     for p in evals:

@@ -138,6 +138,46 @@ def test_render_errors_and_arguments(byte_dir: Path) -> None:
         render_sft_calls(_traj(0), None, render=lambda m, t, g: [1, 2])
 
 
+def test_fenced_call_style_trains_the_calls_as_json_blocks(byte_dir: Path) -> None:
+    """call_style "fenced": the trained turn writes its calls as ```json blocks (what a
+    Qwen2.5-Coder model generates and the proxy parses); the prompts, history included,
+    stay as the proxy renders them at inference; a turn without calls is unchanged. Revert
+    (render ignores call_style) -> the completion holds <tool_call>."""
+    from clawrl.proxy import ChatRenderer
+    from transformers import AutoTokenizer
+
+    r = ChatRenderer.from_model_dir(byte_dir)
+    tok = AutoTokenizer.from_pretrained(byte_dir)
+    tags = render_sft_calls(_traj(3), None, trajectory_id="x", render=proxy_render(r))
+    fenced = render_sft_calls(_traj(3), None, trajectory_id="x", render=proxy_render(r, "fenced"))
+    first = tok.decode(fenced[0].completion_ids.tolist())
+    assert "<tool_call>" in tok.decode(tags[0].completion_ids.tolist())
+    assert "<tool_call>" not in first and first.startswith("```json\n")
+    body = first.split("```json\n", 1)[1].split("\n```", 1)[0]
+    assert json.loads(body) == {
+        "name": "write_file",
+        "arguments": {"path": "f3.txt", "content": "hello 3"},
+    }
+    assert [c.prompt_ids.tolist() for c in fenced] == [c.prompt_ids.tolist() for c in tags]
+    assert fenced[1].completion_ids.tolist() == tags[1].completion_ids.tolist()
+    bad = _traj(0)
+    bad["messages"][2]["tool_calls"][0]["function"]["arguments"] = "[1]"
+    with pytest.raises(SFTDataError, match="cannot restyle a tool call"):
+        render_sft_calls(bad, None, render=proxy_render(r, "fenced"))
+
+
+def test_sft_command_call_style(tmp_path: Path, byte_dir: Path) -> None:
+    """``auto`` picks tags for a qwen3-family model (fenced is for qwen2); the summary says
+    which; an unknown style is one line and exit 2."""
+    data = _write(tmp_path / "t.jsonl", [_traj(i) for i in range(2)])
+    base = ["--trajectories", str(data), "--model", str(byte_dir), "--steps", "1", "--no-progress"]
+    for style, want in (("auto", "tags"), ("fenced", "fenced")):
+        out = tmp_path / style
+        assert main([*base, "--out", str(out), "--set", f'call_style="{style}"']) == 0
+        assert json.loads((out / "summary.json").read_text())["call_style"] == want
+    assert main([*base, "--out", str(tmp_path / "bad"), "--set", 'call_style="xml"']) == 2
+
+
 def test_control_token_text_in_client_strings_stays_text(byte_dir: Path) -> None:
     """As the proxy: text spelling <|im_start|> in a message is not the control token."""
     from clawrl.proxy import ChatRenderer

@@ -88,6 +88,14 @@ class SFTRunConfig:
         chunk_size: vocabulary-projection rows per chunk.
         precision: "fp32" or "bf16" (bf16 autocast over float32 master weights; see the
             trainer's ``TrainerConfig.precision``).
+        call_style: how the trained assistant turns write their tool calls: ``"tags"`` (the
+            chat template's rendering, e.g. ``<tool_call>`` blocks), ``"fenced"`` (a
+            ```` ```json ```` block per call, which the proxy's parser reads for the qwen2
+            and llama families) or ``"auto"``: fenced for the qwen2 family, else tags.
+            Qwen2.5-Coder cannot emit its ``<tool_call>`` token (log-prob about -22 at a
+            turn's start); SFT on tags taught it a near-uniform guess in that place, and a
+            student that scored 0. The history in a prompt stays as the proxy renders it
+            at inference.
         progress: a rich progress bar (else one plain line per step).
     """
 
@@ -109,6 +117,7 @@ class SFTRunConfig:
     token_budget: int = 8192
     chunk_size: int = 1024
     precision: str = "fp32"
+    call_style: str = "auto"
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -136,6 +145,10 @@ class SFTRunConfig:
             raise ConfigError("need warmup_steps >= 0, token_budget >= 0, target_tokens >= 0")
         if self.precision not in ("fp32", "bf16"):
             raise ConfigError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+        if self.call_style not in ("auto", "tags", "fenced"):
+            raise ConfigError(
+                f"call_style must be 'auto', 'tags' or 'fenced', got {self.call_style!r}"
+            )
         if self.aggregation not in get_args(Aggregation):
             raise ConfigError(
                 f"aggregation must be one of {', '.join(get_args(Aggregation))}, "
@@ -215,12 +228,16 @@ def matches_where(trajectory: Mapping[str, Any], filters: Sequence[tuple[list[st
     return True
 
 
-def proxy_render(renderer: ChatRenderer) -> ChatRenderFn:
+def proxy_render(renderer: ChatRenderer, call_style: str = "tags") -> ChatRenderFn:
     """The ``render`` callable of :func:`~clawrl.rl_core.sft.render_sft_calls` that gives the
     prompt ids the proxy builds at inference: ``renderer.render_text`` (messages adapted to
     the model family, the tool prompt injected where the template ignores tools), encoded
     with client text that spells a control token kept as text (``defuse`` +
-    ``encode_unit``, as the proxy does).
+    ``encode_unit``, as the proxy does). With ``call_style`` ``"fenced"``, a conversation
+    rendered without the generation prompt whose last message is an assistant turn with
+    ``tool_calls`` has that turn's calls written as ```` ```json ```` blocks in its text
+    (``clawrl.proxy.format_assistant_text``): the trained completion is what the model
+    generates, the earlier turns what the proxy renders as history.
 
     Raises (from the callable):
         SFTDataError: the conversation cannot be rendered (the template rejects it, or a
@@ -231,6 +248,8 @@ def proxy_render(renderer: ChatRenderer) -> ChatRenderFn:
     def render(
         messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, gen: bool
     ) -> list[int]:
+        if call_style != "tags" and not gen and messages:
+            messages = [*messages[:-1], _restyled(messages[-1], call_style)]
         try:
             text = renderer.render_text(messages, tools, add_generation_prompt=gen)
             (safe_messages, safe_tools), changed = renderer.defuse([messages, tools])
@@ -244,6 +263,41 @@ def proxy_render(renderer: ChatRenderer) -> ChatRenderFn:
             raise SFTDataError(f"cannot render: {type(exc).__name__}: {exc}") from exc
 
     return render
+
+
+def _restyled(message: dict[str, Any], call_style: str) -> dict[str, Any]:
+    """``message`` with its ``tool_calls`` written into its content in ``call_style`` (an
+    assistant turn with calls; any other message unchanged).
+
+    Raises:
+        SFTDataError: a call that is not a function call with JSON-object arguments.
+    """
+    from clawrl.proxy import format_assistant_text
+
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or not calls:
+        return message
+    parsed: list[tuple[str, dict[str, Any]]] = []
+    try:
+        for call in calls:
+            fn = call["function"]
+            args = fn.get("arguments") or {}
+            if isinstance(args, str):
+                args = json.loads(args)
+            if not isinstance(fn["name"], str) or not isinstance(args, dict):
+                raise TypeError("a call needs a string name and object arguments")
+            parsed.append((fn["name"], args))
+    except (TypeError, KeyError, ValueError) as exc:
+        raise SFTDataError(f"cannot restyle a tool call: {type(exc).__name__}: {exc}") from exc
+    content = message.get("content")
+    text = format_assistant_text(
+        content=content if isinstance(content, str) else "",
+        tool_calls=parsed,
+        call_style=call_style,
+    )
+    out = {k: v for k, v in message.items() if k != "tool_calls"}
+    out["content"] = text
+    return out
 
 
 # ------------------------------------------------------------------------- configuration
@@ -535,11 +589,14 @@ def main(argv: list[str] | None = None) -> int:
     how = (
         "the template's tool support" if renderer.template_has_tools else "the injected tool prompt"
     )
-    _say(f"model {cfg.model}: {model_dir} (family {renderer.family}, {how})")
+    style = cfg.call_style
+    if style == "auto":
+        style = "fenced" if renderer.family == "qwen2" else "tags"
+    _say(f"model {cfg.model}: {model_dir} (family {renderer.family}, {how}; tool calls {style})")
     try:
         data = _load_trajectories(
             cfg,
-            proxy_render(renderer),
+            proxy_render(renderer, style),
             max_positions if isinstance(max_positions, int) else None,
             _say,
         )
@@ -595,6 +652,7 @@ def main(argv: list[str] | None = None) -> int:
         "out_model": str(out / "model"),
         "copied_from_model_dir": copied,
         "family": renderer.family,
+        "call_style": style,
         "template_has_tools": renderer.template_has_tools,
     }
     _write_json(out / "summary.json", summary)

@@ -303,8 +303,8 @@ def test_the_workers_front_caps_connections_per_sandbox() -> None:
     """``proxy serve --workers 2``: the front relays to workers that see only its own
     connections, so the cap per sandbox must be the front's. One sandbox opens 100
     connections with a half-sent request through its forwarder and holds them 4 s (below
-    the workers' 10 s head timeout): the front closes every one past 64 at once, and logs
-    it. Revert: the ``guard`` of ``ModelFront`` in ``_serve_fronts`` -> none is closed and
+    the workers' 10 s head timeout): the front closes the ones past 64 it receives at once,
+    and logs it. Revert: the ``guard`` of ``ModelFront`` in ``_serve_fronts`` -> none is closed and
     nothing is logged."""
     proxy = ProxyProcess(["--workers", "2"])
     try:
@@ -326,7 +326,9 @@ def test_the_workers_front_caps_connections_per_sandbox() -> None:
         out = asyncio.run(flood())
         log = proxy.log.read_text()
         closed = [int(line.split()[1]) for line in out.splitlines() if line.startswith("closed ")]
-        assert closed and closed[0] >= 100 - 64, (out, log[-2000:])
+        # the 36 past the cap, less a few the in-sandbox forwarder may not have relayed to
+        # the front yet (34-35 of 36 seen on a 2-core machine); without the guard: 0
+        assert closed and closed[0] >= 100 - 64 - 4, (out, log[-2000:])
         assert "limit reached: connections_per_peer" in log, log[-2000:]
     finally:
         proxy.stop()

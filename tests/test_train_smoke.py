@@ -116,6 +116,9 @@ def test_train_loop_syncs_weights_logs_and_resumes(tmp_path: Path) -> None:
         assert abs(sum(subs) / 3 - r["eval_reward"]) < 1e-9  # the graded reward is their mean
     train = _rows(out, "train")
     assert [r["step"] for r in train] == [1, 2]
+    # each process records the precisions it resolved (the defaults here)
+    (line,) = (json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines())
+    assert (line["backend_dtype"], line["precision"]) == ("fp32", "fp32")
     # cold start synced version 1; every RL step adds one
     assert [r["policy_version"] for r in train] == [2, 3]
     assert all(r["n_rollouts"] == 4 and r["tree_tokens"] > 0 for r in train)

@@ -126,3 +126,26 @@ async def test_serve_raises_proxy_start_error(model_dir: Path, in_thread: bool) 
         async with serve(backend, model_dir, in_thread=in_thread):
             pytest.fail("served although the backend failed to start")
     await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_embedded_dtype_auto_is_bf16_only_where_native(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, native: bool
+) -> None:
+    """``dtype="auto"`` serves bf16 where the CPU has native bf16 kernels (AVX-512 BF16,
+    AMX) and fp32 elsewhere, where bf16 matmuls run over 100 times slower; an explicit
+    bf16 there is kept with a warning. Revert: "auto" unknown -> ValueError."""
+    torch = pytest.importorskip("torch")
+    from clawrl.proxy.backends.embedded import EmbeddedBackend, bf16_is_native
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
+    assert bf16_is_native("cpu") is native
+    auto = make_backend(BackendConfig(kind="embedded", model_dir=model_dir, dtype="auto"))
+    assert isinstance(auto, EmbeddedBackend)
+    assert auto.dtype == (torch.bfloat16 if native else torch.float32)
+    with caplog.at_level("WARNING"):
+        bf16 = make_backend(BackendConfig(kind="embedded", model_dir=model_dir, dtype="bf16"))
+    assert isinstance(bf16, EmbeddedBackend) and bf16.dtype == torch.bfloat16
+    assert ("over 100 times slower" in caplog.text) is (not native)
+    with pytest.raises(ValueError, match="auto"):
+        make_backend(BackendConfig(kind="embedded", model_dir=model_dir, dtype="fp16"))

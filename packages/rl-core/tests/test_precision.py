@@ -236,3 +236,36 @@ def test_sft_command_takes_precision() -> None:
     assert SFTRunConfig(**base, precision="bf16").precision == "bf16"  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="precision"):
         SFTRunConfig(**base, precision="fp16")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_is_bf16_only_where_bf16_is_native(
+    tiny_model_factory: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    native: bool,
+) -> None:
+    """ "auto" resolves to bf16 on a device with native bf16 kernels and to fp32 elsewhere
+    (an AVX2-only CPU runs bf16 matmuls over 100 times slower than fp32); an explicit bf16
+    is kept, with a warning where it is not native. The trainer, sft and train configs all
+    take it. Revert: "auto" treated as fp32 (or bf16) everywhere -> one of the cases fails."""
+    from clawrl.rl_core import precision
+    from clawrl.rl_core.sft_cli import SFTRunConfig
+    from clawrl.rl_core.train.config import BackendConfig
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
+    assert precision.bf16_is_native("cpu") is native
+    assert precision.resolve_precision("auto", "cpu") == ("bf16" if native else "fp32")
+    assert precision.resolve_precision("fp32", "cpu") == "fp32"
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="clawrl.rl_core"):
+        assert precision.resolve_precision("bf16", "cpu") == "bf16"
+    assert ("over 100 times slower" in caplog.text) is (not native)
+    model = tiny_model_factory(torch.float32, seed=1, vocab=16)
+    trainer = Trainer(model, TrainerConfig(precision="auto"))
+    assert trainer.precision == ("bf16" if native else "fp32")
+    assert trainer.autocast_dtype == (torch.bfloat16 if native else None)
+    assert AlgoConfig.from_flat({"precision": "auto"}).trainer.precision == "auto"
+    base = {"trajectories": ["t.jsonl"], "model": "m", "out": "o"}
+    assert SFTRunConfig(**base, precision="auto").precision == "auto"  # type: ignore[arg-type]
+    assert BackendConfig(dtype="auto").dtype == "auto"

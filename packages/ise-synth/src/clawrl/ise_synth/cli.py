@@ -154,10 +154,10 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         )
         q.add_argument(
             "--dtype",
-            choices=["fp32", "bf16"],
+            choices=["fp32", "bf16", "auto"],
             default="fp32",
             help="the embedded agent's weights, KV and matmuls (bf16: several times faster "
-            "on CPUs with AMX)",
+            "on CPUs with AVX-512 BF16 or AMX, far slower on others; auto: bf16 where native)",
         )
         q.add_argument(
             "--temperature",

@@ -90,7 +90,8 @@ def _add_serve_parser(sub: Any) -> None:
     s.add_argument(
         "--dtype",
         default="fp32",
-        help="embedded backend: fp32 (exact logprobs) or bf16 (faster on AMX CPUs and GPUs)",
+        help="embedded backend: fp32 (exact logprobs), bf16 (faster on GPUs and on CPUs with "
+        "AVX-512 BF16 or AMX, far slower on others) or auto (bf16 where native, else fp32)",
     )
     s.add_argument(
         "--threads",

@@ -49,8 +49,9 @@ class BackendConfig:
         ignore it).
     device, max_batch_size, seed, policy_version: the embedded backend's torch device,
         concurrent generations, sampling seed and initial policy version.
-    dtype: the embedded backend's weights and KV: ``fp32`` (exact logprobs) or ``bf16``
-        (bfloat16 matmuls on AMX / tensor cores, half the memory traffic and KV bytes).
+    dtype: the embedded backend's weights and KV: ``fp32`` (exact logprobs), ``bf16``
+        (bfloat16 matmuls on AMX / tensor cores, half the memory traffic and KV bytes) or
+        ``auto`` (bf16 where the device has native bf16 kernels, else fp32).
     num_threads: the embedded backend's torch threads (0: follow the machine, every core
         this process may run on; one for a tiny test model).
     prefix_cache_mib: MiB of KV the embedded backend keeps for prompts that start the same
@@ -81,7 +82,7 @@ class BackendConfig:
     vocab_size: int = 0
 
 
-EMBEDDED_DTYPES = ("fp32", "bf16")
+EMBEDDED_DTYPES = ("fp32", "bf16", "auto")
 
 
 def check_embedded_options(config: BackendConfig) -> None:

@@ -237,7 +237,9 @@ class TrainerConfig:
             steps: total = steps × epochs × minibatches.
         chunk_size: vocabulary-projection rows per chunk.
         seed: seeds torch, numpy and random at start.
-        precision: "fp32" (default: everything in float32, as before) or "bf16": the
+        precision: "fp32" (default: everything in float32, as before), "bf16" or "auto"
+            (bf16 where the device has native bf16 kernels, else fp32;
+            :func:`clawrl.rl_core.precision.resolve_precision`). bf16: the
             forwards and backwards of the policy, critic and KL reference run under bf16
             autocast (matmuls in bfloat16 on the CPU's AMX units or the GPU's tensor cores),
             while parameters, gradients, AdamW state and checkpoints stay float32 (master
@@ -277,7 +279,7 @@ class TrainerConfig:
     num_minibatches: int = 1
     chunk_size: int = 1024
     seed: int = 0
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16", "auto"] = "fp32"
     freeze_embeddings: bool = False
     gradient_checkpointing: bool = False
     fsdp: bool = False
@@ -290,8 +292,8 @@ class TrainerConfig:
             raise ConfigError("lora with fsdp is not supported (use one or the other)")
         if self.algorithm not in ("grpo", "ppo"):
             raise ConfigError("algorithm must be 'grpo' or 'ppo'")
-        if self.precision not in ("fp32", "bf16"):
-            raise ConfigError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+        if self.precision not in ("fp32", "bf16", "auto"):
+            raise ConfigError(f"precision must be 'fp32', 'bf16' or 'auto', got {self.precision!r}")
         if self.token_budget is not None and self.token_budget < 1:
             raise ConfigError("token_budget must be >= 1 or None")
         if self.update_epochs < 1 or self.num_minibatches < 1:

@@ -86,8 +86,9 @@ class SFTRunConfig:
         token_budget: most tokens per forward (trees are split, results unchanged); 0: no
             limit. A trajectory with a longer path is skipped.
         chunk_size: vocabulary-projection rows per chunk.
-        precision: "fp32" or "bf16" (bf16 autocast over float32 master weights; see the
-            trainer's ``TrainerConfig.precision``).
+        precision: "fp32", "bf16" (bf16 autocast over float32 master weights) or "auto"
+            (bf16 where the device has native bf16 kernels, else fp32); see the trainer's
+            ``TrainerConfig.precision``.
         call_style: how the trained assistant turns write their tool calls: ``"tags"`` (the
             chat template's rendering, e.g. ``<tool_call>`` blocks), ``"fenced"`` (a
             ```` ```json ```` block per call, which the proxy's parser reads for the qwen2
@@ -143,8 +144,8 @@ class SFTRunConfig:
             raise ConfigError("need lr > 0, weight_decay >= 0, max_grad_norm > 0")
         if self.warmup_steps < 0 or self.token_budget < 0 or self.target_tokens < 0:
             raise ConfigError("need warmup_steps >= 0, token_budget >= 0, target_tokens >= 0")
-        if self.precision not in ("fp32", "bf16"):
-            raise ConfigError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+        if self.precision not in ("fp32", "bf16", "auto"):
+            raise ConfigError(f"precision must be 'fp32', 'bf16' or 'auto', got {self.precision!r}")
         if self.call_style not in ("auto", "tags", "fenced"):
             raise ConfigError(
                 f"call_style must be 'auto', 'tags' or 'fenced', got {self.call_style!r}"
@@ -653,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         "copied_from_model_dir": copied,
         "family": renderer.family,
         "call_style": style,
+        "precision": trainer.precision,
         "template_has_tools": renderer.template_has_tools,
     }
     _write_json(out / "summary.json", summary)

@@ -51,6 +51,7 @@ from clawrl.rl_core.distributed import (
 from clawrl.rl_core.errors import ConfigError, MinibatchCapWarning
 from clawrl.rl_core.forward import TreeModel
 from clawrl.rl_core.packing import TreeBatch, TreePiece, padding_piece, split_by_token_budget
+from clawrl.rl_core.precision import resolve_precision
 from clawrl.rl_core.sharded_checkpoint import (
     is_sharded_checkpoint,
     load_sharded_checkpoint,
@@ -178,8 +179,10 @@ class Trainer:
                 f"{accelerator.mixed_precision!r}) and set TrainerConfig.precision instead"
             )
         self.accelerator = accelerator or Accelerator(cpu=not cuda, mixed_precision="no")
+        #: the precision the updates run in (``config.precision`` with "auto" resolved)
+        self.precision = resolve_precision(cfg.precision, self.accelerator.device)
         #: the autocast dtype of every forward (None: fp32, no autocast)
-        self.autocast_dtype = torch.bfloat16 if cfg.precision == "bf16" else None
+        self.autocast_dtype = torch.bfloat16 if self.precision == "bf16" else None
         dev_type = self.accelerator.device.type
         _check_distributed(self.accelerator)
         #: FSDP2-sharded models (``config.fsdp`` with several processes)

@@ -83,6 +83,8 @@ __all__ = [
     "EmbeddedRequestError",
     "PromptTooLongError",
     "WeightLoadError",
+    "bf16_is_native",
+    "resolve_dtype",
     "sample_token",
 ]
 
@@ -97,21 +99,46 @@ _DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16"}
 MIN_SHARED_PREFIX = 16
 
 
-def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+def bf16_is_native(device: torch.device | str = "cpu") -> bool:
+    """Whether bf16 matmuls run on native kernels on ``device``: a CUDA device that supports
+    bf16, or a CPU with AVX-512 BF16 or AMX (oneDNN's bf16 kernels). Elsewhere (an AVX2-only
+    CPU: most laptops and older servers) torch falls back to reference kernels: 1.1 GFLOP/s
+    against 183 in fp32 on a 2-core AVX2 Zen 3 (``tools/perf/roofline.py``)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    if dev.type != "cpu":
+        return True
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def resolve_dtype(dtype: torch.dtype | str, device: torch.device | str = "cpu") -> torch.dtype:
     """``torch.float32`` / ``torch.bfloat16`` or their names (``fp32``, ``bf16``,
-    ``float32``, ``bfloat16``).
+    ``float32``, ``bfloat16``), or ``auto``: bf16 where :func:`bf16_is_native` on
+    ``device``, else fp32. An explicit bf16 on a CPU without native bf16 kernels is kept,
+    with a warning (it runs over 100 times slower than fp32 there).
 
     Raises:
         ValueError: another dtype (one line, naming the choices).
     """
     if isinstance(dtype, torch.dtype):
-        if dtype in DTYPES.values():
-            return dtype
-        raise ValueError(f"dtype must be fp32 or bf16, got {dtype}")
-    name = _DTYPE_ALIASES.get(str(dtype), str(dtype))
-    if name not in DTYPES:
-        raise ValueError(f"dtype must be fp32 or bf16, got {dtype!r}")
-    return DTYPES[name]
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype must be fp32, bf16 or auto, got {dtype}")
+        out = dtype
+    else:
+        name = _DTYPE_ALIASES.get(str(dtype), str(dtype))
+        if name == "auto":
+            return torch.bfloat16 if bf16_is_native(device) else torch.float32
+        if name not in DTYPES:
+            raise ValueError(f"dtype must be fp32, bf16 or auto, got {dtype!r}")
+        out = DTYPES[name]
+    if out == torch.bfloat16 and not bf16_is_native(device):
+        log.warning(
+            "bf16 on %s without native bf16 kernels (no AVX-512 BF16 or AMX): matmuls run "
+            "over 100 times slower than fp32 here; use dtype 'auto' or 'fp32'",
+            device,
+        )
+    return out
 
 
 #: models below this many (estimated) parameters decode on one thread: their operations are
@@ -156,7 +183,8 @@ class EmbeddedBackend(InferenceBackend):
         device: torch device (``"cpu"``, ``"cuda"``, ...).
         dtype: weights, KV cache and activations: ``"fp32"`` / ``torch.float32`` (exact
             logprobs) or ``"bf16"`` / ``torch.bfloat16`` (AMX / tensor-core matmuls, half the
-            memory traffic and KV bytes). Logits are upcast to float32 before sampling, and
+            memory traffic and KV bytes), or ``"auto"``: bf16 where the device has native
+            bf16 kernels (:func:`bf16_is_native`), else fp32. Logits are upcast to float32 before sampling, and
             the recorded logprob is the one of the distribution sampled from, in either.
         num_threads: ``torch.set_num_threads`` (process-wide), set when the worker starts:
             ``"auto"`` (default) follows the machine (``machine_threads``: the cores of this
@@ -223,7 +251,7 @@ class EmbeddedBackend(InferenceBackend):
             raise ValueError(f"max_context must be in (1, {positions}], got {max_context}")
         self._max_context = int(max_context) if max_context is not None else positions
         self.device = torch.device(device)
-        self.dtype = resolve_dtype(dtype)
+        self.dtype = resolve_dtype(dtype, self.device)
         self.num_threads: int | None = num_threads
         self.max_batch_size = int(max_batch_size)
         self.prefill_chunk = int(prefill_chunk)

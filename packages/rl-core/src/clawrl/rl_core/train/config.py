@@ -98,7 +98,8 @@ class BackendConfig:
         ``/update_weights_from_disk`` through the proxy's load-weights admin call).
     max_batch_size: embedded backend's concurrent generations.
     device: embedded backend's torch device.
-    dtype: embedded backend's serving dtype, ``fp32`` (exact logprobs) or ``bf16``.
+    dtype: embedded backend's serving dtype, ``fp32`` (exact logprobs), ``bf16`` or ``auto`` (bf16
+        where the device has native bf16 kernels, else fp32).
     num_threads: embedded backend's torch threads (0: follow the machine).
     prefix_cache_mib: embedded backend's KV kept for prompts that start the same way,
         shared across sessions and dropped at every weight sync (0: off).
@@ -111,7 +112,7 @@ class BackendConfig:
     kind: Literal["embedded", "sglang"] = "embedded"
     max_batch_size: int = 16
     device: str = "cpu"
-    dtype: Literal["fp32", "bf16"] = "fp32"
+    dtype: Literal["fp32", "bf16", "auto"] = "fp32"
     num_threads: int = 0
     prefix_cache_mib: float = 256.0
     sglang_url: str = ""
@@ -502,8 +503,10 @@ class TrainConfig:
             raise ConfigError(f"algo.name must be 'grpo' or 'ppo', got {self.algo.name!r}")
         if self.backend.kind not in ("embedded", "sglang"):
             raise ConfigError("backend.kind must be 'embedded' or 'sglang'")
-        if self.backend.dtype not in ("fp32", "bf16"):
-            raise ConfigError(f"backend.dtype must be 'fp32' or 'bf16', got {self.backend.dtype!r}")
+        if self.backend.dtype not in ("fp32", "bf16", "auto"):
+            raise ConfigError(
+                f"backend.dtype must be 'fp32', 'bf16' or 'auto', got {self.backend.dtype!r}"
+            )
         if self.backend.num_threads < 0 or not self.backend.prefix_cache_mib >= 0:
             raise ConfigError("backend.num_threads and backend.prefix_cache_mib must be >= 0")
         if self.backend.kind == "sglang" and not self.backend.sglang_url:

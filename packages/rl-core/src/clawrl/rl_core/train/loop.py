@@ -75,6 +75,7 @@ from clawrl.proxy import (
 )
 from clawrl.rl_core.config import TrainerConfig
 from clawrl.rl_core.errors import ConfigError
+from clawrl.rl_core.precision import resolve_precision
 from clawrl.rl_core.train.checkpoints import (
     LoopState,
     latest_checkpoint,
@@ -412,6 +413,11 @@ class TrainLoop:
         self.ckpt_dir.mkdir(exist_ok=True)
         self.cfg.save(self.out / "config.json")
         line = {"run_id": self.run_id, "pid": os.getpid(), "started": time.time()}
+        # "auto" precisions resolve per process (a resume may run on another machine)
+        serving, updates = self._serving_dtype(), self._update_precision()
+        line |= {"backend_dtype": serving, "precision": updates}
+        if "auto" in (self.cfg.backend.dtype, self.cfg.algo.trainer.precision):
+            self.say(f"precision auto: serving {serving or 'n/a'}, updates {updates}")
         with (self.out / "runs.jsonl").open("a") as f:  # one line per process (resumes)
             f.write(json.dumps({**line, "resume": self.resume}) + "\n")
         removed = await sandbox_gc()
@@ -521,7 +527,7 @@ class TrainLoop:
             BackendConfig(
                 kind="embedded",
                 model_dir=model_dir,
-                dtype=b.dtype,
+                dtype=resolve_precision(b.dtype, "cpu"),
                 max_batch_size=b.max_batch_size,
                 num_threads=b.num_threads,
                 seed=self.cfg.run.seed * 1000 + 999,
@@ -537,6 +543,17 @@ class TrainLoop:
         ) as endpoint:
             yield endpoint
 
+    def _serving_dtype(self) -> str | None:
+        """The embedded backend's dtype with "auto" resolved (None: not embedded)."""
+        b = self.cfg.backend
+        return resolve_precision(b.dtype, b.device) if b.kind == "embedded" else None
+
+    def _update_precision(self) -> str:
+        """The updates' precision with "auto" resolved (the trainer resolves it the same
+        way on its own device)."""
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return resolve_precision(self.cfg.algo.trainer.precision, device)
+
     def _backend(self) -> InferenceBackend:
         b = self.cfg.backend
         if b.kind == "embedded":
@@ -545,7 +562,7 @@ class TrainLoop:
                 model_dir=self.model_dir,
                 device=b.device,
                 max_batch_size=b.max_batch_size,
-                dtype=b.dtype,
+                dtype=self._serving_dtype() or "fp32",
                 num_threads=b.num_threads,
                 prefix_cache_mib=b.prefix_cache_mib,
                 seed=self.cfg.run.seed * 1000 + self.state.next_step,

@@ -73,7 +73,7 @@ def test_serving_options_reach_the_backend(model_dir: Path, tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("dtype", "fp16", "dtype must be one of fp32, bf16, got 'fp16'"),
+        ("dtype", "fp16", "dtype must be one of fp32, bf16, auto, got 'fp16'"),
         ("num_threads", -1, "num_threads must be >= 1 (0: follow the machine), got -1"),
         ("prefix_cache_mib", -2.0, "prefix_cache_mib must be >= 0 (0: off), got -2.0"),
     ],
@@ -90,7 +90,7 @@ def test_bad_serving_options_are_one_line_errors(
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--dtype", "fp16"], "proxy serve: --dtype must be one of fp32, bf16, got 'fp16'\n"),
+        (["--dtype", "fp16"], "proxy serve: --dtype must be one of fp32, bf16, auto, got 'fp16'\n"),
         (
             ["--threads", "-1"],
             "proxy serve: --threads must be >= 1 (0: follow the machine), got -1\n",

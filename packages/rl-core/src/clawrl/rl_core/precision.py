@@ -14,12 +14,9 @@ from typing import Literal
 
 import torch
 
-__all__ = ["PRECISIONS", "bf16_is_native", "resolve_precision"]
+__all__ = ["bf16_is_native", "resolve_precision"]
 
 log = logging.getLogger("clawrl.rl_core")
-
-#: the accepted values of ``precision``
-PRECISIONS = ("fp32", "bf16", "auto")
 
 
 def bf16_is_native(device: torch.device | str = "cpu") -> bool:

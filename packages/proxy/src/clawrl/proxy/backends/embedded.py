@@ -184,8 +184,9 @@ class EmbeddedBackend(InferenceBackend):
         dtype: weights, KV cache and activations: ``"fp32"`` / ``torch.float32`` (exact
             logprobs) or ``"bf16"`` / ``torch.bfloat16`` (AMX / tensor-core matmuls, half the
             memory traffic and KV bytes), or ``"auto"``: bf16 where the device has native
-            bf16 kernels (:func:`bf16_is_native`), else fp32. Logits are upcast to float32 before sampling, and
-            the recorded logprob is the one of the distribution sampled from, in either.
+            bf16 kernels (:func:`bf16_is_native`), else fp32. Logits are upcast to float32
+            before sampling, and the recorded logprob is the one of the distribution sampled
+            from, in either.
         num_threads: ``torch.set_num_threads`` (process-wide), set when the worker starts:
             ``"auto"`` (default) follows the machine (``machine_threads``: the cores of this
             process's affinity mask; one for a model under ``MIN_PARAMS_FOR_THREADS``

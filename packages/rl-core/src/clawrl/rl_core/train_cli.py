@@ -23,6 +23,8 @@ import os
 import shutil
 import signal
 import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -153,18 +155,60 @@ def _export_hf(argv: list[str]) -> int:
     return 0
 
 
+class _TrackedExecutor(ThreadPoolExecutor):
+    """The event loop's default executor, counting its unfinished work items: an update runs
+    in a worker thread (``asyncio.to_thread``), cannot be interrupted, and ``asyncio.run``
+    would wait for it on the way out (minutes for a real model's step)."""
+
+    def __init__(self) -> None:
+        super().__init__(thread_name_prefix="clawrl-train")
+        self.unfinished = 0
+        self._count_lock = threading.Lock()
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._count_lock:
+            self.unfinished += 1
+        try:
+            fut = super().submit(fn, *args, **kwargs)
+        except BaseException:
+            self._done(None)
+            raise
+        fut.add_done_callback(self._done)
+        return fut
+
+    def _done(self, _: object) -> None:
+        with self._count_lock:
+            self.unfinished -= 1
+
+
+def _interrupted_line(out: object) -> str:
+    return f"train: interrupted; continue from the last checkpoint with --resume (--out {out})"
+
+
 async def _stoppable(loop: TrainLoop) -> dict[str, Any]:
     """``loop.run()``, cancelled by SIGTERM (``kill``, a scheduler's preemption) as Ctrl-C
     cancels it: the rollouts in flight are cancelled and their sandboxes removed; the last
-    checkpoint is kept."""
+    checkpoint is kept (checkpoints are written to a temporary folder, then renamed). An
+    update still running in a worker thread is abandoned: the process exits with status 130
+    once the cancellation's clean-up is done (one process; with several ranks it waits)."""
     import asyncio
     import contextlib
 
     task = asyncio.current_task()
     assert task is not None
+    running = asyncio.get_running_loop()
+    executor = _TrackedExecutor()
+    running.set_default_executor(executor)
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    return await loop.run()
+        running.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await loop.run()
+    except asyncio.CancelledError:
+        if executor.unfinished and loop.ranks is None:
+            print(_interrupted_line(loop.cfg.run.out), file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(130)
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,11 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = asyncio.run(_stoppable(loop)) if plain else _run_with_progress(loop, console)
     except (KeyboardInterrupt, asyncio.CancelledError):
-        print(
-            f"train: interrupted; continue from the last checkpoint with --resume "
-            f"(--out {cfg.run.out})",
-            file=sys.stderr,
-        )
+        print(_interrupted_line(cfg.run.out), file=sys.stderr)
         return 130
     except RLCoreError as exc:
         if plain:

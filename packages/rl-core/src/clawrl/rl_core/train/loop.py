@@ -157,6 +157,14 @@ class TrainLoop:
         self.log: MetricsLog | None = None
         self.user_model_dir: Path | None = None  # rollout.user_model, resolved
         self.progress: Callable[[RolloutEvent], None] | None = None
+        # "auto" precisions resolve once per process (a resume may run on another machine):
+        # the embedded backend's dtype (None: not embedded) and the updates' precision, as
+        # the trainer resolves it on its own device
+        b = config.backend
+        self.serving_dtype = resolve_precision(b.dtype, b.device) if b.kind == "embedded" else None
+        self.update_precision = resolve_precision(
+            config.algo.trainer.precision, "cuda" if torch.cuda.is_available() else "cpu"
+        )
 
     # ------------------------------------------------------------------ setup
     def _model_dir(self) -> Path:
@@ -413,8 +421,7 @@ class TrainLoop:
         self.ckpt_dir.mkdir(exist_ok=True)
         self.cfg.save(self.out / "config.json")
         line = {"run_id": self.run_id, "pid": os.getpid(), "started": time.time()}
-        # "auto" precisions resolve per process (a resume may run on another machine)
-        serving, updates = self._serving_dtype(), self._update_precision()
+        serving, updates = self.serving_dtype, self.update_precision
         line |= {"backend_dtype": serving, "precision": updates}
         if "auto" in (self.cfg.backend.dtype, self.cfg.algo.trainer.precision):
             self.say(f"precision auto: serving {serving or 'n/a'}, updates {updates}")
@@ -543,17 +550,6 @@ class TrainLoop:
         ) as endpoint:
             yield endpoint
 
-    def _serving_dtype(self) -> str | None:
-        """The embedded backend's dtype with "auto" resolved (None: not embedded)."""
-        b = self.cfg.backend
-        return resolve_precision(b.dtype, b.device) if b.kind == "embedded" else None
-
-    def _update_precision(self) -> str:
-        """The updates' precision with "auto" resolved (the trainer resolves it the same
-        way on its own device)."""
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        return resolve_precision(self.cfg.algo.trainer.precision, device)
-
     def _backend(self) -> InferenceBackend:
         b = self.cfg.backend
         if b.kind == "embedded":
@@ -562,7 +558,7 @@ class TrainLoop:
                 model_dir=self.model_dir,
                 device=b.device,
                 max_batch_size=b.max_batch_size,
-                dtype=self._serving_dtype() or "fp32",
+                dtype=self.serving_dtype or "fp32",
                 num_threads=b.num_threads,
                 prefix_cache_mib=b.prefix_cache_mib,
                 seed=self.cfg.run.seed * 1000 + self.state.next_step,

@@ -214,6 +214,46 @@ def test_report_matches_the_papers_statistics() -> None:
     assert r["distinct_tools_all"] == ["bash"]
 
 
+def test_report_counts_every_attempt_of_a_best_of_n_intent() -> None:
+    """Best-of-n runs an intent again under the same trajectory id: a failed first attempt
+    (failed.jsonl) and a verified second one (trajectories.jsonl) are two sessions, both in
+    ``complete`` and in the simulator agreement; a failure also kept as a target
+    (``failed_as_targets``: in both files) is one session."""
+
+    def attempt(n: int, ok: bool) -> dict[str, Any]:
+        t = _traj()
+        t["attempt"] = n
+        t["outcome"] = {
+            **t["outcome"],
+            "session_id": f"s{n}",
+            "success": ok,
+            "label": "success" if ok else "failed",
+            "verified": 1.0 if ok else 0.0,
+            "simulator_success": True,
+        }
+        return t
+
+    first, second = attempt(0, False), attempt(1, True)
+    assert first["id"] == second["id"]
+    r = synthesis_report([second], failed=[first])
+    assert r["trajectories"]["complete"] == 2
+    assert r["trajectories"]["by_label"] == {"success": 1, "failed": 1}
+    assert r["agreement"] == {
+        "sessions": 2,
+        "agree": 1,
+        "rate": 0.5,
+        "simulator_success_checks_failed": 1,
+        "simulator_failure_checks_passed": 0,
+    }
+    r = synthesis_report([first, second], failed=[first])  # failed_as_targets
+    assert r["trajectories"]["complete"] == 2
+    # records without a session id: the id and the attempt tell sessions apart
+    for t in (first, second):
+        del t["outcome"]["session_id"]
+    assert synthesis_report([second], failed=[first])["trajectories"]["complete"] == 2
+    assert synthesis_report([first], failed=[first])["trajectories"]["complete"] == 1
+
+
 def test_read_jsonl_skips_a_half_written_last_line(tmp_path: Path) -> None:
     p = tmp_path / "t.jsonl"
     p.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": ')

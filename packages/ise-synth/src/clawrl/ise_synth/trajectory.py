@@ -321,6 +321,12 @@ def simulator_agreement(trajectories: Iterable[Mapping[str, Any]]) -> dict[str, 
     }
 
 
+def _session_key(t: Mapping[str, Any]) -> str:
+    """One synthesis session: its ``session_id``, else the trajectory id and attempt."""
+    sid = (t.get("outcome") or {}).get("session_id")
+    return f"session:{sid}" if sid else f"{t.get('id')}#{t.get('attempt', 0)}"
+
+
 def synthesis_report(
     trajectories: Iterable[Mapping[str, Any]],
     discarded: Iterable[Mapping[str, Any]] = (),
@@ -331,8 +337,10 @@ def synthesis_report(
     """The paper's statistics of a synthesis run.
 
     ``trajectories``: the kept ones (``trajectories.jsonl``); ``failed``: completed sessions
-    kept apart because their checks did not pass (``failed.jsonl``); a trajectory in both is
-    counted once. Returns a dict: ``intents`` (``generated``, ``unique``, ``vendi``,
+    kept apart because their checks did not pass (``failed.jsonl``); a session in both (a
+    failure kept as a target, ``failed_as_targets``) is counted once. Sessions are told apart
+    by their ``session_id`` (else id and ``attempt``): best-of-n runs an intent several times
+    under one trajectory id. Returns a dict: ``intents`` (``generated``, ``unique``, ``vendi``,
     ``embedding`` from the stage-1 stats file, when given), ``trajectories`` (``complete``:
     completed sessions, ``discarded``, ``discarded_by_reason``, ``success``: verified by the
     checks, ``by_label``), ``agreement`` (:func:`simulator_agreement`), per-trajectory
@@ -348,8 +356,8 @@ def synthesis_report(
     """
     runs = list(runs)
     trajs = list(trajectories)
-    kept = {str(t.get("id")) for t in trajs}
-    trajs += [t for t in failed if str(t.get("id")) not in kept]
+    kept = {_session_key(t) for t in trajs}
+    trajs += [t for t in failed if _session_key(t) not in kept]
     disc = list(discarded)
     st = [t["stats"] for t in trajs]
     failed_calls = sum(int(s.get("failed_tool_calls", 0)) for s in st)
